@@ -1,0 +1,47 @@
+# ttrain — two commands do everything on a fresh machine:
+#   make demo    run the main job on the built-in default (creates .venv on first use)
+#   make test    run the test suite                        (creates .venv on first use)
+# `make help` lists the other targets.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+CONFIG ?= tiny
+export AMARANTH_USE_YOSYS := builtin
+export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
+
+.PHONY: help env demo test test-fast bench clean distclean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 14
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+env: $(STAMP)  ## create the virtual environment and install ttrain into it
+
+demo: $(STAMP)  ## main job: memory/MAC plan of the tiny preset, then a short training run on built-in data
+	$(VENV)/bin/ttrain plan --config $(CONFIG)
+	$(VENV)/bin/ttrain train --config $(CONFIG) --epochs 3
+
+test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
+	$(PY) -m pytest -n 2 -q tests
+
+test-fast: $(STAMP)  ## golden and Amaranth-simulator tests only (no Verilator builds)
+	$(PY) -m pytest -n 2 -q tests -k "not verilator"
+
+plan-paper: $(STAMP)  ## memory and MAC plans of the paper-size presets
+	for c in paper-l1 paper-l2 paper-l3 paper-l1-r10; do $(VENV)/bin/ttrain plan --config $$c; done
+
+train-atis: $(STAMP)  ## train the small preset on ATIS (../shared/data/atis)
+	$(VENV)/bin/ttrain train --config small --data ../shared/data/atis
+
+clean:  ## remove build outputs
+	rm -rf build sim_build runs .pytest_cache
+
+distclean: clean  ## also remove the virtual environment
+	rm -rf $(VENV)
