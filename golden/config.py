@@ -1,0 +1,307 @@
+"""Model configurations and named presets.
+
+One :class:`ModelConfig` drives everything: the golden model, the planner's memory and MAC
+accounting, the compiler and (later) the RTL parameters. Presets:
+
+``tiny``
+    unit tests and short RTL simulations (d_model 32, 2 heads, 1 layer, seq 8).
+``small``
+    trains on ATIS in minutes on the golden fast path.
+``paper-l1``, ``paper-l2``, ``paper-l3``
+    the authors' shapes (d_model 768, 12 heads, FFN 3072, seq 32, batch 1) with 1–3 encoder
+    layers and the GPU ATIS ranks.
+``paper-l1-r10``, ``paper-l2-r10``, ``paper-l3-r10``
+    the same with the FPGA HLS prototype's TT ranks (all 10).
+
+Every shape here is validated by :meth:`ModelConfig.validate`, which raises :class:`ValueError`
+with a message that says what to change.
+"""
+
+from dataclasses import dataclass, field, replace
+from math import prod
+
+__all__ = ["TTSpec", "TTMSpec", "ModelConfig", "PRESETS", "get_config", "preset_names"]
+
+
+@dataclass(frozen=True)
+class TTSpec:
+    """Shape of a tensor-train linear layer W (N_in x N_out).
+
+    ``in_modes`` (m_1..m_d) factor N_in, ``out_modes`` (n_1..n_d) factor N_out, ``ranks`` has
+    2d+1 entries with ``ranks[0] == ranks[-1] == 1``. Core k has shape
+    (ranks[k], s_k, ranks[k+1]) with s = in_modes + out_modes.
+    """
+    in_modes: tuple
+    out_modes: tuple
+    ranks: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_modes", tuple(int(m) for m in self.in_modes))
+        object.__setattr__(self, "out_modes", tuple(int(m) for m in self.out_modes))
+        object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        self.validate()
+
+    @property
+    def d(self):
+        return len(self.in_modes)
+
+    @property
+    def n_in(self):
+        return prod(self.in_modes)
+
+    @property
+    def n_out(self):
+        return prod(self.out_modes)
+
+    @property
+    def modes(self):
+        return self.in_modes + self.out_modes
+
+    @property
+    def core_shapes(self):
+        return [(self.ranks[k], s, self.ranks[k + 1]) for k, s in enumerate(self.modes)]
+
+    @property
+    def num_params(self):
+        return sum(prod(s) for s in self.core_shapes)
+
+    def validate(self):
+        d = len(self.in_modes)
+        if d < 1 or len(self.out_modes) != d:
+            raise ValueError(
+                f"TT shape needs the same number (>= 1) of input and output modes, got "
+                f"in_modes={list(self.in_modes)} and out_modes={list(self.out_modes)}: "
+                f"factor N_in and N_out into d factors each")
+        if any(m < 1 for m in self.modes):
+            raise ValueError(f"TT modes must be positive integers, got {list(self.modes)}")
+        if len(self.ranks) != 2 * d + 1:
+            raise ValueError(
+                f"TT ranks must have 2d+1 = {2 * d + 1} entries for d = {d}, got "
+                f"{len(self.ranks)} ({list(self.ranks)})")
+        if self.ranks[0] != 1 or self.ranks[-1] != 1:
+            raise ValueError(f"TT ranks must start and end with 1, got {list(self.ranks)}")
+        if any(r < 1 for r in self.ranks):
+            raise ValueError(f"TT ranks must be positive, got {list(self.ranks)}")
+        # A rank above the product of the modes on either side adds parameters but no
+        # expressiveness (the TT-rank bound); reject it so typos are caught.
+        s = self.modes
+        for k in range(1, 2 * d):
+            bound = min(prod(s[:k]), prod(s[k:]))
+            if self.ranks[k] > bound:
+                raise ValueError(
+                    f"TT rank r_{k} = {self.ranks[k]} exceeds its bound min(prod(s[:{k}]), "
+                    f"prod(s[{k}:])) = {bound} for modes {list(s)}: lower it to at most {bound}")
+
+
+@dataclass(frozen=True)
+class TTMSpec:
+    """Shape of a TTM embedding table (V rows x D columns).
+
+    ``vocab_modes`` (v_1..v_d) factor V, ``dim_modes`` (e_1..e_d) factor D, ``ranks`` has d+1
+    entries with ``ranks[0] == ranks[-1] == 1``. Core k has shape (ranks[k], v_k, e_k, ranks[k+1]).
+    Token t is written in mixed radix, most significant digit first.
+    """
+    vocab_modes: tuple
+    dim_modes: tuple
+    ranks: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "vocab_modes", tuple(int(m) for m in self.vocab_modes))
+        object.__setattr__(self, "dim_modes", tuple(int(m) for m in self.dim_modes))
+        object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        self.validate()
+
+    @property
+    def d(self):
+        return len(self.vocab_modes)
+
+    @property
+    def vocab(self):
+        return prod(self.vocab_modes)
+
+    @property
+    def dim(self):
+        return prod(self.dim_modes)
+
+    @property
+    def core_shapes(self):
+        return [(self.ranks[k], v, e, self.ranks[k + 1])
+                for k, (v, e) in enumerate(zip(self.vocab_modes, self.dim_modes))]
+
+    @property
+    def num_params(self):
+        return sum(prod(s) for s in self.core_shapes)
+
+    def validate(self):
+        d = len(self.vocab_modes)
+        if d < 1 or len(self.dim_modes) != d:
+            raise ValueError(
+                f"TTM shape needs the same number (>= 1) of vocabulary and dimension modes, got "
+                f"vocab_modes={list(self.vocab_modes)} and dim_modes={list(self.dim_modes)}")
+        if any(m < 1 for m in self.vocab_modes + self.dim_modes):
+            raise ValueError("TTM modes must be positive integers")
+        if len(self.ranks) != d + 1 or self.ranks[0] != 1 or self.ranks[-1] != 1:
+            raise ValueError(
+                f"TTM ranks must have d+1 = {d + 1} entries starting and ending with 1, got "
+                f"{list(self.ranks)}")
+        if any(r < 1 for r in self.ranks):
+            raise ValueError(f"TTM ranks must be positive, got {list(self.ranks)}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The tensorized transformer classifier (``algorithms.md`` §3).
+
+    TTM token embedding + dense position and segment embeddings + LayerNorm; ``n_layers`` post-LN
+    encoder blocks whose Q, K, V, O, FFN1 and FFN2 projections are TT-linear layers (with dense
+    biases); a TT pre-classifier ("pooler") + tanh on token 0 ([CLS]); a dense intent head;
+    optionally a per-token slot head (TT pre-classifier + GELU + LayerNorm + dense).
+    """
+    name: str
+    d_model: int
+    n_heads: int
+    d_ffn: int
+    n_layers: int
+    seq_len: int
+    batch: int
+    n_intents: int
+    n_slots: int
+    embedding: TTMSpec
+    attention: TTSpec     # Q, K, V and O share this shape (d_model x d_model)
+    ffn1: TTSpec          # d_model x d_ffn
+    ffn2: TTSpec          # d_ffn x d_model
+    pooler: TTSpec        # d_model x d_model, on [CLS]
+    slot_head: bool = False
+    n_segments: int = 2
+    ln_eps: float = 1e-12
+    lr: float = 0.05
+    epochs: int = 10
+    description: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        self.validate()
+
+    @property
+    def vocab(self):
+        return self.embedding.vocab
+
+    @property
+    def d_head(self):
+        return self.d_model // self.n_heads
+
+    @property
+    def tokens(self):
+        """Tokens per training step (B in ``algorithms.md``): batch x sequence length."""
+        return self.batch * self.seq_len
+
+    def tt_layers(self):
+        """Return ``[(name, TTSpec), ...]`` for every TT-linear layer, in forward order."""
+        layers = []
+        for i in range(self.n_layers):
+            for proj in ("q", "k", "v", "o"):
+                layers.append((f"enc{i}.{proj}", self.attention))
+            layers.append((f"enc{i}.ffn1", self.ffn1))
+            layers.append((f"enc{i}.ffn2", self.ffn2))
+        layers.append(("pooler", self.pooler))
+        if self.slot_head:
+            layers.append(("slot_pre", self.pooler))
+        return layers
+
+    def validate(self):
+        def positive(name, value):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("d_model", "n_heads", "d_ffn", "n_layers", "seq_len", "batch",
+                     "n_intents", "n_slots", "n_segments"):
+            positive(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}: pick a "
+                f"head count that divides d_model")
+        if self.embedding.dim != self.d_model:
+            raise ValueError(
+                f"TTM embedding dim_modes {list(self.embedding.dim_modes)} multiply to "
+                f"{self.embedding.dim}, not d_model = {self.d_model}")
+        expect = {"attention": (self.d_model, self.d_model), "ffn1": (self.d_model, self.d_ffn),
+                  "ffn2": (self.d_ffn, self.d_model), "pooler": (self.d_model, self.d_model)}
+        for name, (n_in, n_out) in expect.items():
+            spec = getattr(self, name)
+            if (spec.n_in, spec.n_out) != (n_in, n_out):
+                raise ValueError(
+                    f"{name} TT shape {list(spec.in_modes)} | {list(spec.out_modes)} is "
+                    f"{spec.n_in} x {spec.n_out}, but the model needs {n_in} x {n_out}: change "
+                    f"its modes so they multiply to {n_in} and {n_out}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        if not self.ln_eps > 0:
+            raise ValueError(f"ln_eps must be positive, got {self.ln_eps!r}")
+
+    def with_(self, **changes):
+        """Return a copy with ``changes`` applied (validated)."""
+        return replace(self, **changes)
+
+
+def _paper(n_layers, ranks10):
+    if ranks10:
+        att = ffn1r = ffn2r = (1, 10, 10, 10, 10, 10, 1)
+    else:
+        att = (1, 12, 20, 20, 20, 12, 1)
+        ffn1r = (1, 12, 20, 20, 20, 16, 1)
+        ffn2r = (1, 16, 20, 20, 20, 12, 1)
+    suffix = "-r10" if ranks10 else ""
+    return ModelConfig(
+        name=f"paper-l{n_layers}{suffix}",
+        d_model=768, n_heads=12, d_ffn=3072, n_layers=n_layers, seq_len=32, batch=1,
+        n_intents=22, n_slots=122,
+        embedding=TTMSpec((5, 5, 4, 4, 2), (3, 4, 4, 4, 4), (1, 30, 30, 30, 30, 1)),
+        attention=TTSpec((12, 8, 8), (8, 8, 12), att),
+        ffn1=TTSpec((12, 8, 8), (12, 16, 16), ffn1r),
+        ffn2=TTSpec((16, 16, 12), (8, 8, 12), ffn2r),
+        pooler=TTSpec((12, 8, 8), (8, 8, 12), att),
+        lr=0.01, epochs=10,
+        description=(f"authors' shapes, {n_layers} encoder layer(s), "
+                     + ("FPGA prototype TT ranks (all 10)" if ranks10 else "GPU ATIS TT ranks")),
+    )
+
+
+PRESETS = {
+    "tiny": ModelConfig(
+        name="tiny", d_model=32, n_heads=2, d_ffn=64, n_layers=1, seq_len=8, batch=1,
+        n_intents=8, n_slots=8,
+        embedding=TTMSpec((4, 4, 8), (2, 4, 4), (1, 4, 4, 1)),
+        attention=TTSpec((2, 4, 4), (4, 4, 2), (1, 2, 4, 4, 4, 2, 1)),
+        ffn1=TTSpec((2, 4, 4), (4, 4, 4), (1, 2, 4, 4, 4, 4, 1)),
+        ffn2=TTSpec((4, 4, 4), (4, 4, 2), (1, 4, 4, 4, 4, 2, 1)),
+        pooler=TTSpec((2, 4, 4), (4, 4, 2), (1, 2, 4, 4, 4, 2, 1)),
+        lr=0.05, epochs=3,
+        description="unit tests, the demo and short RTL simulations",
+    ),
+    "small": ModelConfig(
+        name="small", d_model=64, n_heads=4, d_ffn=128, n_layers=2, seq_len=32, batch=16,
+        n_intents=22, n_slots=122,
+        embedding=TTMSpec((8, 8, 16), (4, 4, 4), (1, 16, 16, 1)),
+        attention=TTSpec((4, 4, 4), (4, 4, 4), (1, 4, 12, 12, 12, 4, 1)),
+        ffn1=TTSpec((4, 4, 4), (4, 4, 8), (1, 4, 12, 12, 12, 8, 1)),
+        ffn2=TTSpec((4, 4, 8), (4, 4, 4), (1, 4, 12, 12, 12, 4, 1)),
+        pooler=TTSpec((4, 4, 4), (4, 4, 4), (1, 4, 12, 12, 12, 4, 1)),
+        lr=0.05, epochs=12,
+        description="trains on ATIS in minutes on the golden fast path",
+    ),
+}
+for _n in (1, 2, 3):
+    for _r10 in (False, True):
+        _c = _paper(_n, _r10)
+        PRESETS[_c.name] = _c
+
+
+def preset_names():
+    return list(PRESETS)
+
+
+def get_config(name):
+    """Return the preset ``name``; raise ValueError listing the presets if it is unknown."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown config {name!r}; choose one of: {', '.join(PRESETS)}") from None
