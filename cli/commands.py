@@ -1,5 +1,11 @@
-"""Sub-commands of ``ttrain`` (filled in by the modules they front)."""
+"""Sub-commands of ``ttrain``; each lives in its own module with a ``register(sub)``."""
+
+import importlib
+
+# Each module adds its sub-parser(s) and sets ``func`` on them.
+MODULES = ["plan_cmd", "train_cmd"]
 
 
 def register(sub):
-    pass
+    for name in MODULES:
+        importlib.import_module(f".{name}", __package__).register(sub)

@@ -1,0 +1,3 @@
+import os
+
+os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
