@@ -1,0 +1,468 @@
+"""The tensorized BERT-style intent (and slot) classifier: parameters, forward/backward, predict.
+
+Post-LN encoder (``algorithms.md`` §3, ``docs/model.md``)::
+
+    emb    = LN_emb(TTM(tokens) + pos[0..S-1] + seg[segments])
+    block  X1 = LN_1(X + O(Attn(Q(X), K(X), V(X), mask)))       Q, K, V, O: TT-linear + bias
+           X2 = LN_2(X1 + FFN2(GELU(FFN1(X1))))                  FFN1, FFN2: TT-linear + bias
+    pooled = tanh(pooler(X2[:, 0]) + b)                          pooler: TT-linear, on [CLS]
+    intent_logits = pooled @ W_intent + b_intent                 dense
+    slot head (cfg.slot_head): slot_logits = LN_slot(GELU(slot_pre(X2))) @ W_slot + b_slot
+
+Parameters live in one flat ``dict`` name -> ndarray (see :func:`param_shapes` for the names),
+so an optimizer is one loop over keys. A TT layer ``name`` (``cfg.tt_layers()``) is stored as
+``name.core0 .. name.core{2d-1}`` plus ``name.bias``.
+
+Batches are dicts of NumPy arrays for ``n`` sentences of ``cfg.seq_len`` tokens:
+``tokens`` int (n, S), ``segments`` int (n, S), ``mask`` bool (n, S) True = real token (position
+0, [CLS], must be real), ``intent`` int (n,), and ``slots`` int (n, S) with -1 = ignore (needed
+when ``cfg.slot_head``; labels at padded positions are ignored whatever their value).
+"""
+
+import contextlib
+import math
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from . import layers as L
+from . import tt
+
+__all__ = [
+    "INIT_STD", "param_shapes", "num_params", "init_params", "check_params", "validate_batch",
+    "forward_backward", "predict", "sgd_update", "tt_cores", "blas_threads",
+]
+
+#: Dense-equivalent initialization standard deviations (``docs/model.md`` explains the choice).
+#: ``"fan_in"`` means ``1/sqrt(n_in)`` of that layer, so every projection keeps unit variance.
+INIT_STD = {
+    "embedding": 1.0,      # TTM rows, position and segment tables (LayerNorm follows them)
+    "encoder": "fan_in",   # Q, K, V, O, FFN1, FFN2 (TT, dense-equivalent std)
+    "pooler": "fan_in",    # pooler and slot_pre (TT)
+    "head": "fan_in",      # dense intent and slot heads
+}
+
+
+_BLAS = None
+
+
+@contextlib.contextmanager
+def blas_threads(n=1):
+    """Limit BLAS to ``n`` threads inside the ``with`` block (restored afterwards).
+
+    :func:`forward_backward` and :func:`predict` run under ``blas_threads(1)``: their matrices
+    are small (hundreds of rows, tens of columns), where multi-threaded OpenBLAS only adds
+    synchronization; on a busy 2-core machine a 512x12 @ 12x128 product took 7.8 ms with two
+    threads and 0.04 ms with one.
+    """
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    with _BLAS.limit(limits=n, user_api="blas"):
+        yield
+
+
+def tt_cores(params, name, spec):
+    """Return the list of TT cores of layer ``name`` stored in ``params``."""
+    return [params[f"{name}.core{k}"] for k in range(2 * spec.d)]
+
+
+def _ttm_cores(params, spec):
+    return [params[f"emb.tok.core{k}"] for k in range(spec.d)]
+
+
+def param_shapes(cfg):
+    """Return ``{name: shape}`` of every parameter of ``cfg``, in forward order.
+
+    Names::
+
+        emb.tok.core{k}               TTM token-embedding cores (r_k, v_k, e_k, r_k+1)
+        emb.pos, emb.seg              dense position (seq_len, D) and segment (n_segments, D)
+        emb.ln.gamma, emb.ln.beta     embedding LayerNorm (D,)
+        enc{i}.{q,k,v,o}.core{k}      attention TT cores, .bias (D,)
+        enc{i}.ln1.gamma/.beta        LayerNorm after attention
+        enc{i}.ffn1.core{k}, .bias    (d_ffn,) bias;  enc{i}.ffn2.core{k}, .bias (D,)
+        enc{i}.ln2.gamma/.beta        LayerNorm after the FFN
+        pooler.core{k}, pooler.bias   TT pre-classifier on [CLS]
+        intent.weight (D, n_intents), intent.bias (n_intents,)
+        slot_pre.core{k}, slot_pre.bias, slot.ln.gamma/.beta,
+        slot.weight (D, n_slots), slot.bias (n_slots,)           only with cfg.slot_head
+    """
+    d = cfg.d_model
+    shapes = {}
+    for k, s in enumerate(cfg.embedding.core_shapes):
+        shapes[f"emb.tok.core{k}"] = s
+    shapes["emb.pos"] = (cfg.seq_len, d)
+    shapes["emb.seg"] = (cfg.n_segments, d)
+    shapes["emb.ln.gamma"] = shapes["emb.ln.beta"] = (d,)
+
+    def add_tt(name, spec):
+        for k, s in enumerate(spec.core_shapes):
+            shapes[f"{name}.core{k}"] = s
+        shapes[f"{name}.bias"] = (spec.n_out,)
+
+    for i in range(cfg.n_layers):
+        for p in ("q", "k", "v", "o"):
+            add_tt(f"enc{i}.{p}", cfg.attention)
+        shapes[f"enc{i}.ln1.gamma"] = shapes[f"enc{i}.ln1.beta"] = (d,)
+        add_tt(f"enc{i}.ffn1", cfg.ffn1)
+        add_tt(f"enc{i}.ffn2", cfg.ffn2)
+        shapes[f"enc{i}.ln2.gamma"] = shapes[f"enc{i}.ln2.beta"] = (d,)
+    add_tt("pooler", cfg.pooler)
+    shapes["intent.weight"] = (d, cfg.n_intents)
+    shapes["intent.bias"] = (cfg.n_intents,)
+    if cfg.slot_head:
+        add_tt("slot_pre", cfg.pooler)
+        shapes["slot.ln.gamma"] = shapes["slot.ln.beta"] = (d,)
+        shapes["slot.weight"] = (d, cfg.n_slots)
+        shapes["slot.bias"] = (cfg.n_slots,)
+    return shapes
+
+
+def num_params(cfg):
+    """Return the number of trainable scalars of ``cfg``."""
+    return sum(math.prod(s) for s in param_shapes(cfg).values())
+
+
+def _std(kind, n_in):
+    v = INIT_STD[kind]
+    return 1.0 / math.sqrt(n_in) if v == "fan_in" else float(v)
+
+
+def init_params(cfg, rng, dtype=np.float32):
+    """Return freshly initialized parameters of ``cfg`` (flat dict, see :func:`param_shapes`).
+
+    TT and TTM cores get the dense-equivalent standard deviations of :data:`INIT_STD` through
+    :func:`ttrain.golden.tt.init_tt_cores` / :func:`~ttrain.golden.tt.init_ttm_cores`; dense
+    position/segment tables and heads are normal with those stds; biases and LayerNorm betas
+    are 0, gammas 1.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+    rng : numpy.random.Generator
+    dtype : float32 or float64
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    shapes = param_shapes(cfg)
+    p = {}
+
+    def normal(name, std):
+        p[name] = (rng.standard_normal(shapes[name]) * std).astype(dtype)
+
+    def put_tt(name, spec, kind):
+        for k, c in enumerate(tt.init_tt_cores(spec, rng, _std(kind, spec.n_in), dtype=dtype)):
+            p[f"{name}.core{k}"] = np.ascontiguousarray(c, dtype=dtype)
+        p[f"{name}.bias"] = np.zeros(spec.n_out, dtype)
+
+    def put_ln(name):
+        p[f"{name}.gamma"] = np.ones(cfg.d_model, dtype)
+        p[f"{name}.beta"] = np.zeros(cfg.d_model, dtype)
+
+    emb_std = _std("embedding", cfg.d_model)
+    for k, c in enumerate(tt.init_ttm_cores(cfg.embedding, rng, emb_std, dtype=dtype)):
+        p[f"emb.tok.core{k}"] = np.ascontiguousarray(c, dtype=dtype)
+    normal("emb.pos", emb_std)
+    normal("emb.seg", emb_std)
+    put_ln("emb.ln")
+    for i in range(cfg.n_layers):
+        for proj in ("q", "k", "v", "o"):
+            put_tt(f"enc{i}.{proj}", cfg.attention, "encoder")
+        put_ln(f"enc{i}.ln1")
+        put_tt(f"enc{i}.ffn1", cfg.ffn1, "encoder")
+        put_tt(f"enc{i}.ffn2", cfg.ffn2, "encoder")
+        put_ln(f"enc{i}.ln2")
+    put_tt("pooler", cfg.pooler, "pooler")
+    normal("intent.weight", _std("head", cfg.d_model))
+    p["intent.bias"] = np.zeros(cfg.n_intents, dtype)
+    if cfg.slot_head:
+        put_tt("slot_pre", cfg.pooler, "pooler")
+        put_ln("slot.ln")
+        normal("slot.weight", _std("head", cfg.d_model))
+        p["slot.bias"] = np.zeros(cfg.n_slots, dtype)
+    # same order as param_shapes, so iteration order is the documented one
+    return {name: p[name] for name in shapes}
+
+
+def check_params(cfg, params):
+    """Raise ValueError/TypeError unless ``params`` has exactly the names and shapes of ``cfg``.
+
+    Returns the common dtype.
+    """
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict name -> ndarray (init_params), got "
+                        f"{type(params).__name__}")
+    shapes = param_shapes(cfg)
+    missing = [k for k in shapes if k not in params]
+    extra = [k for k in params if k not in shapes]
+    if missing or extra:
+        raise ValueError(
+            f"params do not match config {cfg.name!r}: missing {missing[:5]}"
+            f"{'...' if len(missing) > 5 else ''}, unexpected {extra[:5]}"
+            f"{'...' if len(extra) > 5 else ''}; build them with init_params(cfg, rng)")
+    dtype = None
+    for k, shape in shapes.items():
+        a = params[k]
+        if not isinstance(a, np.ndarray) or a.shape != tuple(shape):
+            got = a.shape if isinstance(a, np.ndarray) else type(a).__name__
+            raise ValueError(f"param {k!r} must be an ndarray of shape {tuple(shape)}, got {got}")
+        if dtype is None:
+            dtype = a.dtype
+            if dtype not in (np.float32, np.float64):
+                raise TypeError(f"params must be float32 or float64, {k!r} is {dtype}")
+        elif a.dtype != dtype:
+            raise TypeError(f"all params must share one dtype: {k!r} is {a.dtype}, others "
+                            f"{dtype}; cast them all with .astype()")
+    return dtype
+
+
+def _int_array(batch, key, shape):
+    a = batch[key]
+    if not isinstance(a, np.ndarray) or not np.issubdtype(a.dtype, np.integer):
+        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise TypeError(f"batch[{key!r}] must be an integer NumPy array (int64), got {got}")
+    if a.shape != shape:
+        raise ValueError(f"batch[{key!r}] has shape {a.shape}, expected {shape} "
+                         f"(n sentences x seq_len)" if len(shape) == 2 else
+                         f"batch[{key!r}] has shape {a.shape}, expected {shape} (n sentences)")
+    return a
+
+
+def _check_range(key, a, lo, hi, what):
+    if a.size and (a.min() < lo or a.max() >= hi):
+        bad = a[(a < lo) | (a >= hi)]
+        raise ValueError(f"batch[{key!r}] values must lie in [{lo}, {hi}) ({what}), found "
+                         f"{bad[:5].tolist()}")
+
+
+def validate_batch(cfg, batch, labels=True):
+    """Raise ValueError/TypeError unless ``batch`` is a valid batch for ``cfg``.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+    batch : dict
+        See the module docstring.
+    labels : bool
+        Require ``intent`` (and ``slots`` when ``cfg.slot_head``).
+
+    Returns
+    -------
+    n : int
+        Number of sentences.
+    """
+    if not isinstance(batch, dict):
+        raise TypeError(f"batch must be a dict of NumPy arrays, got {type(batch).__name__}")
+    need = ["tokens", "segments", "mask"]
+    if labels:
+        need.append("intent")
+        if cfg.slot_head:
+            need.append("slots")
+    missing = [k for k in need if k not in batch]
+    if missing:
+        hint = ""
+        if "slots" in missing:
+            hint = " (the config has slot_head=True; give slot labels, -1 where unknown)"
+        raise ValueError(f"batch is missing {missing}{hint}")
+    tokens = batch["tokens"]
+    if not isinstance(tokens, np.ndarray) or tokens.ndim != 2:
+        got = tokens.shape if isinstance(tokens, np.ndarray) else type(tokens).__name__
+        raise ValueError(f"batch['tokens'] must be a 2-D array (n, seq_len), got {got}")
+    n, s = tokens.shape
+    if s != cfg.seq_len:
+        raise ValueError(f"batch sequences have length {s} but config {cfg.name!r} has seq_len "
+                         f"{cfg.seq_len}: pad or truncate to {cfg.seq_len}")
+    if n < 1:
+        raise ValueError("batch is empty: give at least one sentence")
+    _check_range("tokens", _int_array(batch, "tokens", (n, s)), 0, cfg.vocab, "vocabulary")
+    _check_range("segments", _int_array(batch, "segments", (n, s)), 0, cfg.n_segments,
+                 "segment ids")
+    mask = batch["mask"]
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        got = mask.dtype if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise TypeError(f"batch['mask'] must be a bool array (True = real token), got {got}")
+    if mask.shape != (n, s):
+        raise ValueError(f"batch['mask'] has shape {mask.shape}, expected {(n, s)}")
+    if not mask[:, 0].all():
+        raise ValueError("batch['mask'][:, 0] must be True: position 0 holds [CLS], which the "
+                         "pooler reads")
+    if "intent" in batch:
+        _check_range("intent", _int_array(batch, "intent", (n,)), 0, cfg.n_intents,
+                     "intent classes")
+    if "slots" in batch:
+        _check_range("slots", _int_array(batch, "slots", (n, s)), -1, cfg.n_slots,
+                     "slot classes, -1 = ignore")
+    return n
+
+
+def _forward(cfg, params, batch):
+    """Run the model; return ``(out, caches)`` (logits and everything backward needs)."""
+    tokens, segments, mask = batch["tokens"], batch["segments"], batch["mask"]
+    n = tokens.shape[0]
+    c = {}
+    tok, c["tok"] = L.ttm_embedding_forward(cfg.embedding, _ttm_cores(params, cfg.embedding),
+                                            tokens)
+    pos, _ = L.position_embedding_forward(params["emb.pos"], n)
+    seg, c["seg"] = L.embedding_forward(params["emb.seg"], segments)
+    x, c["emb.ln"] = L.layernorm_forward(tok + pos + seg, params["emb.ln.gamma"],
+                                         params["emb.ln.beta"], cfg.ln_eps)
+    for i in range(cfg.n_layers):
+        e = f"enc{i}"
+        proj = {p: (tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
+                for p in ("q", "k", "v", "o")}
+        att, c[f"{e}.mha"] = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)
+        x, c[f"{e}.ln1"] = L.layernorm_forward(x + att, params[f"{e}.ln1.gamma"],
+                                               params[f"{e}.ln1.beta"], cfg.ln_eps)
+        h, c[f"{e}.ffn1"] = L.tt_linear_bias_forward(
+            cfg.ffn1, tt_cores(params, f"{e}.ffn1", cfg.ffn1), params[f"{e}.ffn1.bias"], x)
+        h, c[f"{e}.gelu"] = L.gelu_forward(h)
+        f, c[f"{e}.ffn2"] = L.tt_linear_bias_forward(
+            cfg.ffn2, tt_cores(params, f"{e}.ffn2", cfg.ffn2), params[f"{e}.ffn2.bias"], h)
+        x, c[f"{e}.ln2"] = L.layernorm_forward(x + f, params[f"{e}.ln2.gamma"],
+                                               params[f"{e}.ln2.beta"], cfg.ln_eps)
+    out = {}
+    pooled, c["pooler"] = L.tt_linear_bias_forward(
+        cfg.pooler, tt_cores(params, "pooler", cfg.pooler), params["pooler.bias"], x[:, 0])
+    pooled, c["tanh"] = L.tanh_forward(pooled)
+    out["intent_logits"], c["intent"] = L.linear_forward(pooled, params["intent.weight"],
+                                                         params["intent.bias"])
+    if cfg.slot_head:
+        s, c["slot_pre"] = L.tt_linear_bias_forward(
+            cfg.pooler, tt_cores(params, "slot_pre", cfg.pooler), params["slot_pre.bias"], x)
+        s, c["slot.gelu"] = L.gelu_forward(s)
+        s, c["slot.ln"] = L.layernorm_forward(s, params["slot.ln.gamma"], params["slot.ln.beta"],
+                                              cfg.ln_eps)
+        out["slot_logits"], c["slot"] = L.linear_forward(s, params["slot.weight"],
+                                                         params["slot.bias"])
+    c["x_shape"] = x.shape
+    return out, c
+
+
+def _put_tt(grads, name, dcores, dbias):
+    for k, g in enumerate(dcores):
+        grads[f"{name}.core{k}"] = g
+    grads[f"{name}.bias"] = dbias
+
+
+def _backward(cfg, params, c, d_intent, d_slot):
+    """Backpropagate logit gradients through the caches of :func:`_forward`."""
+    g = {}
+    dpooled, g["intent.weight"], g["intent.bias"] = L.linear_backward(c["intent"], d_intent)
+    dpooled = L.tanh_backward(c["tanh"], dpooled)
+    dcls, dcores, dbias = L.tt_linear_bias_backward(c["pooler"], dpooled)
+    _put_tt(g, "pooler", dcores, dbias)
+    dtype = dcls.dtype
+    if cfg.slot_head:
+        ds, g["slot.weight"], g["slot.bias"] = L.linear_backward(c["slot"], d_slot)
+        ds, g["slot.ln.gamma"], g["slot.ln.beta"] = L.layernorm_backward(c["slot.ln"], ds)
+        ds = L.gelu_backward(c["slot.gelu"], ds)
+        dx, dcores, dbias = L.tt_linear_bias_backward(c["slot_pre"], ds)
+        _put_tt(g, "slot_pre", dcores, dbias)
+    else:
+        dx = np.zeros(c["x_shape"], dtype)
+    dx[:, 0] += dcls
+    for i in reversed(range(cfg.n_layers)):
+        e = f"enc{i}"
+        dsum, g[f"{e}.ln2.gamma"], g[f"{e}.ln2.beta"] = L.layernorm_backward(c[f"{e}.ln2"], dx)
+        dh, dcores, dbias = L.tt_linear_bias_backward(c[f"{e}.ffn2"], dsum)
+        _put_tt(g, f"{e}.ffn2", dcores, dbias)
+        dh = L.gelu_backward(c[f"{e}.gelu"], dh)
+        dx1, dcores, dbias = L.tt_linear_bias_backward(c[f"{e}.ffn1"], dh)
+        _put_tt(g, f"{e}.ffn1", dcores, dbias)
+        dx1 = dx1 + dsum                             # residual X1 -> X2
+        dsum, g[f"{e}.ln1.gamma"], g[f"{e}.ln1.beta"] = L.layernorm_backward(c[f"{e}.ln1"], dx1)
+        dx, pgrads = L.mha_backward(c[f"{e}.mha"], dsum)
+        for p, (dcores, dbias) in pgrads.items():
+            _put_tt(g, f"{e}.{p}", dcores, dbias)
+        dx = dx + dsum                               # residual X -> X1
+    demb, g["emb.ln.gamma"], g["emb.ln.beta"] = L.layernorm_backward(c["emb.ln"], dx)
+    g["emb.seg"] = L.embedding_backward(c["seg"], demb)
+    g["emb.pos"] = L.position_embedding_backward(None, demb)
+    for k, gk in enumerate(L.ttm_embedding_backward(c["tok"], demb)):
+        g[f"emb.tok.core{k}"] = gk
+    return {name: g[name] for name in params}
+
+
+def forward_backward(cfg, params, batch, need_grads=True):
+    """Compute the training loss, its parameter gradients and the logits of one batch.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+    params : dict
+        From :func:`init_params` (float32 for training, float64 for gradient checks).
+    batch : dict
+        Labelled batch (module docstring); ``n`` may differ from ``cfg.batch``.
+    need_grads : bool
+        Skip the backward pass when False (evaluation).
+
+    Returns
+    -------
+    loss : float
+        Mean intent cross-entropy, plus the mean slot cross-entropy over real, non-ignored
+        tokens when ``cfg.slot_head``.
+    grads : dict or None
+        Same keys, shapes and dtype as ``params``.
+    out : dict
+        ``intent_logits`` (n, n_intents), ``intent_loss``; with the slot head ``slot_logits``
+        (n, S, n_slots), ``slot_loss``.
+    """
+    check_params(cfg, params)
+    validate_batch(cfg, batch, labels=True)
+    with blas_threads(1):
+        return _forward_backward(cfg, params, batch, need_grads)
+
+
+def _forward_backward(cfg, params, batch, need_grads):
+    out, caches = _forward(cfg, params, batch)
+    loss_i, ce_i = L.cross_entropy_forward(out["intent_logits"], batch["intent"])
+    out["intent_loss"] = float(loss_i)
+    loss = float(loss_i)
+    ce_s = None
+    if cfg.slot_head:
+        labels = np.where(batch["mask"], batch["slots"], L.IGNORE_INDEX)
+        loss_s, ce_s = L.cross_entropy_forward(out["slot_logits"], labels)
+        out["slot_loss"] = float(loss_s)
+        loss = float(loss_i + loss_s)
+    if not need_grads:
+        return loss, None, out
+    d_intent = L.cross_entropy_backward(ce_i)
+    d_slot = L.cross_entropy_backward(ce_s) if ce_s is not None else None
+    return loss, _backward(cfg, params, caches, d_intent, d_slot), out
+
+
+def predict(cfg, params, batch):
+    """Return predicted classes: ``intent`` (n,), and ``slots`` (n, S) with the slot head.
+
+    Labels in ``batch`` are not needed. Slot predictions at padded positions are -1.
+    """
+    check_params(cfg, params)
+    validate_batch(cfg, batch, labels=False)
+    with blas_threads(1):
+        out, _ = _forward(cfg, params, batch)
+    res = {"intent": out["intent_logits"].argmax(axis=-1)}
+    if cfg.slot_head:
+        res["slots"] = np.where(batch["mask"], out["slot_logits"].argmax(axis=-1), -1)
+    return res
+
+
+def sgd_update(params, grads, lr):
+    """Apply plain SGD in place: ``p -= lr * g`` for every parameter.
+
+    Raises ValueError if the two dicts do not have the same keys and shapes.
+    """
+    if params.keys() != grads.keys():
+        raise ValueError(f"grads keys differ from params keys: missing "
+                         f"{sorted(set(params) - set(grads))[:5]}, unexpected "
+                         f"{sorted(set(grads) - set(params))[:5]}")
+    lr = float(lr)
+    for k, p in params.items():
+        g = grads[k]
+        if g.shape != p.shape:
+            raise ValueError(f"grad {k!r} has shape {g.shape}, param {p.shape}")
+        p -= lr * g

@@ -1,0 +1,289 @@
+"""Golden model: whole-model gradients against finite differences, padding invariance, batch
+validation, parameter naming, SGD, and a short overfit run on the tiny preset."""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import model as M
+from ttrain.golden.config import get_config
+
+TINY = get_config("tiny")
+
+
+def make_batch(cfg, rng, n, min_len=2, slots=True):
+    """Random sentences: [CLS] first, variable lengths, padding (token 0) after."""
+    s = cfg.seq_len
+    lengths = rng.integers(min_len, s + 1, size=n)
+    lengths[0] = s
+    if n > 1:
+        lengths[-1] = min(min_len, s)
+    mask = np.arange(s)[None, :] < lengths[:, None]
+    tokens = np.where(mask, rng.integers(1, cfg.vocab, size=(n, s)), 0)
+    tokens[:, 0] = 1                                     # [CLS]
+    segments = np.where(mask, rng.integers(0, cfg.n_segments, size=(n, s)), 0)
+    batch = {"tokens": tokens.astype(np.int64), "segments": segments.astype(np.int64),
+             "mask": mask, "intent": rng.integers(0, cfg.n_intents, size=n).astype(np.int64)}
+    if slots:
+        lab = rng.integers(0, cfg.n_slots, size=(n, s))
+        lab[rng.random((n, s)) < 0.2] = -1                # some ignored real tokens
+        batch["slots"] = np.where(mask, lab, -1).astype(np.int64)
+    return batch
+
+
+def perturbed_params(cfg, rng):
+    """float64 params with non-trivial biases and LayerNorm affines (so every tensor matters)."""
+    p = M.init_params(cfg, rng, dtype=np.float64)
+    for k, v in p.items():
+        if k.endswith((".bias", ".beta")):
+            v += rng.standard_normal(v.shape) * 0.1
+        elif k.endswith(".gamma"):
+            v += rng.standard_normal(v.shape) * 0.1
+    return p
+
+
+# ---------------------------------------------------------------------------------- names
+
+@pytest.mark.parametrize("slot_head", [False, True])
+def test_param_names_and_shapes(slot_head):
+    cfg = TINY.with_(slot_head=slot_head)
+    p = M.init_params(cfg, np.random.default_rng(0))
+    shapes = M.param_shapes(cfg)
+    assert list(p) == list(shapes)
+    assert {k: v.shape for k, v in p.items()} == {k: tuple(s) for k, s in shapes.items()}
+    assert all(v.dtype == np.float32 for v in p.values())
+    for name, spec in cfg.tt_layers():            # every TT layer of the config is there
+        assert [p[f"{name}.core{k}"].shape for k in range(2 * spec.d)] == spec.core_shapes
+        assert p[f"{name}.bias"].shape == (spec.n_out,)
+    assert sum(v.size for v in p.values()) == M.num_params(cfg)
+    assert ("slot.weight" in p) == slot_head
+
+
+def test_init_params_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="default_rng"):
+        M.init_params(TINY, 0)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        M.init_params(TINY, np.random.default_rng(0), dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------- gradients
+
+def numeric(f, arr, i, h=1e-6):
+    flat = arr.reshape(-1)
+    old = flat[i]
+    flat[i] = old + h
+    fp = f()
+    flat[i] = old - h
+    fm = f()
+    flat[i] = old
+    return (fp - fm) / (2 * h)
+
+
+@pytest.mark.parametrize("slot_head", [False, True])
+def test_model_gradients_match_finite_differences(slot_head):
+    """Every parameter tensor: its largest-gradient entry plus 3 random ones, float64."""
+    cfg = TINY.with_(slot_head=slot_head, n_layers=2)
+    rng = np.random.default_rng(7)
+    params = perturbed_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=3)
+    assert not batch["mask"].all()
+    loss, grads, _ = M.forward_backward(cfg, params, batch)
+    assert grads.keys() == params.keys()
+
+    def f():
+        return M.forward_backward(cfg, params, batch, need_grads=False)[0]
+    for name, p in params.items():
+        g = grads[name]
+        assert g.shape == p.shape and g.dtype == np.float64
+        if name.endswith(".k.bias"):
+            # a key bias adds q.b to every score of a query row: softmax cancels it exactly
+            assert np.abs(g).max() < 1e-12, name
+            continue
+        gflat = g.reshape(-1)
+        idx = {int(np.abs(gflat).argmax())} | set(rng.choice(g.size, size=min(3, g.size),
+                                                             replace=False).tolist())
+        idx = sorted(idx)
+        num = np.array([numeric(f, p, i) for i in idx])
+        ana = gflat[idx]
+        den = max(np.linalg.norm(ana), np.linalg.norm(num))
+        assert den > 1e-9, f"{name}: gradient is zero, the check proves nothing"
+        err = np.linalg.norm(ana - num) / den
+        assert err <= 1e-6, f"{name}: relative error {err:.2e} (analytic {ana}, numeric {num})"
+
+
+def test_loss_is_sum_of_heads_and_float32_path():
+    cfg = TINY.with_(slot_head=True)
+    rng = np.random.default_rng(3)
+    p32 = M.init_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=4)
+    loss, grads, out = M.forward_backward(cfg, p32, batch)
+    assert isinstance(loss, float)
+    assert loss == pytest.approx(out["intent_loss"] + out["slot_loss"], rel=1e-6)
+    assert out["intent_logits"].shape == (4, cfg.n_intents)
+    assert out["slot_logits"].shape == (4, cfg.seq_len, cfg.n_slots)
+    assert out["intent_logits"].dtype == np.float32
+    assert all(g.dtype == np.float32 for g in grads.values())
+    # float32 and float64 runs of the same parameters agree to float32 accuracy
+    p64 = {k: v.astype(np.float64) for k, v in p32.items()}
+    loss64, grads64, _ = M.forward_backward(cfg, p64, batch)
+    assert loss == pytest.approx(loss64, rel=1e-5)
+    for k in grads:
+        scale = np.abs(grads64[k]).max() + 1e-6
+        assert np.abs(grads[k] - grads64[k]).max() <= 1e-3 * scale, k
+    # an evaluation pass returns no gradients and the same loss
+    loss2, none, _ = M.forward_backward(cfg, p32, batch, need_grads=False)
+    assert none is None and loss2 == loss
+
+
+# ---------------------------------------------------------------------- padding invariance
+
+def test_padding_tokens_do_not_influence_real_outputs():
+    cfg = TINY.with_(slot_head=True, n_layers=2)
+    rng = np.random.default_rng(5)
+    params = M.init_params(cfg, rng, dtype=np.float64)
+    batch = make_batch(cfg, rng, n=4)
+    pad = ~batch["mask"]
+    assert pad.any()
+    _, _, out = M.forward_backward(cfg, params, batch, need_grads=False)
+    other = dict(batch)
+    other["tokens"] = np.where(pad, rng.integers(0, cfg.vocab, size=pad.shape), batch["tokens"])
+    other["segments"] = np.where(pad, 1 - batch["segments"], batch["segments"])
+    other["slots"] = np.where(pad, rng.integers(0, cfg.n_slots, size=pad.shape), -1)
+    other["slots"][batch["mask"]] = batch["slots"][batch["mask"]]
+    loss2, _, out2 = M.forward_backward(cfg, params, other, need_grads=False)
+    np.testing.assert_array_equal(out2["intent_logits"], out["intent_logits"])
+    m = batch["mask"]
+    np.testing.assert_array_equal(out2["slot_logits"][m], out["slot_logits"][m])
+    # slot labels at padded positions are ignored
+    assert loss2 == M.forward_backward(cfg, params, batch, need_grads=False)[0]
+
+
+def test_predict_matches_logits_and_marks_padding():
+    cfg = TINY.with_(slot_head=True)
+    rng = np.random.default_rng(9)
+    params = M.init_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=5)
+    _, _, out = M.forward_backward(cfg, params, batch, need_grads=False)
+    unlabeled = {k: batch[k] for k in ("tokens", "segments", "mask")}
+    pred = M.predict(cfg, params, unlabeled)
+    np.testing.assert_array_equal(pred["intent"], out["intent_logits"].argmax(-1))
+    m = batch["mask"]
+    np.testing.assert_array_equal(pred["slots"][m], out["slot_logits"].argmax(-1)[m])
+    assert (pred["slots"][~m] == -1).all()
+    assert "slots" not in M.predict(TINY, M.init_params(TINY, rng), unlabeled)
+
+
+# --------------------------------------------------------------------------- validation
+
+def bad(batch, **changes):
+    b = dict(batch)
+    for k, v in changes.items():
+        if v is None:
+            del b[k]
+        else:
+            b[k] = v
+    return b
+
+
+@pytest.mark.parametrize("case, exc, match", [
+    ("short", ValueError, "length 7 but config 'tiny' has seq_len 8"),
+    ("token_high", ValueError, r"tokens'\] values must lie in \[0, 128\)"),
+    ("token_negative", ValueError, r"tokens'\] values must lie in \[0, 128\)"),
+    ("segment", ValueError, r"segments'\] values must lie in \[0, 2\)"),
+    ("segments_shape", ValueError, r"segments'\] has shape \(3, 4\)"),
+    ("mask_shape", ValueError, r"mask'\] has shape \(2, 8\)"),
+    ("mask_dtype", TypeError, "bool array"),
+    ("cls_padded", ValueError, r"mask'\]\[:, 0\] must be True"),
+    ("intent_shape", ValueError, r"intent'\] has shape \(2,\)"),
+    ("intent_range", ValueError, r"intent'\] values must lie in \[0, 8\)"),
+    ("float_tokens", TypeError, "integer NumPy array"),
+    ("missing_intent", ValueError, r"missing \['intent'\]"),
+    ("missing_slots", ValueError, "slot_head=True"),
+    ("slot_range", ValueError, r"slots'\] values must lie in \[-1, 8\)"),
+    ("tokens_1d", ValueError, "2-D array"),
+    ("not_dict", TypeError, "dict of NumPy arrays"),
+])
+def test_invalid_batches_rejected(case, exc, match):
+    cfg = TINY.with_(slot_head=True)
+    rng = np.random.default_rng(1)
+    params = M.init_params(cfg, rng)
+    b = make_batch(cfg, rng, n=3)
+    t = b["tokens"]
+    batch = {
+        "short": bad(b, tokens=t[:, :7], segments=b["segments"][:, :7], mask=b["mask"][:, :7]),
+        "token_high": bad(b, tokens=np.where(b["mask"], t, cfg.vocab)),
+        "token_negative": bad(b, tokens=np.where(b["mask"], t, -3)),
+        "segment": bad(b, segments=b["segments"] + 2),
+        "segments_shape": bad(b, segments=np.zeros((3, 4), np.int64)),
+        "mask_shape": bad(b, mask=b["mask"][:2]),
+        "mask_dtype": bad(b, mask=b["mask"].astype(np.int64)),
+        "cls_padded": bad(b, mask=np.concatenate([~b["mask"][:, :1], b["mask"][:, 1:]], 1)),
+        "intent_shape": bad(b, intent=b["intent"][:2]),
+        "intent_range": bad(b, intent=b["intent"] + cfg.n_intents),
+        "float_tokens": bad(b, tokens=t.astype(np.float64)),
+        "missing_intent": bad(b, intent=None),
+        "missing_slots": bad(b, slots=None),
+        "slot_range": bad(b, slots=b["slots"] - 1),
+        "tokens_1d": bad(b, tokens=t[0]),
+        "not_dict": list(b.values()),
+    }[case]
+    with pytest.raises(exc, match=match):
+        M.forward_backward(cfg, params, batch)
+
+
+def test_invalid_params_rejected():
+    rng = np.random.default_rng(0)
+    params = M.init_params(TINY, rng)
+    with pytest.raises(ValueError, match=r"missing \['slot_pre.core0'"):
+        M.forward_backward(TINY.with_(slot_head=True), params, make_batch(TINY, rng, 2))
+    wrong = dict(params)
+    wrong["emb.pos"] = np.zeros((3, 32), np.float32)
+    with pytest.raises(ValueError, match=r"'emb.pos' must be an ndarray of shape \(8, 32\)"):
+        M.forward_backward(TINY, wrong, make_batch(TINY, rng, 2, slots=False))
+    mixed = dict(params)
+    mixed["intent.bias"] = mixed["intent.bias"].astype(np.float64)
+    with pytest.raises(TypeError, match="share one dtype"):
+        M.forward_backward(TINY, mixed, make_batch(TINY, rng, 2, slots=False))
+
+
+# ---------------------------------------------------------------------------------- SGD
+
+def test_sgd_update_in_place_and_descends():
+    cfg = TINY.with_(slot_head=True)
+    rng = np.random.default_rng(2)
+    params = M.init_params(cfg, rng, dtype=np.float64)
+    batch = make_batch(cfg, rng, n=4)
+    loss0, grads, _ = M.forward_backward(cfg, params, batch)
+    before = {k: v.copy() for k, v in params.items()}
+    ids = {k: id(v) for k, v in params.items()}
+    M.sgd_update(params, grads, 1e-3)
+    for k in params:
+        assert id(params[k]) == ids[k]
+        np.testing.assert_allclose(params[k], before[k] - 1e-3 * grads[k], rtol=0, atol=1e-15)
+    loss1 = M.forward_backward(cfg, params, batch, need_grads=False)[0]
+    gnorm2 = sum(float((g * g).sum()) for g in grads.values())
+    # first-order prediction of the decrease, within 10%
+    assert loss0 - loss1 == pytest.approx(1e-3 * gnorm2, rel=0.1)
+    with pytest.raises(ValueError, match="grads keys differ"):
+        M.sgd_update(params, {k: grads[k] for k in list(grads)[1:]}, 0.1)
+
+
+# ------------------------------------------------------------------------------ overfit
+
+@pytest.mark.parametrize("slot_head", [False, True])
+def test_overfits_a_handful_of_sentences(slot_head):
+    cfg = TINY.with_(slot_head=slot_head)
+    rng = np.random.default_rng(11)
+    params = M.init_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=8, min_len=4)
+    batch["intent"] = np.arange(8, dtype=np.int64) % cfg.n_intents
+    first = None
+    for step in range(300):
+        loss, grads, out = M.forward_backward(cfg, params, batch)
+        first = loss if first is None else first
+        M.sgd_update(params, grads, cfg.lr)
+    pred = M.predict(cfg, params, batch)
+    assert (pred["intent"] == batch["intent"]).mean() == 1.0
+    assert loss < 0.1 * first
+    if slot_head:
+        lab = batch["slots"]
+        assert (pred["slots"][lab >= 0] == lab[lab >= 0]).mean() >= 0.95
