@@ -1,0 +1,702 @@
+"""The contraction engine: ``lanes`` FP32 multiply-accumulate lanes over banked stores.
+
+Golden: :func:`ttrain.golden.contract.contract` (the descriptor semantics, the accumulation
+order and the error codes are defined there). One run computes ``C (+)= A · B`` for one
+:class:`~ttrain.golden.contract.Descriptor` whose A, B and C are strided views into the
+engine's stores; transposes are swapped strides.
+
+Micro-architecture
+------------------
+C is cut into tiles of ``slots`` rows x ``lanes`` columns (output-stationary). Lane ``p`` owns
+column ``n0 + p`` of the tile; the ``slots`` rows are interleaved in time, so each lane's adder
+sees a given output only every ``slots`` cycles, which hides the adder latency
+(``slots >= add latency + 1``). For one tile::
+
+    for kk in range(k):               # one "k-step": slots cycles
+        for t in range(slots):        # one issue per cycle
+            lane p: acc[t][p] = fp32_add(acc[t][p], fp32_mul(A[m0 + t, kk], B[kk, n0 + p]))
+
+with ``acc[t][p]`` starting from C's old word (``accumulate``) or from ``-0.0`` (exactly the
+first product, see the golden module). A k-step needs one A vector (``slots`` words down a
+column of A, broadcast to every lane one word per cycle) and one B vector (``lanes`` words along
+a row of B); independent fetchers read them ahead into small FIFOs (operand double buffering),
+so a k-step issues back to back with the next as long as every fetcher delivers a vector per
+``slots`` cycles. A tile's last k-step pushes ``slots`` result vectors into a write FIFO that a
+write client drains while the next tile computes; with ``accumulate`` a fourth fetcher reads the
+old C vectors of the next tile ahead.
+
+Stores are banked by address (word ``a`` in bank ``a % banks``). Every fetcher and writer is a
+vector client: each lane requests one word; a per-store arbiter grants each bank to the first
+requesting lane in fixed priority order (host, old C, B, A), and a vector completes when all of
+its lanes have been granted. Strides whose lane addresses hit distinct banks (stride 1, any odd
+stride) take one cycle per vector; a stride that is a multiple of ``banks`` takes ``lanes``
+cycles. Since a vector serves ``slots`` cycles of compute, the engine sustains one issue per
+cycle whenever ``slots`` >= the conflict degree of A's and B's strides and A and B live in
+different stores (same store: the two share the banks' read ports).
+
+Host port: ``host_i`` carries beats of ``banks`` consecutive words (``addr`` .. ``addr +
+banks - 1``, a lane mask, ``write`` and the data); reads answer on ``host_o`` with one beat per
+read beat, in order. Lanes past the end of the store, or beats naming a store that does not
+exist, are dropped (read as 0). The host port is served while the engine is idle.
+
+Control: pulse ``start`` with ``desc`` valid while ``busy`` is low. The engine checks the
+descriptor (:data:`~ttrain.golden.contract.ERROR_CODES`): an illegal one sets ``error`` and
+``error_code`` and ends at once without touching any store; otherwise it runs. ``done`` rises
+when the last C word is written and stays high until the next ``start``; ``cycles`` counts the
+cycles from ``start`` to ``done``.
+"""
+
+from dataclasses import dataclass
+from functools import reduce
+import operator
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .store import BankedStore
+
+__all__ = ["StoreSpec", "ContractionEngine", "descriptor_layout", "host_request_layout",
+           "NEG_ZERO"]
+
+#: Bits of ``-0.0``, the initial value of a fresh sum.
+NEG_ZERO = 0x80000000
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """One store of the engine: name, size in words, Xilinx mapping and implementation.
+
+    See :class:`~ttrain.rtl.store.BankedStore` for ``style`` and ``impl``.
+    """
+    name: str
+    depth: int
+    style: str = "auto"
+    impl: str = "auto"
+
+
+def view_layout(store_bits, addr_bits):
+    """Return the layout of one view of a descriptor (``store`` is the least significant)."""
+    return data.StructLayout({"store": store_bits, "base": addr_bits, "row_stride": addr_bits,
+                              "col_stride": addr_bits, "batch_stride": addr_bits})
+
+
+def descriptor_layout(store_bits, addr_bits, dim_bits):
+    """Return the layout of the ``desc`` port (``m`` is the least significant field)."""
+    view = view_layout(store_bits, addr_bits)
+    return data.StructLayout({"m": dim_bits, "n": dim_bits, "k": dim_bits, "batch": dim_bits,
+                              "accumulate": 1, "a": view, "b": view, "c": view})
+
+
+def host_request_layout(store_bits, addr_bits, width):
+    """Return the layout of a ``host_i`` beat (``write`` is the least significant field)."""
+    return data.StructLayout({"write": 1, "store": store_bits, "addr": addr_bits,
+                              "mask": width, "data": data.ArrayLayout(32, width)})
+
+
+def _pack(layout, value):
+    """Pack a nested dict into an int following ``layout`` (first field = low bits)."""
+    if isinstance(layout, data.StructLayout):
+        out = 0
+        for name, field in layout:
+            out |= _pack(field.shape, value[name]) << field.offset
+        return out
+    if isinstance(layout, data.ArrayLayout):
+        width = data.Layout.cast(layout.elem_shape).size if isinstance(
+            layout.elem_shape, data.Layout) else len(Const(0, layout.elem_shape))
+        return sum(_pack(layout.elem_shape, v) << (i * width) for i, v in enumerate(value))
+    width = len(Const(0, layout))
+    value = int(value)
+    if not 0 <= value < (1 << width):
+        raise ValueError(f"value {value} does not fit in {width} bits")
+    return value
+
+
+class _Loops:
+    """Nested loop counters, outermost first, with an optional running address.
+
+    ``addr`` is the address of the current iteration (sum of index x stride); ``rem[l]`` is
+    ``extent - idx[l] * step`` for levels given an ``(extent, step)`` pair. ``advance`` steps to
+    the next iteration; after the last one ``done`` goes high. ``restart`` loads the start.
+    """
+
+    def __init__(self, m, name, counts, *, strides=None, base=None, addr_bits=1, rems=None):
+        n = len(counts)
+        self.counts = counts
+        self.idx = [Signal(len(c), name=f"{name}_i{l}") for l, c in enumerate(counts)]
+        self.at_last = [Signal(name=f"{name}_last{l}") for l in range(n)]
+        self.advance = Signal(name=f"{name}_advance")
+        self.restart = Signal(name=f"{name}_restart")
+        self.done = Signal(name=f"{name}_done", init=1)
+        rems = rems or {}
+        self.rem = {l: Signal(len(ext) + 1, name=f"{name}_rem{l}") for l, (ext, _) in rems.items()}
+        for l in range(n):
+            m.d.comb += self.at_last[l].eq(self.idx[l] == counts[l] - 1)
+        if strides is not None:
+            self.level_addr = [Signal(addr_bits, name=f"{name}_a{l}") for l in range(n)]
+            self.addr = self.level_addr[-1]
+        with m.If(self.restart):
+            m.d.sync += self.done.eq(0)
+            for l in range(n):
+                m.d.sync += self.idx[l].eq(0)
+                if strides is not None:
+                    m.d.sync += self.level_addr[l].eq(base)
+            for l, (ext, _) in rems.items():
+                m.d.sync += self.rem[l].eq(ext)
+        with m.Elif(self.advance & ~self.done):
+            for l in reversed(range(n)):
+                cond = ~self.at_last[l]
+                ctx = m.If(cond) if l == n - 1 else m.Elif(cond)
+                with ctx:
+                    m.d.sync += self.idx[l].eq(self.idx[l] + 1)
+                    for inner in range(l + 1, n):
+                        m.d.sync += self.idx[inner].eq(0)
+                    if strides is not None:
+                        nxt = self.level_addr[l] + strides[l]
+                        for inner in range(l, n):
+                            m.d.sync += self.level_addr[inner].eq(nxt)
+                    for rl, (ext, step) in rems.items():
+                        if rl == l:
+                            m.d.sync += self.rem[rl].eq(self.rem[rl] - step)
+                        elif rl > l:
+                            m.d.sync += self.rem[rl].eq(ext)
+            with m.Else():
+                m.d.sync += self.done.eq(1)
+
+
+class _ReadClient:
+    """A vector of ``lanes`` word reads from one store, completed over one or more cycles.
+
+    ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store``; lane ``p``
+    reads word ``load_base + offsets[p]``. When every masked-in lane has been granted by the
+    arbiter, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
+    """
+
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2):
+        self.name = name
+        self.lanes = lanes
+        self.load = Signal(name=f"{name}_load")
+        self.load_base = Signal(addr_bits, name=f"{name}_load_base")
+        self.load_mask = Signal(lanes, name=f"{name}_load_mask")
+        self.load_store = Signal(store_bits, name=f"{name}_load_store")
+        self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
+        self.store = Signal(store_bits, name=f"{name}_store")
+        self.active = Signal(name=f"{name}_active")
+        self.pending = Signal(lanes, name=f"{name}_pending")
+        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
+        self.grant = Signal(lanes, name=f"{name}_grant")
+        self.finishing = Signal(name=f"{name}_finishing")
+        self.can_load = Signal(name=f"{name}_can_load")
+        self.nb_log2 = nb_log2
+        m.d.comb += [
+            self.finishing.eq(self.active & ((self.pending & ~self.grant) == 0)),
+            self.can_load.eq(~self.active | self.finishing),
+        ]
+        with m.If(self.load):
+            m.d.sync += [self.pending.eq(self.load_mask), self.active.eq(1),
+                         self.store.eq(self.load_store)]
+            m.d.sync += [self.addr[p].eq(self.load_base + self.offsets[p])
+                         for p in range(lanes)]
+        with m.Elif(self.finishing):
+            m.d.sync += [self.pending.eq(0), self.active.eq(0)]
+        with m.Else():
+            m.d.sync += self.pending.eq(self.pending & ~self.grant)
+        # Data return, one cycle after the grant.
+        self.grant_d = Signal(lanes, name=f"{name}_grant_d")
+        self.out_valid = Signal(name=f"{name}_out_valid")
+        self.store_d = Signal(store_bits, name=f"{name}_store_d")
+        self.bank_d = [Signal(max(1, nb_log2), name=f"{name}_bank_d{p}") for p in range(lanes)]
+        self.assembled = [Signal(32, name=f"{name}_asm{p}") for p in range(lanes)]
+        self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
+        m.d.sync += [self.grant_d.eq(self.grant), self.out_valid.eq(self.finishing),
+                     self.store_d.eq(self.store)]
+        m.d.sync += [self.bank_d[p].eq(self.addr[p][:max(1, nb_log2)] if nb_log2 else 0)
+                     for p in range(lanes)]
+
+    def connect_data(self, m, store_rdata):
+        """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
+        flat = Array([Array(banks) for banks in store_rdata])
+        for p in range(self.lanes):
+            word = Signal(32, name=f"{self.name}_rd{p}")
+            m.d.comb += word.eq(flat[self.store_d][self.bank_d[p]])
+            m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], word, self.assembled[p]))
+            with m.If(self.out_valid):
+                m.d.sync += self.assembled[p].eq(0)
+            with m.Else():
+                m.d.sync += self.assembled[p].eq(self.out_data[p])
+
+
+class _WriteClient:
+    """A vector of ``lanes`` word writes to one store, completed over one or more cycles."""
+
+    def __init__(self, m, name, lanes, addr_bits, store_bits):
+        self.name = name
+        self.lanes = lanes
+        self.load = Signal(name=f"{name}_load")
+        self.load_base = Signal(addr_bits, name=f"{name}_load_base")
+        self.load_mask = Signal(lanes, name=f"{name}_load_mask")
+        self.load_store = Signal(store_bits, name=f"{name}_load_store")
+        self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
+        self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
+        self.store = Signal(store_bits, name=f"{name}_store")
+        self.active = Signal(name=f"{name}_active")
+        self.pending = Signal(lanes, name=f"{name}_pending")
+        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
+        self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
+        self.grant = Signal(lanes, name=f"{name}_grant")
+        self.finishing = Signal(name=f"{name}_finishing")
+        self.can_load = Signal(name=f"{name}_can_load")
+        m.d.comb += [
+            self.finishing.eq(self.active & ((self.pending & ~self.grant) == 0)),
+            self.can_load.eq(~self.active | self.finishing),
+        ]
+        with m.If(self.load):
+            m.d.sync += [self.pending.eq(self.load_mask), self.active.eq(1),
+                         self.store.eq(self.load_store)]
+            m.d.sync += [self.addr[p].eq(self.load_base + self.offsets[p])
+                         for p in range(lanes)]
+            m.d.sync += [self.data[p].eq(self.load_data[p]) for p in range(lanes)]
+        with m.Elif(self.finishing):
+            m.d.sync += [self.pending.eq(0), self.active.eq(0)]
+        with m.Else():
+            m.d.sync += self.pending.eq(self.pending & ~self.grant)
+
+
+def _arbitrate(m, name, lanes, n_stores, nb_log2):
+    """Grant each (store, bank) to the first requesting lane of ``lanes``.
+
+    ``lanes`` is a list of ``(req, store, addr, grant)`` in priority order; ``grant`` is driven
+    here. Returns ``sel[s][b]``: list of ``(grant_bit, addr)`` pairs of lanes granted there.
+    """
+    nb = 1 << nb_log2
+    n_sb = n_stores * nb
+    prefix = Const(0, n_sb)
+    sel = [[[] for _ in range(nb)] for _ in range(n_stores)]
+    for i, (req, store, addr, grant) in enumerate(lanes):
+        hot = Signal(n_sb, name=f"{name}_hot{i}")
+        bank = addr[:nb_log2] if nb_log2 else Const(0, 1)
+        key = Cat(bank, store) if nb_log2 else store
+        m.d.comb += hot.eq(Mux(req, Const(1, n_sb) << key, 0))
+        m.d.comb += grant.eq(req & ((hot & prefix) == 0))
+        nxt = Signal(n_sb, name=f"{name}_prefix{i}")
+        m.d.comb += nxt.eq(prefix | hot)
+        prefix = nxt
+        for s in range(n_stores):
+            for b in range(nb):
+                sel[s][b].append((grant & hot[s * nb + b], addr))
+    return sel
+
+
+def _or_mux(pairs, width):
+    """Return the OR of ``value`` over ``(select, value)`` pairs (selects are one-hot)."""
+    terms = [Mux(s, v, 0) for s, v in pairs]
+    return reduce(operator.or_, terms, Const(0, width))
+
+
+class ContractionEngine(wiring.Component):
+    """``lanes`` FP32 multiply-accumulate lanes computing one descriptor over banked stores.
+
+    Golden: :func:`ttrain.golden.contract.contract`. One issue per cycle at full rate
+    (``lanes`` MACs); see the module docstring for the micro-architecture, the host port and
+    the control protocol.
+
+    Parameters
+    ----------
+    lanes : int
+        MAC lanes (power of two, 1..256); also the width of a tile.
+    stores : list of StoreSpec
+        The stores, in store-id order.
+    banks : int or None
+        Banks per store (power of two); default ``lanes``. Also the host beat width.
+    slots : int or None
+        Interleaved output rows per tile (power of two, at least the adder latency + 1);
+        default ``max(lanes, adder latency + 1)`` rounded up to a power of two.
+    dim_bits : int
+        Width of ``m``, ``n``, ``k`` and ``batch`` (limit ``2**dim_bits - 1``).
+    fetch_depth : int
+        A and B vectors fetched ahead (at least 2 = double buffering).
+
+    Members
+    -------
+    desc : ``In(descriptor_layout(...))``
+        The descriptor, sampled on ``start``.
+    start : ``In(1)``
+        Start pulse (ignored while ``busy``).
+    busy, done, error : ``Out(1)``
+        Status; ``done`` and ``error`` stay set until the next ``start``.
+    error_code : ``Out(3)``
+        :data:`ttrain.golden.contract.ERROR_CODES` of the last run.
+    cycles : ``Out(32)``
+        Cycles of the last (or current) run.
+    host_i : ``In(stream.Signature(host_request_layout(...)))``
+        Host load / read-back beats.
+    host_o : ``Out(stream.Signature(data.ArrayLayout(32, banks)))``
+        Read-back data, one beat per read beat.
+    """
+
+    def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
+                 mul_unit=None, add_unit=None):
+        from .fp32 import FP32Add, FP32Mul
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
+                or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two in 1..256, not {lanes!r}")
+        banks = lanes if banks is None else banks
+        if not isinstance(banks, int) or isinstance(banks, bool) or banks < 1 \
+                or banks & (banks - 1):
+            raise ValueError(f"banks must be a power of two, not {banks!r}")
+        if not isinstance(stores, (list, tuple)) or not stores \
+                or not all(isinstance(s, StoreSpec) for s in stores):
+            raise TypeError(f"stores must be a non-empty list of StoreSpec, not {stores!r}")
+        names = [s.name for s in stores]
+        if len(set(names)) != len(names):
+            raise ValueError(f"store names must be unique, got {names}")
+        if not isinstance(dim_bits, int) or not 2 <= dim_bits <= 24:
+            raise ValueError(f"dim_bits must be an integer in 2..24, not {dim_bits!r}")
+        if not isinstance(fetch_depth, int) or fetch_depth < 2:
+            raise ValueError(f"fetch_depth must be an integer >= 2 (double buffering), "
+                             f"not {fetch_depth!r}")
+        self._mul_unit = mul_unit or FP32Mul
+        self._add_unit = add_unit or FP32Add
+        self._mul_latency = self._mul_unit().latency
+        self._add_latency = self._add_unit().latency
+        min_slots = self._add_latency + 1
+        if slots is None:
+            slots = 1 << ceil_log2(max(lanes, min_slots))
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1 \
+                or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, not {slots!r}")
+        if slots < min_slots:
+            raise ValueError(
+                f"slots = {slots} cannot hide the adder latency ({self._add_latency} cycles): "
+                f"use slots >= {min_slots} (a power of two, e.g. {1 << ceil_log2(min_slots)})")
+        self._lanes = lanes
+        self._banks = banks
+        self._slots = slots
+        self._dim_bits = dim_bits
+        self._fetch_depth = fetch_depth
+        self._stores = [BankedStore(depth=s.depth, banks=banks, style=s.style, impl=s.impl,
+                                    name=s.name) for s in stores]
+        self._store_names = names
+        self._store_bits = max(1, ceil_log2(len(stores)))
+        self._addr_bits = max(1, max(ceil_log2(s.depth) for s in stores))
+        self._desc_layout = descriptor_layout(self._store_bits, self._addr_bits, dim_bits)
+        self._host_layout = host_request_layout(self._store_bits, self._addr_bits, banks)
+        super().__init__({
+            "desc": In(self._desc_layout),
+            "start": In(1),
+            "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(3),
+            "cycles": Out(32),
+            "host_i": In(stream.Signature(self._host_layout)),
+            "host_o": Out(stream.Signature(data.ArrayLayout(32, banks))),
+        })
+
+    lanes = property(lambda self: self._lanes, doc="MAC lanes.")
+    banks = property(lambda self: self._banks, doc="Banks per store (= host beat width).")
+    slots = property(lambda self: self._slots, doc="Interleaved output rows per tile.")
+    dim_bits = property(lambda self: self._dim_bits, doc="Width of the dimension fields.")
+    addr_bits = property(lambda self: self._addr_bits, doc="Width of addresses and strides.")
+    store_names = property(lambda self: list(self._store_names), doc="Store names by id.")
+    mul_latency = property(lambda self: self._mul_latency, doc="Multiplier latency (cycles).")
+    add_latency = property(lambda self: self._add_latency, doc="Adder latency (cycles).")
+
+    @property
+    def max_dim(self):
+        """Largest ``m``, ``n``, ``k`` and ``batch``."""
+        return (1 << self._dim_bits) - 1
+
+    @property
+    def store_sizes(self):
+        """``{name: words}`` of every store."""
+        return {s.name: s.depth for s in self._stores}
+
+    def store_mapping(self):
+        """Return the BRAM/URAM mapping report of every store (list of dicts)."""
+        return [s.mapping() for s in self._stores]
+
+    def encode_descriptor(self, desc):
+        """Return the ``desc`` port value (int) for a golden ``Descriptor``.
+
+        Raises :class:`ValueError` if a store is unknown or a field does not fit the port (the
+        engine could not even be told about it).
+        """
+        def view(v):
+            if v.store not in self._store_names:
+                raise ValueError(f"store {v.store!r} is not one of {self._store_names}")
+            fields = {"store": self._store_names.index(v.store)}
+            for name in ("base", "row_stride", "col_stride", "batch_stride"):
+                value = getattr(v, name)
+                if value >= 1 << self._addr_bits:
+                    raise ValueError(f"{name} = {value} does not fit the engine's "
+                                     f"{self._addr_bits}-bit addresses: use a larger store "
+                                     f"or a smaller {name}")
+                fields[name] = value
+            return fields
+        for name in ("m", "n", "k", "batch"):
+            if getattr(desc, name) > self.max_dim:
+                raise ValueError(f"{name} = {getattr(desc, name)} exceeds the engine limit "
+                                 f"{self.max_dim} (dim_bits = {self._dim_bits}): split it")
+        return _pack(self._desc_layout, {
+            "m": desc.m, "n": desc.n, "k": desc.k, "batch": desc.batch,
+            "accumulate": int(desc.accumulate), "a": view(desc.a), "b": view(desc.b),
+            "c": view(desc.c)})
+
+    def encode_host_beat(self, *, write, store, addr, mask, words=()):
+        """Return the ``host_i.payload`` value (int) of one host beat."""
+        words = list(words) + [0] * (self._banks - len(words))
+        return _pack(self._host_layout, {"write": int(write),
+                                          "store": self._store_names.index(store),
+                                          "addr": addr, "mask": mask, "data": words})
+
+    def ideal_cycles(self, desc):
+        """Return ``ceil(MACs / lanes)`` for a descriptor."""
+        return -(-desc.macs // self._lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        P, S, NB = self._lanes, self._slots, self._banks
+        lp, ls, lnb = exact_log2(P), exact_log2(S), exact_log2(NB)
+        AB, DB, SB = self._addr_bits, self._dim_bits, self._store_bits
+        n_stores = len(self._stores)
+        AW = AB + max(lp, ls, lnb) + 2          # lane addresses of masked lanes may overflow AB
+
+        for st in self._stores:
+            m.submodules[f"store_{st.name}"] = st
+
+        # ---- control -------------------------------------------------------------------
+        d = Signal(self._desc_layout, name="d")           # latched descriptor
+        running = Signal()
+        checking = Signal()
+        m.d.comb += self.busy.eq(running | checking)
+        with m.If(self.busy):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+
+        # ---- clients -------------------------------------------------------------------
+        ra = _ReadClient(m, "fa", S, AW, SB, lnb)     # A vectors (S words down a column)
+        rb = _ReadClient(m, "fb", P, AW, SB, lnb)     # B vectors (P words along a row)
+        rc = _ReadClient(m, "fc", P, AW, SB, lnb)     # old C vectors (accumulate)
+        rh = _ReadClient(m, "hr", NB, AW, SB, lnb)    # host read
+        wc = _WriteClient(m, "wc", P, AW, SB)          # C results
+        wh = _WriteClient(m, "hw", NB, AW, SB)         # host write
+
+        def lane_list(client):
+            return [(client.pending[p], client.store, client.addr[p], client.grant[p])
+                    for p in range(client.lanes)]
+
+        rsel = _arbitrate(m, "rarb", lane_list(rh) + lane_list(rc) + lane_list(rb)
+                          + lane_list(ra), n_stores, lnb)
+        wlanes = lane_list(wh) + lane_list(wc)
+        wsel = _arbitrate(m, "warb", wlanes, n_stores, lnb)
+        wdata_lanes = [cl.data[p] for cl in (wh, wc) for p in range(cl.lanes)]
+        for s, st in enumerate(self._stores):
+            for b in range(NB):
+                rpairs = rsel[s][b]
+                m.d.comb += [st.r_en[b].eq(reduce(operator.or_, [g for g, _ in rpairs])),
+                             st.r_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in rpairs],
+                                                     AW)[:st.row_bits])]
+                wpairs = wsel[s][b]
+                m.d.comb += [st.w_en[b].eq(reduce(operator.or_, [g for g, _ in wpairs])),
+                             st.w_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in wpairs],
+                                                     AW)[:st.row_bits]),
+                             st.w_data[b].eq(_or_mux([(g, dd) for (g, _), dd in
+                                                      zip(wpairs, wdata_lanes)], 32))]
+        rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
+        for cl in (ra, rb, rc, rh):
+            cl.connect_data(m, rdata)
+
+        # ---- host port -----------------------------------------------------------------
+        hreq = self.host_i.payload
+        resp = m.submodules.host_resp = fifo.SyncFIFO(width=32 * NB, depth=4)
+        resp_credit = Signal(range(5), init=4)
+        h_ok = Signal()
+        depth_of = Array([Const(st.depth, AB + 1) for st in self._stores]
+                         + [Const(0, AB + 1)] * ((1 << SB) - n_stores))
+        h_mask = Signal(NB)
+        m.d.comb += h_mask.eq(Cat(*[
+            hreq.mask[w] & ((hreq.addr + w) < depth_of[hreq.store]) for w in range(NB)]))
+        m.d.comb += [
+            h_ok.eq(~self.busy & ~self.start & rh.can_load & wh.can_load & (resp_credit != 0)),
+            self.host_i.ready.eq(h_ok),
+        ]
+        for cl in (rh, wh):
+            m.d.comb += [cl.load_base.eq(hreq.addr), cl.load_mask.eq(h_mask),
+                         cl.load_store.eq(hreq.store)]
+            m.d.comb += [cl.offsets[w].eq(w) for w in range(NB)]
+        m.d.comb += [wh.load_data[w].eq(hreq.data[w]) for w in range(NB)]
+        m.d.comb += [rh.load.eq(self.host_i.valid & h_ok & ~hreq.write),
+                     wh.load.eq(self.host_i.valid & h_ok & hreq.write)]
+        m.d.comb += [resp.w_en.eq(rh.out_valid), resp.w_data.eq(Cat(*rh.out_data)),
+                     self.host_o.valid.eq(resp.r_rdy), self.host_o.payload.eq(resp.r_data),
+                     resp.r_en.eq(self.host_o.ready)]
+        m.d.sync += resp_credit.eq(resp_credit - rh.load + (resp.r_rdy & self.host_o.ready))
+
+        # ---- descriptor check ------------------------------------------------------------
+        check_code = Signal(3)
+        dims = [d.m, d.n, d.k, d.batch]
+        lasts = []
+        for name, (rows, cols) in (("a", (d.m, d.k)), ("b", (d.k, d.n)), ("c", (d.m, d.n))):
+            v = getattr(d, name)
+            last = Signal(AB + DB + 4, name=f"last_{name}")
+            m.d.comb += last.eq(v.base + (d.batch - 1) * v.batch_stride
+                                + (rows - 1) * v.row_stride + (cols - 1) * v.col_stride)
+            lasts.append((v, last))
+        bad_store = reduce(operator.or_, [v.store >= n_stores for v, _ in lasts])
+        bad_dim = reduce(operator.or_, [x == 0 for x in dims])
+        with m.If(bad_store):
+            m.d.comb += check_code.eq(1)
+        with m.Elif(bad_dim):
+            m.d.comb += check_code.eq(2)
+        for code, (v, last) in zip((3, 4, 5), lasts):
+            with m.Elif(last >= depth_of[v.store]):
+                m.d.comb += check_code.eq(code)
+
+        # ---- loop nests --------------------------------------------------------------------
+        mtiles = Signal(DB, name="mtiles")
+        ntiles = Signal(DB, name="ntiles")
+        m.d.comb += [mtiles.eq((d.m + S - 1) >> ls), ntiles.eq((d.n + P - 1) >> lp)]
+        restart = Signal()
+        g_a = _Loops(m, "ga", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.a.base,
+                     strides=[d.a.batch_stride, d.a.row_stride << ls, 0, d.a.col_stride],
+                     rems={1: (d.m, S)})
+        g_b = _Loops(m, "gb", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.b.base,
+                     strides=[d.b.batch_stride, 0, d.b.col_stride << lp, d.b.row_stride],
+                     rems={2: (d.n, P)})
+        cstrides = [d.c.batch_stride, d.c.row_stride << ls, d.c.col_stride << lp,
+                    d.c.row_stride]
+        g_c = _Loops(m, "gc", [d.batch, mtiles, ntiles, Const(S - 1, ls + 1) + 1],
+                     addr_bits=AW, base=d.c.base, strides=cstrides, rems={1: (d.m, S),
+                                                                        2: (d.n, P)})
+        g_w = _Loops(m, "gw", [d.batch, mtiles, ntiles, Const(S - 1, ls + 1) + 1],
+                     addr_bits=AW, base=d.c.base, strides=cstrides, rems={1: (d.m, S),
+                                                                        2: (d.n, P)})
+        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, d.k, Const(S - 1, ls + 1) + 1])
+        for g in (g_a, g_b, g_c, g_w, g_i):
+            m.d.comb += g.restart.eq(restart)
+
+        def thermo(n, rem):
+            return Cat(*[rem > i for i in range(n)])
+
+        # lane offsets (registered while checking; constant during a run)
+        for cl, stride in ((ra, d.a.row_stride), (rb, d.b.col_stride), (rc, d.c.col_stride),
+                           (wc, d.c.col_stride)):
+            for p in range(cl.lanes):
+                m.d.sync += cl.offsets[p].eq(stride * p)
+
+        # ---- fetchers ----------------------------------------------------------------------
+        FD = self._fetch_depth
+        fa = m.submodules.fifo_a = fifo.SyncFIFO(width=32 * S, depth=FD)
+        fb = m.submodules.fifo_b = fifo.SyncFIFO(width=32 * P, depth=FD)
+        fc = m.submodules.fifo_c = fifo.SyncFIFO(width=32 * P, depth=S)
+        cred_a = Signal(range(FD + 1), init=FD)
+        cred_b = Signal(range(FD + 1), init=FD)
+        cred_c = Signal(range(S + 1), init=S)
+        acc_on = d.accumulate
+        m.d.comb += [
+            ra.load.eq(running & ~g_a.done & (cred_a != 0) & ra.can_load),
+            ra.load_base.eq(g_a.addr), ra.load_mask.eq(thermo(S, g_a.rem[1])),
+            ra.load_store.eq(d.a.store), g_a.advance.eq(ra.load),
+            rb.load.eq(running & ~g_b.done & (cred_b != 0) & rb.can_load),
+            rb.load_base.eq(g_b.addr), rb.load_mask.eq(thermo(P, g_b.rem[2])),
+            rb.load_store.eq(d.b.store), g_b.advance.eq(rb.load),
+            rc.load.eq(running & acc_on & ~g_c.done & (cred_c != 0) & rc.can_load),
+            rc.load_base.eq(g_c.addr),
+            rc.load_mask.eq(Mux(g_c.idx[3] < g_c.rem[1], thermo(P, g_c.rem[2]), 0)),
+            rc.load_store.eq(d.c.store), g_c.advance.eq(rc.load),
+            fa.w_en.eq(ra.out_valid), fa.w_data.eq(Cat(*ra.out_data)),
+            fb.w_en.eq(rb.out_valid), fb.w_data.eq(Cat(*rb.out_data)),
+            fc.w_en.eq(rc.out_valid), fc.w_data.eq(Cat(*rc.out_data)),
+        ]
+
+        # ---- issue -------------------------------------------------------------------------
+        fw = m.submodules.fifo_w = fifo.SyncFIFO(width=32 * P + P + AW, depth=2 * S)
+        cred_w = Signal(range(2 * S + 1), init=2 * S)
+        cold_inflight = Signal(range(S + 2))
+        t_i = g_i.idx[4]
+        k_first = g_i.idx[3] == 0
+        k_last = g_i.at_last[3]
+        issue = Signal()
+        m.d.comb += issue.eq(running & ~g_i.done & fa.r_rdy & fb.r_rdy
+                             & (~k_first | ~acc_on | (fc.r_level > cold_inflight))
+                             & (~k_last | (cred_w != 0)))
+        m.d.comb += [g_i.advance.eq(issue)]
+        pop_ab = issue & g_i.at_last[4]
+        m.d.comb += [fa.r_en.eq(pop_ab), fb.r_en.eq(pop_ab)]
+        m.d.sync += [cred_a.eq(cred_a - ra.load + pop_ab), cred_b.eq(cred_b - rb.load + pop_ab)]
+
+        a_words = Array([fa.r_data[32 * t:32 * (t + 1)] for t in range(S)])
+        s1_valid = Signal()
+        s1_t = Signal(ls + 1)
+        s1_first = Signal()
+        s1_last = Signal()
+        s1_a = Signal(32)
+        s1_b = Signal(32 * P)
+        m.d.sync += [s1_valid.eq(issue), s1_t.eq(t_i), s1_first.eq(k_first),
+                     s1_last.eq(k_last), s1_a.eq(a_words[t_i]), s1_b.eq(fb.r_data)]
+
+        # tag pipeline alongside the multipliers
+        def delay(sig, n, name):
+            for i in range(n):
+                nxt = Signal.like(sig, name=f"{name}_{i}")
+                m.d.sync += nxt.eq(sig)
+                sig = nxt
+            return sig
+        tag1 = Cat(s1_valid, s1_first, s1_last, s1_t)
+        tagx = delay(tag1, self._mul_latency, "tagx")
+        x_valid, x_first, x_last, x_t = tagx[0], tagx[1], tagx[2], tagx[3:]
+        tagy = delay(tagx, self._add_latency, "tagy")
+        y_valid, y_last, y_t = tagy[0], tagy[2], tagy[3:]
+
+        m.d.comb += fc.r_en.eq(x_valid & x_first & acc_on)
+        took_cold = issue & k_first & acc_on
+        m.d.sync += cold_inflight.eq(cold_inflight + took_cold - fc.r_en)
+        m.d.sync += cred_c.eq(cred_c - rc.load + fc.r_en)
+
+        results = []
+        for p in range(P):
+            mul = m.submodules[f"mul{p}"] = self._mul_unit()
+            add = m.submodules[f"add{p}"] = self._add_unit()
+            accm = m.submodules[f"acc{p}"] = memory.Memory(shape=32, depth=S, init=[])
+            acc_rd = accm.read_port(domain="comb")
+            acc_wr = accm.write_port()
+            init = Mux(acc_on, fc.r_data[32 * p:32 * (p + 1)], NEG_ZERO)
+            m.d.comb += [
+                mul.i.valid.eq(s1_valid), mul.i.payload.a.eq(s1_a),
+                mul.i.payload.b.eq(s1_b[32 * p:32 * (p + 1)]),
+                acc_rd.addr.eq(x_t),
+                add.i.valid.eq(x_valid), add.i.payload.a.eq(mul.o.payload),
+                add.i.payload.b.eq(Mux(x_first, init, acc_rd.data)),
+                acc_wr.addr.eq(y_t), acc_wr.data.eq(add.o.payload),
+                acc_wr.en.eq(y_valid & ~y_last),
+            ]
+            results.append(add.o.payload)
+
+        # ---- write-back ------------------------------------------------------------------
+        push = y_valid & y_last
+        wmask = Mux(g_w.idx[3] < g_w.rem[1], thermo(P, g_w.rem[2]), 0)
+        m.d.comb += [fw.w_en.eq(push), fw.w_data.eq(Cat(*results, wmask, g_w.addr)),
+                     g_w.advance.eq(push)]
+        m.d.comb += [
+            wc.load.eq(fw.r_rdy & wc.can_load), fw.r_en.eq(wc.load),
+            wc.load_base.eq(fw.r_data[32 * P + P:]), wc.load_mask.eq(fw.r_data[32 * P:32 * P + P]),
+            wc.load_store.eq(d.c.store),
+        ]
+        m.d.comb += [wc.load_data[p].eq(fw.r_data[32 * p:32 * (p + 1)]) for p in range(P)]
+        m.d.sync += cred_w.eq(cred_w - (issue & k_last) + wc.finishing)
+
+        # ---- sequencing ------------------------------------------------------------------
+        with m.If(~self.busy):
+            with m.If(self.start):
+                m.d.sync += [d.eq(self.desc), checking.eq(1), self.done.eq(0),
+                             self.error.eq(0), self.error_code.eq(0), self.cycles.eq(0)]
+        with m.Elif(checking):
+            with m.If(~wh.active):
+                with m.If(check_code != 0):
+                    m.d.sync += [checking.eq(0), self.error.eq(1),
+                                 self.error_code.eq(check_code), self.done.eq(1)]
+                with m.Else():
+                    m.d.comb += restart.eq(1)
+                    m.d.sync += [checking.eq(0), running.eq(1)]
+        with m.Elif(running):
+            with m.If(g_i.done & (cred_w == 2 * S) & ~push & ~fw.r_rdy):
+                m.d.sync += [running.eq(0), self.done.eq(1)]
+        return m
