@@ -58,7 +58,8 @@ except ImportError:  # pragma: no cover - only before numerics.py exists
 __all__ = [
     "View", "Descriptor", "ERROR_CODES", "ERROR_NONE", "ERROR_STORE", "ERROR_DIM",
     "ERROR_A_RANGE", "ERROR_B_RANGE", "ERROR_C_RANGE",
-    "contract", "check_descriptor", "view_addresses", "macs",
+    "contract", "check_descriptor", "validate", "view_addresses", "macs",
+    "random_descriptor",
 ]
 
 #: Error codes the engine reports (``error_code`` port) and :func:`check_descriptor` returns.
@@ -261,10 +262,31 @@ def contract(desc, image, *, max_dim=None):
             raise TypeError(f"store {name!r} must be a one-dimensional uint32 array, got "
                             f"{words.dtype} with shape {words.shape}")
         sizes[name] = words.size
-    code = check_descriptor(desc, sizes, max_dim=max_dim)
-    if code != ERROR_NONE:
-        raise ValueError(_describe_error(code, desc, sizes, max_dim))
+    addr = validate(desc, sizes, max_dim=max_dim)
+    shapes = desc.shapes()
 
+    out = {name: np.array(words, dtype=np.uint32, copy=True) for name, words in image.items()}
+    a = image[desc.a.store][addr["a"]].view(np.float32)        # batch x m x k
+    b = image[desc.b.store][addr["b"]].view(np.float32)        # batch x k x n
+    if desc.accumulate:
+        acc = image[desc.c.store][addr["c"]].view(np.float32)
+    else:
+        acc = np.full(shapes["c"], -0.0, dtype=np.float32)
+    for kk in range(desc.k):
+        acc = _fp32_add(acc, _fp32_mul(a[:, :, kk, None], b[:, None, kk, :]))
+    out[desc.c.store][addr["c"]] = np.asarray(acc, dtype=np.float32).view(np.uint32)
+    return out
+
+
+def validate(desc, store_sizes, *, max_dim=None):
+    """Raise :class:`ValueError` if ``desc`` is illegal on stores of ``store_sizes`` words.
+
+    Returns the address arrays ``{"a": ..., "b": ..., "c": ...}`` (see :func:`view_addresses`)
+    of a legal descriptor.
+    """
+    code = check_descriptor(desc, store_sizes, max_dim=max_dim)
+    if code != ERROR_NONE:
+        raise ValueError(_describe_error(code, desc, store_sizes, max_dim))
     shapes = desc.shapes()
     addr = {name: view_addresses(getattr(desc, name), *shapes[name]) for name in "abc"}
     c_flat = addr["c"].ravel()
@@ -278,18 +300,51 @@ def contract(desc, image, *, max_dim=None):
             raise ValueError(
                 f"C view {desc.c} overlaps the {name.upper()} view {view}: the engine reads "
                 f"{name.upper()} while it writes C, so put C in words {name.upper()} does not use")
+    return addr
 
-    out = {name: np.array(words, dtype=np.uint32, copy=True) for name, words in image.items()}
-    a = image[desc.a.store][addr["a"]].view(np.float32)        # batch x m x k
-    b = image[desc.b.store][addr["b"]].view(np.float32)        # batch x k x n
-    if desc.accumulate:
-        acc = image[desc.c.store][addr["c"]].view(np.float32)
-    else:
-        acc = np.full(shapes["c"], -0.0, dtype=np.float32)
-    for kk in range(desc.k):
-        acc = _fp32_add(acc, _fp32_mul(a[:, :, kk, None], b[:, None, kk, :]))
-    out[desc.c.store][addr["c"]] = np.asarray(acc, dtype=np.float32).view(np.uint32)
-    return out
+
+def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max_dim=None,
+                      tries=200):
+    """Draw a random legal descriptor (seeded ``numpy.random.Generator``) for tests.
+
+    Shapes up to ``max_mn`` x ``max_mn`` x ``max_k``, up to ``max_batch`` matrices, random
+    stores, transposes, padded leading dimensions, column strides of 1 or 2, zero or padded
+    batch strides for A and B, random bases and ``accumulate``. C never overlaps A or B.
+    """
+    names = sorted(store_sizes)
+    for _ in range(tries):
+        m, n, k = (int(rng.integers(1, hi + 1)) for hi in (max_mn, max_mn, max_k))
+        batch = int(rng.integers(1, max_batch + 1))
+        views = {}
+        used = {name: [] for name in names}
+        ok = True
+        for name, (rows, cols) in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
+            store = names[int(rng.integers(len(names)))]
+            transpose = bool(rng.integers(2))
+            r, c = (cols, rows) if transpose else (rows, cols)       # stored orientation
+            cs = int(rng.choice([1, 1, 1, 2]))
+            ld = c * cs + int(rng.integers(0, 3))
+            span = (r - 1) * ld + (c - 1) * cs + 1
+            bs = 0 if (name != "c" and rng.integers(3) == 0) else span + int(rng.integers(0, 4))
+            total = (batch - 1) * bs + span
+            free = store_sizes[store] - total
+            if free < 0:
+                ok = False
+                break
+            base = int(rng.integers(0, free + 1))
+            view = View(store, base, ld, cs, bs)
+            views[name] = view.T if transpose else view
+        if not ok:
+            continue
+        desc = Descriptor(m, n, k, views["a"], views["b"], views["c"],
+                          accumulate=bool(rng.integers(2)), batch=batch)
+        try:
+            validate(desc, store_sizes, max_dim=max_dim)
+        except ValueError:
+            continue
+        return desc
+    raise ValueError(f"no legal random descriptor found in {tries} tries: use larger stores "
+                     f"than {store_sizes} or smaller max_mn/max_k/max_batch")
 
 
 def _describe_error(code, desc, sizes, max_dim):

@@ -1,0 +1,165 @@
+"""Golden contraction: order of accumulation, views, signed zeros, NaN and errors."""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import numerics
+from ttrain.golden.contract import (
+    ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE, ERROR_STORE,
+    Descriptor, View, check_descriptor, contract, random_descriptor, view_addresses)
+
+
+def _image(rng, sizes, specials=False):
+    img = {}
+    for name, size in sizes.items():
+        x = rng.standard_normal(size).astype(np.float32)
+        if specials:
+            pick = rng.integers(0, 12, size)
+            x[pick == 0] = 0.0
+            x[pick == 1] = -0.0
+            x[pick == 2] = np.float32(1e-40) * rng.standard_normal((pick == 2).sum())
+            x[pick == 3] *= np.float32(1e30)
+        img[name] = x.view(np.uint32).copy()
+    return img
+
+
+def _reference(desc, image):
+    """Scalar loop with the scalar golden ops: one output at a time, k increasing."""
+    out = {k: v.copy() for k, v in image.items()}
+    word = lambda store, addr: np.uint32(image[store][addr]).view(np.float32)  # noqa: E731
+    for bb in range(desc.batch):
+        for i in range(desc.m):
+            for j in range(desc.n):
+                ca = (desc.c.base + bb * desc.c.batch_stride + i * desc.c.row_stride
+                      + j * desc.c.col_stride)
+                acc = None
+                if desc.accumulate:
+                    acc = word(desc.c.store, ca)
+                for kk in range(desc.k):
+                    aa = (desc.a.base + bb * desc.a.batch_stride + i * desc.a.row_stride
+                          + kk * desc.a.col_stride)
+                    ba = (desc.b.base + bb * desc.b.batch_stride + kk * desc.b.row_stride
+                          + j * desc.b.col_stride)
+                    p = numerics.fp32_mul(word(desc.a.store, aa), word(desc.b.store, ba))
+                    # fresh sums start from the first product (the docstring's equivalence)
+                    acc = p if acc is None else numerics.fp32_add(acc, p)
+                out[desc.c.store][ca] = numerics.f32_to_bits(np.float32(acc))
+    return out
+
+
+SIZES = {"f": 900, "s": 700}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_descriptors_match_scalar_reference(seed):
+    rng = np.random.default_rng(seed)
+    img = _image(rng, SIZES, specials=seed % 2 == 1)
+    desc = random_descriptor(rng, SIZES, max_mn=9, max_k=9)
+    got = contract(desc, img)
+    want = _reference(desc, img)
+    for name in SIZES:
+        np.testing.assert_array_equal(got[name], want[name])
+    # the input image is not modified
+    assert all(got[n] is not img[n] for n in SIZES)
+
+
+def test_dense_matmul_close_and_views():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((7, 13)).astype(np.float32)
+    b = rng.standard_normal((13, 5)).astype(np.float32)
+    img = {"s": np.zeros(400, np.uint32)}
+    img["s"][0:91] = a.ravel().view(np.uint32)
+    img["s"][100:165] = b.T.ravel().view(np.uint32)            # B stored transposed
+    desc = Descriptor(7, 5, 13, View.matrix("s", 0, 7, 13),
+                      View.matrix("s", 100, 5, 13, transpose=True), View.matrix("s", 200, 7, 5))
+    out = contract(desc, img)
+    c = out["s"][200:235].view(np.float32).reshape(7, 5)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    # C^T = B^T A^T gives the very same words
+    out_t = contract(desc.transposed(), img)
+    np.testing.assert_array_equal(out_t["s"], out["s"])
+    # untouched words stay
+    np.testing.assert_array_equal(out["s"][:200], img["s"][:200])
+    np.testing.assert_array_equal(out["s"][235:], img["s"][235:])
+
+
+def test_signed_zero_and_accumulate_semantics():
+    img = {"s": np.zeros(16, np.uint32)}
+    neg0, pos0, one = (numerics.f32_to_bits(np.float32(v)) for v in (-0.0, 0.0, 1.0))
+    img["s"][0:2] = [neg0, neg0]        # A = [-0, -0]
+    img["s"][2:4] = [one, one]          # B = [1, 1]
+    img["s"][4] = pos0                  # old C = +0
+    desc = Descriptor(1, 1, 2, View("s", 0, 2, 1), View("s", 2, 1, 1), View("s", 4, 1, 1))
+    # fresh: -0 * 1 + -0 * 1 = -0 (a sum started from +0 would give +0)
+    assert contract(desc, img)["s"][4] == neg0
+    # accumulate onto +0: +0 + -0 = +0
+    acc = Descriptor(1, 1, 2, desc.a, desc.b, desc.c, accumulate=True)
+    assert contract(acc, img)["s"][4] == pos0
+
+
+def test_nan_is_canonical_and_order_matters():
+    img = {"s": np.zeros(16, np.uint32)}
+    img["s"][0] = 0x7FA00001                                   # a signalling NaN payload
+    img["s"][1] = numerics.f32_to_bits(np.float32(1.0))
+    desc = Descriptor(1, 1, 1, View("s", 0, 1, 1), View("s", 1, 1, 1), View("s", 2, 1, 1))
+    assert contract(desc, img)["s"][2] == 0x7FC00000
+    # 1e8 + 1 - 1e8 depends on the order: k increasing means (1e8 + 1) first
+    vals = np.array([1e8, 1.0, -1e8], np.float32)
+    img = {"s": np.zeros(16, np.uint32)}
+    img["s"][0:3] = vals.view(np.uint32)
+    img["s"][3:6] = np.ones(3, np.float32).view(np.uint32)
+    desc = Descriptor(1, 1, 3, View("s", 0, 3, 1), View("s", 3, 1, 1), View("s", 8, 1, 1))
+    c = np.uint32(contract(desc, img)["s"][8]).view(np.float32)
+    expect = np.float32(np.float32(np.float32(1e8) + np.float32(1)) + np.float32(-1e8))
+    assert c == expect
+
+
+def test_error_codes_and_messages():
+    sizes = {"f": 64, "s": 32}
+    img = {k: np.zeros(v, np.uint32) for k, v in sizes.items()}
+    good = Descriptor(2, 3, 4, View("f", 0, 4, 1), View("f", 8, 3, 1), View("s", 0, 3, 1))
+    assert check_descriptor(good, sizes) == ERROR_NONE
+    cases = [
+        (Descriptor(2, 3, 4, View("x", 0, 4, 1), good.b, good.c), ERROR_STORE, "not one of"),
+        (Descriptor(0, 3, 4, good.a, good.b, good.c), ERROR_DIM, "split the contraction"),
+        (Descriptor(2, 3, 4, View("f", 60, 4, 1), good.b, good.c), ERROR_A_RANGE, "past the end"),
+        (Descriptor(2, 3, 4, good.a, View("f", 8, 30, 1), good.c), ERROR_B_RANGE, "past the end"),
+        (Descriptor(2, 3, 4, good.a, good.b, View("s", 0, 3, 1, 30), batch=2), ERROR_C_RANGE,
+         "past the end"),
+    ]
+    for desc, code, msg in cases:
+        assert check_descriptor(desc, sizes) == code
+        with pytest.raises(ValueError, match=msg):
+            contract(desc, img)
+    with pytest.raises(ValueError, match="engine limit|split"):
+        contract(Descriptor(70, 1, 1, View("f", 0, 1, 1), View("f", 0, 1, 1),
+                            View("s", 0, 0, 1)), img, max_dim=64)
+    assert check_descriptor(good, sizes, max_dim=3) == ERROR_DIM
+    with pytest.raises(ValueError, match="more than once"):
+        contract(Descriptor(2, 3, 4, good.a, good.b, View("s", 0, 1, 1)), img)
+    with pytest.raises(ValueError, match="overlaps the A view"):
+        contract(Descriptor(2, 3, 4, good.a, good.b, View("f", 4, 3, 1)), img)
+
+
+def test_parameter_validation():
+    with pytest.raises(TypeError, match="store name"):
+        View("", 0)
+    with pytest.raises(ValueError, match="base must be >= 0"):
+        View("s", -1)
+    with pytest.raises(TypeError, match="integer"):
+        View("s", 1.5)
+    with pytest.raises(TypeError, match="must be a View"):
+        Descriptor(1, 1, 1, "a", View("s"), View("s"))
+    with pytest.raises(TypeError, match="accumulate must be a bool"):
+        Descriptor(1, 1, 1, View("s"), View("s"), View("s"), accumulate=1)
+    with pytest.raises(TypeError, match="uint32"):
+        contract(Descriptor(1, 1, 1, View("s"), View("s"), View("s", 1)),
+                 {"s": np.zeros(4, np.float32)})
+
+
+def test_view_addresses_and_transpose():
+    v = View("s", 5, 10, 1, 100)
+    addr = view_addresses(v, 2, 3, 4)
+    assert addr[1, 2, 3] == 5 + 100 + 20 + 3
+    assert view_addresses(v.T, 2, 4, 3)[1, 3, 2] == addr[1, 2, 3]
+    assert v.last_address(2, 3, 4) == addr.max()
