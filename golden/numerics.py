@@ -106,7 +106,8 @@ def as_f32(x):
 
 def _operand(x, name):
     """Return ``x`` as a float32 array, refusing values that would need rounding."""
-    arr = np.asarray(x)
+    with np.errstate(all="ignore"):          # a signalling NaN raises 'invalid' when converted
+        arr = np.asarray(x)
     if arr.dtype == np.float32:
         return arr
     if arr.dtype.kind not in "biuf":
