@@ -33,7 +33,6 @@ __all__ = [
     "tt_linear_bias_forward", "tt_linear_bias_backward",
     "ttm_embedding_forward", "ttm_embedding_backward",
     "embedding_forward", "embedding_backward",
-    "position_embedding_forward", "position_embedding_backward",
     "layernorm_forward", "layernorm_backward",
     "gelu_forward", "gelu_backward",
     "tanh_forward", "tanh_backward",
@@ -199,20 +198,6 @@ def embedding_backward(cache, drows):
     return dtable
 
 
-def position_embedding_forward(table, n):
-    """Return position rows for ``n`` sequences of length ``S = table.shape[0]``.
-
-    Positions are ``0 .. S-1`` in every sequence, so the result is ``table`` broadcast to
-    ``(n, S, D)`` (a read-only view; the model only adds it).
-    """
-    return np.broadcast_to(table, (n,) + table.shape), None
-
-
-def position_embedding_backward(cache, drows):
-    """Return ``dtable`` of :func:`position_embedding_forward`: the sum over sequences."""
-    return drows.sum(axis=0)
-
-
 # --------------------------------------------------------------------------------------------
 # Element-wise and normalization
 # --------------------------------------------------------------------------------------------
@@ -351,7 +336,7 @@ def attention_backward(cache, da):
     return merge(dqh), merge(dkh), merge(dvh)
 
 
-def mha_forward(spec, proj, x, mask, n_heads):
+def mha_forward(spec, proj, x, mask, n_heads, packed=False):
     """Multi-head self-attention block with TT-linear Q, K, V, O projections (plus biases).
 
     Parameters
@@ -360,26 +345,43 @@ def mha_forward(spec, proj, x, mask, n_heads):
         Shape shared by the four projections (D x D).
     proj : mapping
         ``proj[name] = (cores, bias)`` for name in ``"q", "k", "v", "o"``.
-    x : ndarray, shape (n, S, D)
+    x : ndarray, shape (n, S, D), or (T, D) when ``packed``
     mask : bool ndarray, shape (n, S)
     n_heads : int
+    packed : bool
+        ``x`` holds only the ``T = mask.sum()`` real tokens, in row-major order of ``mask``
+        (``x_full[mask]``). The projections then run on real tokens only; padded keys and
+        values are zero, which changes nothing because their attention weight is exactly 0.
 
     Returns
     -------
-    y : ndarray, shape (n, S, D)
+    y : ndarray, same shape as ``x``
         ``O(Attn(Q(x), K(x), V(x)))``, before the residual add.
     cache : tuple
     """
+    n, s = mask.shape
+    if packed and x.shape[:-1] != (int(mask.sum()),):
+        raise ValueError(f"packed x must have one row per real token ({int(mask.sum())}), "
+                         f"got shape {x.shape}")
+    if not packed and x.shape[:-1] != (n, s):
+        raise ValueError(f"x must have shape (n, S, D) = ({n}, {s}, D) to match the mask, "
+                         f"got {x.shape}")
     caches = {}
     qkv = []
     for name in ("q", "k", "v"):
         cores, bias = proj[name]
         t, caches[name] = tt_linear_bias_forward(spec, cores, bias, x)
+        if packed:
+            full = np.zeros((n, s, t.shape[-1]), t.dtype)
+            full[mask] = t
+            t = full
         qkv.append(t)
     a, acache = attention_forward(*qkv, mask, n_heads)
+    if packed:
+        a = a[mask]
     cores, bias = proj["o"]
     y, caches["o"] = tt_linear_bias_forward(spec, cores, bias, a)
-    return y, (caches, acache)
+    return y, (caches, acache, mask if packed else None)
 
 
 def mha_backward(cache, dy):
@@ -387,13 +389,19 @@ def mha_backward(cache, dy):
 
     ``grads[name] = (dcores, dbias)`` for name in ``"q", "k", "v", "o"``.
     """
-    caches, acache = cache
+    caches, acache, packed_mask = cache
     grads = {}
     da, dcores, dbias = tt_linear_bias_backward(caches["o"], dy)
     grads["o"] = (dcores, dbias)
+    if packed_mask is not None:
+        full = np.zeros(packed_mask.shape + da.shape[-1:], da.dtype)
+        full[packed_mask] = da
+        da = full
     dq, dk, dv = attention_backward(acache, da)
     dx = None
     for name, dt in (("q", dq), ("k", dk), ("v", dv)):
+        if packed_mask is not None:
+            dt = dt[packed_mask]
         dxi, dcores, dbias = tt_linear_bias_backward(caches[name], dt)
         grads[name] = (dcores, dbias)
         dx = dxi if dx is None else dx + dxi

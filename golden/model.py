@@ -301,21 +301,30 @@ def validate_batch(cfg, batch, labels=True):
 
 
 def _forward(cfg, params, batch):
-    """Run the model; return ``(out, caches)`` (logits and everything backward needs)."""
+    """Run the model; return ``(out, caches)`` (logits and everything backward needs).
+
+    Position-wise work runs on the ``T`` real tokens only ("packed" rows, ``x_full[mask]``):
+    padded positions cannot influence real ones (their keys get exactly zero attention weight)
+    and their outputs feed no loss, so computing them would only cost time (ATIS sentences
+    fill about 40% of the 32 positions).
+    """
     tokens, segments, mask = batch["tokens"], batch["segments"], batch["mask"]
-    n = tokens.shape[0]
-    c = {}
+    n, s = tokens.shape
+    real = np.flatnonzero(mask.reshape(-1))             # flat positions of the real tokens
+    cls = np.searchsorted(real, np.arange(n) * s)        # packed row of each [CLS]
+    c = {"mask": mask, "cls": cls}
     tok, c["tok"] = L.ttm_embedding_forward(cfg.embedding, _ttm_cores(params, cfg.embedding),
-                                            tokens)
-    pos, _ = L.position_embedding_forward(params["emb.pos"], n)
-    seg, c["seg"] = L.embedding_forward(params["emb.seg"], segments)
+                                            tokens.reshape(-1)[real])
+    pos, c["pos"] = L.embedding_forward(params["emb.pos"], real % s)
+    seg, c["seg"] = L.embedding_forward(params["emb.seg"], segments.reshape(-1)[real])
     x, c["emb.ln"] = L.layernorm_forward(tok + pos + seg, params["emb.ln.gamma"],
                                          params["emb.ln.beta"], cfg.ln_eps)
     for i in range(cfg.n_layers):
         e = f"enc{i}"
         proj = {p: (tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
                 for p in ("q", "k", "v", "o")}
-        att, c[f"{e}.mha"] = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)
+        att, c[f"{e}.mha"] = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads,
+                                           packed=True)
         x, c[f"{e}.ln1"] = L.layernorm_forward(x + att, params[f"{e}.ln1.gamma"],
                                                params[f"{e}.ln1.beta"], cfg.ln_eps)
         h, c[f"{e}.ffn1"] = L.tt_linear_bias_forward(
@@ -327,18 +336,21 @@ def _forward(cfg, params, batch):
                                                params[f"{e}.ln2.beta"], cfg.ln_eps)
     out = {}
     pooled, c["pooler"] = L.tt_linear_bias_forward(
-        cfg.pooler, tt_cores(params, "pooler", cfg.pooler), params["pooler.bias"], x[:, 0])
+        cfg.pooler, tt_cores(params, "pooler", cfg.pooler), params["pooler.bias"], x[cls])
     pooled, c["tanh"] = L.tanh_forward(pooled)
     out["intent_logits"], c["intent"] = L.linear_forward(pooled, params["intent.weight"],
                                                          params["intent.bias"])
     if cfg.slot_head:
-        s, c["slot_pre"] = L.tt_linear_bias_forward(
+        sl, c["slot_pre"] = L.tt_linear_bias_forward(
             cfg.pooler, tt_cores(params, "slot_pre", cfg.pooler), params["slot_pre.bias"], x)
-        s, c["slot.gelu"] = L.gelu_forward(s)
-        s, c["slot.ln"] = L.layernorm_forward(s, params["slot.ln.gamma"], params["slot.ln.beta"],
-                                              cfg.ln_eps)
-        out["slot_logits"], c["slot"] = L.linear_forward(s, params["slot.weight"],
-                                                         params["slot.bias"])
+        sl, c["slot.gelu"] = L.gelu_forward(sl)
+        sl, c["slot.ln"] = L.layernorm_forward(sl, params["slot.ln.gamma"],
+                                               params["slot.ln.beta"], cfg.ln_eps)
+        packed, c["slot"] = L.linear_forward(sl, params["slot.weight"], params["slot.bias"])
+        out["slot_logits_packed"] = packed
+        full = np.zeros((n, s, cfg.n_slots), packed.dtype)
+        full[mask] = packed
+        out["slot_logits"] = full
     c["x_shape"] = x.shape
     return out, c
 
@@ -350,13 +362,12 @@ def _put_tt(grads, name, dcores, dbias):
 
 
 def _backward(cfg, params, c, d_intent, d_slot):
-    """Backpropagate logit gradients through the caches of :func:`_forward`."""
+    """Backpropagate logit gradients (``d_slot`` packed, (T, n_slots)) through :func:`_forward`."""
     g = {}
     dpooled, g["intent.weight"], g["intent.bias"] = L.linear_backward(c["intent"], d_intent)
     dpooled = L.tanh_backward(c["tanh"], dpooled)
     dcls, dcores, dbias = L.tt_linear_bias_backward(c["pooler"], dpooled)
     _put_tt(g, "pooler", dcores, dbias)
-    dtype = dcls.dtype
     if cfg.slot_head:
         ds, g["slot.weight"], g["slot.bias"] = L.linear_backward(c["slot"], d_slot)
         ds, g["slot.ln.gamma"], g["slot.ln.beta"] = L.layernorm_backward(c["slot.ln"], ds)
@@ -364,8 +375,8 @@ def _backward(cfg, params, c, d_intent, d_slot):
         dx, dcores, dbias = L.tt_linear_bias_backward(c["slot_pre"], ds)
         _put_tt(g, "slot_pre", dcores, dbias)
     else:
-        dx = np.zeros(c["x_shape"], dtype)
-    dx[:, 0] += dcls
+        dx = np.zeros(c["x_shape"], dcls.dtype)
+    dx[c["cls"]] += dcls                                 # [CLS] rows are distinct
     for i in reversed(range(cfg.n_layers)):
         e = f"enc{i}"
         dsum, g[f"{e}.ln2.gamma"], g[f"{e}.ln2.beta"] = L.layernorm_backward(c[f"{e}.ln2"], dx)
@@ -382,7 +393,7 @@ def _backward(cfg, params, c, d_intent, d_slot):
         dx = dx + dsum                               # residual X -> X1
     demb, g["emb.ln.gamma"], g["emb.ln.beta"] = L.layernorm_backward(c["emb.ln"], dx)
     g["emb.seg"] = L.embedding_backward(c["seg"], demb)
-    g["emb.pos"] = L.position_embedding_backward(None, demb)
+    g["emb.pos"] = L.embedding_backward(c["pos"], demb)
     for k, gk in enumerate(L.ttm_embedding_backward(c["tok"], demb)):
         g[f"emb.tok.core{k}"] = gk
     return {name: g[name] for name in params}
@@ -410,7 +421,7 @@ def forward_backward(cfg, params, batch, need_grads=True):
         Same keys, shapes and dtype as ``params``.
     out : dict
         ``intent_logits`` (n, n_intents), ``intent_loss``; with the slot head ``slot_logits``
-        (n, S, n_slots), ``slot_loss``.
+        (n, S, n_slots), 0 at padded positions (they are never computed), and ``slot_loss``.
     """
     check_params(cfg, params)
     validate_batch(cfg, batch, labels=True)
@@ -425,8 +436,8 @@ def _forward_backward(cfg, params, batch, need_grads):
     loss = float(loss_i)
     ce_s = None
     if cfg.slot_head:
-        labels = np.where(batch["mask"], batch["slots"], L.IGNORE_INDEX)
-        loss_s, ce_s = L.cross_entropy_forward(out["slot_logits"], labels)
+        labels = batch["slots"][batch["mask"]]         # packed; padded positions never count
+        loss_s, ce_s = L.cross_entropy_forward(out.pop("slot_logits_packed"), labels)
         out["slot_loss"] = float(loss_s)
         loss = float(loss_i + loss_s)
     if not need_grads:

@@ -117,19 +117,6 @@ def test_embedding_rejects_out_of_range():
         L.embedding_forward(np.zeros((5, 2)), np.array([0, 5]))
 
 
-def test_position_embedding_grads(rng):
-    table = rng.standard_normal((4, 3))
-
-    def fwd(t):
-        return L.position_embedding_forward(t, 3)
-
-    def bwd(cache, d):
-        return (L.position_embedding_backward(cache, d),)
-    check_grads(fwd, bwd, [table], rng)
-    rows, _ = L.position_embedding_forward(table, 3)
-    np.testing.assert_array_equal(rows[2, 1], table[1])
-
-
 # ------------------------------------------------------------------------------ element-wise
 
 @pytest.mark.parametrize("eps", [1e-12, 1e-5])
@@ -364,6 +351,38 @@ def test_mha_grads(rng):
     # proj holds the very arrays in `arrays`, so perturbing them in place perturbs the layer.
     # A key bias shifts every score of a query row by the same q.b: softmax ignores it.
     check_grads(fwd, bwd, arrays, rng, names, expect_zero=["k.bias"])
+
+
+def test_mha_packed_equals_full_at_real_tokens_and_grads(rng):
+    n, s, h = 3, 5, 2
+    proj = {name: (tt_cores(TT_SPEC, rng), rng.standard_normal(6) * 0.1)
+            for name in ("q", "k", "v", "o")}
+    mask = padding_mask(n, s, rng)
+    x = rng.standard_normal((n, s, 6))
+    y_full, c_full = L.mha_forward(TT_SPEC, proj, x, mask, h)
+    xp = x[mask]
+    y_packed, c_packed = L.mha_forward(TT_SPEC, proj, xp, mask, h, packed=True)
+    np.testing.assert_allclose(y_packed, y_full[mask], rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y_full.shape)
+    dy[~mask] = 0                 # what the packed form sees: nothing flows into padded rows
+    dx_full, g_full = L.mha_backward(c_full, dy)
+    dx_packed, g_packed = L.mha_backward(c_packed, dy[mask])
+    np.testing.assert_allclose(dx_packed, dx_full[mask], rtol=1e-10, atol=1e-12)
+    for name in "qkvo":
+        for a, b in zip([*g_full[name][0], g_full[name][1]], [*g_packed[name][0],
+                                                              g_packed[name][1]]):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+
+    def fwd(xp):
+        return L.mha_forward(TT_SPEC, proj, xp, mask, h, packed=True)
+
+    def bwd(cache, d):
+        return (L.mha_backward(cache, d)[0],)
+    check_grads(fwd, bwd, [xp], rng)
+    with pytest.raises(ValueError, match="one row per real token"):
+        L.mha_forward(TT_SPEC, proj, x.reshape(-1, 6), mask, h, packed=True)
+    with pytest.raises(ValueError, match=r"shape \(n, S, D\)"):
+        L.mha_forward(TT_SPEC, proj, xp, mask, h)
 
 
 @pytest.mark.parametrize("name", ["linear", "layernorm", "gelu", "tanh", "attention",
