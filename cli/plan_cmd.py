@@ -100,7 +100,7 @@ def format_report(rep):
         out.append(f"{lay['name']:<10} {shape:>12} {lay['tokens']:>3} {m['bidirectional']:>14,} "
                    f"{m['left_to_right']:>14,} {m['dp_best']:>12,} {m['dense']:>12,}  "
                    f"{lay['best']}")
-    out += ["", f"ranks: " + "; ".join(
+    out += ["", "ranks: " + "; ".join(
         f"{lay['name']} {lay['ranks']}" for lay in rep["layers"]
         if lay["name"].endswith((".q", ".ffn1", ".ffn2")) and lay["name"].startswith("enc0")
         or lay["name"] == "pooler")]

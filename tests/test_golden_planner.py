@@ -56,6 +56,14 @@ def test_named_step_names_follow_the_paper():
     assert bi.steps[i + 1].operands == ("G:G2.G3", "F:G3")
     assert all(s.phase == "forward" for s in bi.steps[:6])
     assert all(s.phase == "backward" for s in bi.steps[6:])
+    # the named trees are what plan_layer reports
+    spec = TTSpec(*ATT, (1, 10, 10, 10, 10, 10, 1))
+    plan = plan_layer(spec, 32)
+    assert order_plan(spec, 32, bidirectional_tree(3)).steps == plan.orders["bidirectional"].steps
+    assert order_plan(spec, 32, left_to_right_tree(3)).macs == plan.orders["left_to_right"].macs
+    l2r = [s.name for s in plan.orders["left_to_right"].steps]
+    assert l2r[:6] == ["fwd_X.G1", "fwd_X.G1.G2", "fwd_X.G1.G2.G3", "fwd_X.G1.G2.G3.G4",
+                       "fwd_X.G1.G2.G3.G4.G5", "y"]
 
 
 # ------------------------------------------------------------------------------------------
