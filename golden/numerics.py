@@ -26,8 +26,9 @@ code. Results are always ``numpy.ndarray`` (0-d for scalar operands) of dtype ``
 
 Accumulation order
 ------------------
-:func:`fp32_dot` and :func:`fp32_sum` define the reference order: start from ``+0.0`` and add
-the (separately rounded) terms one by one, from index 0 upwards. An empty reduction is ``+0.0``.
+:func:`fp32_dot` and :func:`fp32_sum` define the reference order: start from ``+0.0`` (or a
+given ``init``) and add the (separately rounded) terms one by one, from index 0 upwards. An
+empty reduction is the start value.
 
 Integer helpers
 ---------------
@@ -442,9 +443,13 @@ def fp32_min(a, b):
 # Reductions (the reference accumulation order)
 # --------------------------------------------------------------------------------------------
 
-def _accumulate(terms_first, lead_shape, a_first=None, b_first=None):
-    """Sequential RNE accumulation from +0 over axis 0 of ``terms_first`` (or of a*b)."""
-    acc = np.zeros(lead_shape, dtype=np.float32)
+def _accumulate(init, lead_shape, terms_first=None, a_first=None, b_first=None):
+    """Sequential RNE accumulation over axis 0 of ``terms_first`` (or of ``a_first * b_first``)."""
+    if init is None:
+        acc = np.zeros(lead_shape, dtype=np.float32)                      # +0.0
+    else:
+        lead_shape = np.broadcast_shapes(lead_shape, init.shape)
+        acc = np.array(np.broadcast_to(init, lead_shape), dtype=np.float32, order="C")
     with np.errstate(all="ignore"):
         if terms_first is not None:
             for k in range(terms_first.shape[0]):
@@ -459,13 +464,18 @@ def _accumulate(terms_first, lead_shape, a_first=None, b_first=None):
     return _finish(acc)
 
 
-def fp32_dot(a, b, order="sequential"):
+def fp32_dot(a, b, order="sequential", *, init=None):
     """Return dot products over the last axis, accumulated in the reference order.
 
-    For each position of the (broadcast) leading axes the result is
-    ``s_K`` with ``s_0 = +0.0`` and ``s_{k+1} = fp32_add(s_k, fp32_mul(a[..., k], b[..., k]))``:
-    every product and every partial sum is rounded separately (no FMA, no pairwise or tree
-    summation). This is the order the contraction engine and the golden interpreter follow.
+    For each position of the (broadcast) leading axes the result is ``s_K`` with
+    ``s_0 = init`` (``+0.0`` by default) and
+    ``s_{k+1} = fp32_add(s_k, fp32_mul(a[..., k], b[..., k]))``: every product and every
+    partial sum is rounded separately (no FMA, no pairwise or tree summation), index 0 first.
+
+    With the default ``+0.0`` start a result is ``+0`` when every product is ``-0``. Passing
+    ``init=-0.0`` instead is exactly "start from the first product" (``x + (-0) == x`` for
+    every ``x``), which is what :func:`ttrain.golden.contract.contract` does for a fresh sum;
+    passing the old outputs gives its ``accumulate`` mode (``C += A @ B``).
 
     Parameters
     ----------
@@ -474,21 +484,27 @@ def fp32_dot(a, b, order="sequential"):
         leading axes broadcast against each other.
     order : str, optional
         Accumulation order; only ``"sequential"`` (the default, described above) is defined.
+    init : array_like, optional
+        Binary32 start value(s) of the accumulator, broadcast against the leading axes.
+        ``None`` (default) means ``+0.0``.
 
     Returns
     -------
     numpy.ndarray
-        ``float32`` array of shape ``broadcast(a.shape[:-1], b.shape[:-1])``. ``K == 0`` gives
-        ``+0.0``. NaNs are canonical.
+        ``float32`` array of shape ``broadcast(a.shape[:-1], b.shape[:-1], init.shape)``.
+        ``K == 0`` gives ``init``. NaNs are canonical.
 
     Raises
     ------
     ValueError
-        For an unknown ``order``, 0-d operands, or different last-axis lengths.
+        For an unknown ``order``, 0-d operands, different last-axis lengths or shapes that do
+        not broadcast.
     """
     if order not in _DOT_ORDERS:
         raise ValueError(f"fp32_dot order must be one of {_DOT_ORDERS}, not {order!r}")
     a, b = _operand(a, "fp32_dot operand a"), _operand(b, "fp32_dot operand b")
+    if init is not None:
+        init = _operand(init, "fp32_dot init")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("fp32_dot operands need at least one axis (the reduction axis is the "
                          f"last one); got shapes {a.shape} and {b.shape}")
@@ -499,13 +515,14 @@ def fp32_dot(a, b, order="sequential"):
     # Reduction axis first and contiguous, so each step is one fast vectorized ufunc call.
     a_first = np.ascontiguousarray(np.moveaxis(a, -1, 0))
     b_first = np.ascontiguousarray(np.moveaxis(b, -1, 0))
-    return _accumulate(None, lead, a_first, b_first)
+    return _accumulate(init, lead, a_first=a_first, b_first=b_first)
 
 
-def fp32_sum(x, axis=-1):
+def fp32_sum(x, axis=-1, *, init=None):
     """Sum binary32 values along an axis in the reference (sequential) order.
 
-    ``s_0 = +0.0``, ``s_{k+1} = fp32_add(s_k, x[k])`` along ``axis``, index 0 first.
+    ``s_0 = init`` (``+0.0`` by default), ``s_{k+1} = fp32_add(s_k, x[k])`` along ``axis``,
+    index 0 first.
 
     Parameters
     ----------
@@ -513,12 +530,15 @@ def fp32_sum(x, axis=-1):
         Binary32 values.
     axis : int or None, optional
         Axis to reduce (default the last one). ``None`` sums the flattened array in C order.
+    init : array_like, optional
+        Binary32 start value(s), broadcast against the result. ``None`` (default) is ``+0.0``;
+        ``-0.0`` means "start from the first term".
 
     Returns
     -------
     numpy.ndarray
         ``float32`` array with ``axis`` removed (0-d for ``axis=None`` or 1-d input). An empty
-        axis gives ``+0.0``. NaNs are canonical.
+        axis gives ``init``. NaNs are canonical.
 
     Raises
     ------
@@ -526,6 +546,8 @@ def fp32_sum(x, axis=-1):
         If ``x`` is 0-d and ``axis`` is not ``None``, or ``axis`` is out of range.
     """
     x = _operand(x, "fp32_sum input")
+    if init is not None:
+        init = _operand(init, "fp32_sum init")
     if axis is None:
         x = x.reshape(-1)
         axis = 0
@@ -536,7 +558,7 @@ def fp32_sum(x, axis=-1):
         raise ValueError(f"fp32_sum axis {axis} is out of range for an array with {x.ndim} "
                          f"axes; use an axis in [{-x.ndim}, {x.ndim})")
     terms = np.ascontiguousarray(np.moveaxis(x, axis, 0))
-    return _accumulate(terms, terms.shape[1:])
+    return _accumulate(init, terms.shape[1:], terms_first=terms)
 
 
 def check_environment():

@@ -8,7 +8,7 @@ The FP32 operations are checked three ways:
 * an independent reference: exact arithmetic on the decoded operands (Python integers, and
   ``fractions.Fraction`` for a cross-check), rounded to binary32 by a from-scratch
   round-to-nearest-even routine that never touches NumPy float32 (``_round_to_binary32``);
-  ~120,000 operand pairs per operation drawn from every class plus engineered cancellations,
+  100,000 operand pairs per operation drawn from every class plus engineered cancellations,
   ties and subnormal/overflow results, compared bit for bit;
 * the reference routine itself is pinned by hand-made cases, so it is not trusted blindly.
 
@@ -26,7 +26,7 @@ from ttrain.golden import numerics as nm
 from ttrain.golden.numerics import Rounding
 
 SEED = 20261129
-N_RANDOM_PAIRS = 120_000          # per operation (mul, add); sub gets a third of that
+N_RANDOM_PAIRS = 100_000          # per operation (mul, add); sub gets a third of that
 
 # --------------------------------------------------------------------------------------------
 # Independent reference: exact arithmetic + from-scratch RNE rounding to binary32
@@ -713,8 +713,8 @@ def test_comparison_and_extremum_edge_cases():
 # Reductions: the sequential accumulation order
 # --------------------------------------------------------------------------------------------
 
-def _ref_dot(a_row, b_row):
-    acc = POS_ZERO
+def _ref_dot(a_row, b_row, init=POS_ZERO):
+    acc = init
     for x, y in zip(a_row, b_row):
         acc = ref_add(acc, ref_mul(x, y))
     return acc
@@ -753,6 +753,30 @@ def test_dot_order_and_no_fma():
     big = f32(MAX_FINITE)
     assert int(bits_of(nm.fp32_dot([big, big], [2.0, -2.0]))) == NAN     # inf + -inf
     assert int(bits_of(nm.fp32_dot([f32(0xFF812345), 1.0], [1.0, 1.0]))) == NAN
+
+
+def test_dot_and_sum_start_value():
+    tiny, neg_tiny = f32(0x1A000000), f32(0x9A000000)          # 2**-75 and -2**-75
+    # Every product is -0 (one of them by underflow): +0 from the default start, -0 from -0.
+    a, b = [neg_tiny, -0.0], [tiny, 1.0]
+    assert int(bits_of(nm.fp32_dot(a, b))) == POS_ZERO
+    assert int(bits_of(nm.fp32_dot(a, b, init=-0.0))) == NEG_ZERO
+    assert int(bits_of(nm.fp32_sum([-0.0, -0.0], init=-0.0))) == NEG_ZERO
+    assert int(bits_of(nm.fp32_sum(np.zeros(0, np.float32), init=f32(MIN_SUB)))) == MIN_SUB
+    # init=-0 is "start from the first product"; an init array accumulates into it (C += A.B).
+    rng = np.random.default_rng(SEED + 10)
+    x = random_bits(rng, 40 * 6).reshape(40, 6).astype(np.uint32)
+    y = random_bits(rng, 40 * 6).reshape(40, 6).astype(np.uint32)
+    c = random_bits(rng, 40).astype(np.uint32)
+    got = bits_of(nm.fp32_dot(f32(x), f32(y), init=-0.0)).tolist()
+    assert got == [_ref_dot(r[1:], s[1:], ref_mul(r[0], s[0]))
+                   for r, s in zip(x.tolist(), y.tolist())]
+    got = bits_of(nm.fp32_dot(f32(x), f32(y), init=f32(c))).tolist()
+    assert got == [_ref_dot(r, s, i) for r, s, i in zip(x.tolist(), y.tolist(), c.tolist())]
+    assert nm.fp32_dot(np.ones((2, 1, 3), np.float32), [1.0, 2.0, 3.0],
+                       init=np.zeros(4, np.float32)).shape == (2, 4)
+    with pytest.raises(ValueError, match="as_f32"):
+        nm.fp32_dot([1.0], [1.0], init=0.1)
 
 
 def test_dot_broadcasts_leading_axes():
