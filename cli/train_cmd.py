@@ -1,5 +1,72 @@
-"""Placeholder until this command lands."""
+"""``ttrain train``: train a preset on a data directory or the built-in generated data set."""
+
+import os
 
 
 def register(sub):
-    pass
+    p = sub.add_parser(
+        "train", help="train a config with plain SGD (golden model) and report intent accuracy",
+        description="Train the tensorized transformer of a preset with plain SGD on the golden "
+                    "NumPy model. Without --data it uses the built-in generated ATIS-like data "
+                    "set (seed 0). Prints one line per epoch and the dev and test intent "
+                    "accuracy (first listed intent) of the best-dev epoch.")
+    p.add_argument("--config", required=True, metavar="NAME",
+                   help="preset name (see `ttrain plan --help` or golden/config.py)")
+    p.add_argument("--data", metavar="DIR",
+                   help="data directory in the ATIS/SNIPS layout (e.g. ../shared/data/atis); "
+                        "default: the built-in generated data set")
+    p.add_argument("--epochs", type=int, metavar="N", help="epochs (default: the config's)")
+    p.add_argument("--lr", type=float, metavar="X", help="peak learning rate (default: config's)")
+    p.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="seed of initialization and shuffling (default 0)")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="sentences per SGD step (default: the config's batch; 1 = the paper)")
+    p.add_argument("--schedule", choices=("constant", "linear"),
+                   help="learning-rate schedule (default: the config's)")
+    p.add_argument("--slot-head", action="store_true",
+                   help="also train the per-token slot head and report slot F1")
+    p.add_argument("--out", metavar="DIR",
+                   help="write best.npz, history.json and curves.png here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args):
+    from ttrain.golden.config import get_config
+    from ttrain.golden.data import generate_dataset, load_dataset
+    from ttrain.golden.train import train
+
+    cfg = get_config(args.config)
+    if args.epochs is not None and args.epochs < 1:
+        raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"--lr must be positive, got {args.lr}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.data is not None:
+        if not os.path.isdir(args.data):
+            raise ValueError(f"--data {args.data} is not a directory: pass a directory holding "
+                             f"{{train,dev,test}}.seq.in/.seq.out/.label, intent_label.txt and "
+                             f"slot_label.txt (e.g. ../shared/data/atis)")
+        dataset = load_dataset(args.data, cfg)
+    else:
+        dataset = generate_dataset(seed=0, seq_len=cfg.seq_len, vocab_size=cfg.vocab)
+    print(dataset.summary())
+    slot_head = True if args.slot_head else None
+    result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                   batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
+                   progress=not args.no_progress, schedule=args.schedule, log=print)
+    t = result["cfg"]
+    print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
+          f"({result['schedule']}), {result['epochs']} epochs, seed {result['seed']}, "
+          f"{result['seconds']:.1f} s")
+    dev, test = result["dev"], result["test"]
+    print(f"best dev epoch {result['best_epoch']}: dev intent accuracy "
+          f"{100 * dev['intent_acc']:.2f}%, test intent accuracy {100 * test['intent_acc']:.2f}% "
+          f"(exact label string: dev {100 * dev['intent_exact_acc']:.2f}%, test "
+          f"{100 * test['intent_exact_acc']:.2f}%)")
+    if t.slot_head:
+        print(f"slot F1: dev {100 * dev['slot_f1']:.2f}%, test {100 * test['slot_f1']:.2f}%")
+    if result["checkpoint"]:
+        print(f"wrote {result['checkpoint']}, {result['history_file']}, {result['curves']}")
+    return 0

@@ -1,0 +1,473 @@
+"""SGD training of the tensorized transformer on an intent (+ slot) data set.
+
+:func:`train` runs plain mini-batch SGD (no momentum, no Adam: the update the accelerator
+implements, ``p -= lr * g`` via :func:`ttrain.golden.model.sgd_update`) with an optional
+learning-rate schedule:
+
+``"constant"``
+    ``lr`` at every step.
+``"linear"``
+    linear warm-up over the first ``warmup`` fraction of the steps (0 = none), then linear decay
+    from ``lr`` towards 0 (``lr / n`` at the last of ``n`` decay steps).
+
+After each epoch it evaluates intent accuracy (first-listed-intent rule and exact label string)
+and, with the slot head, conlleval-style slot span F1 on dev and test, keeps the parameters of
+the best dev epoch (intent accuracy, ties to the lower dev loss) and returns them. With
+``out_dir`` it writes ``best.npz`` (see :func:`save_checkpoint`), ``history.json`` and
+``curves.png`` (loss and accuracy per epoch).
+
+Defaults for ``epochs``, ``lr``, ``schedule``, ``warmup`` and ``clip`` come from the config
+(``cfg.epochs``, ``cfg.lr``, ``cfg.extra``).
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .config import ModelConfig, TTMSpec, TTSpec
+from .data import Dataset
+
+__all__ = ["train", "evaluate", "lr_at", "conll_spans", "slot_f1", "save_checkpoint",
+           "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
+           "SCHEDULES"]
+
+SCHEDULES = ("constant", "linear")
+CHECKPOINT_FORMAT = 1
+# Fields that describe hyperparameters, not the shapes of the parameters.
+_NON_SHAPE_FIELDS = ("lr", "epochs", "description", "extra", "batch")
+
+
+# --------------------------------------------------------------------------------------------
+# Config (de)serialization
+
+
+def config_to_dict(cfg):
+    """Return ``cfg`` as a JSON-serializable dict (inverse: :func:`config_from_dict`)."""
+    d = dataclasses.asdict(cfg)
+    return json.loads(json.dumps(d, default=list))
+
+
+def config_from_dict(d):
+    """Rebuild a :class:`ModelConfig` from :func:`config_to_dict` output (validated)."""
+    d = dict(d)
+    d["embedding"] = TTMSpec(**d["embedding"])
+    for name in ("attention", "ffn1", "ffn2", "pooler"):
+        d[name] = TTSpec(**d[name])
+    return ModelConfig(**d)
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+def conll_spans(tags):
+    """Return the set of ``(type, start, end)`` chunks (end exclusive) in a BIO tag sequence.
+
+    conlleval rules: a chunk starts at ``B-x``, or at ``I-x`` not continuing a chunk of type
+    ``x``; it ends before ``O``, ``B-*``, an ``I-`` of another type or the end. Tags without a
+    ``B-``/``I-`` prefix (``O``, ``PAD``, ``UNK``) are outside.
+    """
+    spans = set()
+    start, kind = None, None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, _, t = tag.partition("-") if tag[:2] in ("B-", "I-") else ("O", "", None)
+        continues = prefix == "I" and kind is not None and t == kind
+        if start is not None and not continues:
+            spans.add((kind, start, i))
+            start, kind = None, None
+        if prefix in ("B", "I") and start is None:
+            start, kind = i, t
+    return spans
+
+
+def slot_f1(gold, pred, slot_labels):
+    """Return ``(precision, recall, f1)`` of slot chunks, conlleval style, over a data split.
+
+    Parameters
+    ----------
+    gold : ndarray of int, shape (n, S)
+        Tag ids, ``-1`` where ignored ([CLS], padding).
+    pred : ndarray of int, shape (n, S)
+        Predicted tag ids (read where ``gold >= 0``).
+    slot_labels : list of str
+        Tag names.
+    """
+    gold, pred = np.asarray(gold), np.asarray(pred)
+    if gold.shape != pred.shape:
+        raise ValueError(f"gold {gold.shape} and predicted {pred.shape} slot arrays differ")
+    n_gold = n_pred = n_ok = 0
+    for g_row, p_row in zip(gold, pred):
+        keep = g_row >= 0
+        g = conll_spans([slot_labels[i] for i in g_row[keep]])
+        p = conll_spans([slot_labels[i] for i in p_row[keep]])
+        n_gold += len(g)
+        n_pred += len(p)
+        n_ok += len(g & p)
+    precision = n_ok / n_pred if n_pred else 0.0
+    recall = n_ok / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def _model_batch(batch, slot_head):
+    keys = ("tokens", "segments", "mask", "intent") + (("slots",) if slot_head else ())
+    return {k: batch[k] for k in keys}
+
+
+def evaluate(cfg, params, dataset, split, *, batch_size=256):
+    """Evaluate ``params`` on one split of ``dataset``.
+
+    Returns
+    -------
+    dict
+        ``loss`` (mean per sentence), ``intent_acc`` (first-listed-intent rule),
+        ``intent_exact_acc`` (full label string), ``n``; with the slot head also ``slot_p``,
+        ``slot_r``, ``slot_f1``.
+    """
+    from . import model
+    data = dataset.batch(split)
+    n = len(data["intent"])
+    loss_sum, intent_pred, slot_pred = 0.0, [], []
+    for start in range(0, n, batch_size):
+        b = {k: v[start:start + batch_size] for k, v in data.items()}
+        loss, _, out = model.forward_backward(cfg, params, _model_batch(b, cfg.slot_head),
+                                              need_grads=False)
+        loss_sum += float(loss) * len(b["intent"])
+        intent_pred.append(np.argmax(out["intent_logits"], axis=-1))
+        if cfg.slot_head:
+            slot_pred.append(np.argmax(out["slot_logits"], axis=-1))
+    intent_pred = np.concatenate(intent_pred)
+    result = {"n": n, "loss": loss_sum / n,
+              "intent_acc": float(np.mean(intent_pred == data["intent"])),
+              "intent_exact_acc": float(np.mean(intent_pred == data["intent_exact"]))}
+    if cfg.slot_head:
+        p, r, f = slot_f1(data["slots"], np.concatenate(slot_pred), dataset.slot_labels)
+        result.update(slot_p=p, slot_r=r, slot_f1=f)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def save_checkpoint(path, cfg, params, *, vocab, intent_labels, slot_labels, meta=None):
+    """Write ``params`` and what is needed to use them to an ``.npz`` file.
+
+    Stored: every parameter array (key ``param/<name>``), the config (name and full JSON),
+    the word vocabulary, intent and slot label lists and ``meta`` (a JSON-serializable dict).
+    """
+    arrays = {f"param/{k}": np.asarray(v) for k, v in params.items()}
+    arrays["format"] = np.array(CHECKPOINT_FORMAT)
+    arrays["config_name"] = np.array(cfg.name)
+    arrays["config_json"] = np.array(json.dumps(config_to_dict(cfg)))
+    arrays["vocab"] = np.array(list(vocab), dtype=str)
+    arrays["intent_labels"] = np.array(list(intent_labels), dtype=str)
+    arrays["slot_labels"] = np.array(list(slot_labels), dtype=str)
+    arrays["meta_json"] = np.array(json.dumps(meta or {}))
+    path = os.fspath(path)
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def load_checkpoint(path, cfg=None):
+    """Read a checkpoint written by :func:`save_checkpoint`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` file.
+    cfg : ModelConfig, optional
+        If given, the checkpoint must have been written for this config (same name and shapes;
+        ``lr``, ``epochs``, ``batch`` and ``description`` may differ), else ValueError.
+
+    Returns
+    -------
+    dict
+        ``cfg`` (the stored :class:`ModelConfig`), ``params``, ``vocab``, ``intent_labels``,
+        ``slot_labels``, ``meta``.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    with np.load(path, allow_pickle=False) as z:
+        if "config_json" not in z.files or "format" not in z.files:
+            raise ValueError(f"{path} is not a ttrain checkpoint (no config_json/format entries)")
+        if int(z["format"]) != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path} has checkpoint format {int(z['format'])}, this ttrain "
+                             f"reads format {CHECKPOINT_FORMAT}")
+        stored = json.loads(str(z["config_json"]))
+        params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+        out = {"params": params, "vocab": [str(w) for w in z["vocab"]],
+               "intent_labels": [str(w) for w in z["intent_labels"]],
+               "slot_labels": [str(w) for w in z["slot_labels"]],
+               "meta": json.loads(str(z["meta_json"]))}
+    if cfg is not None:
+        want = config_to_dict(cfg)
+        if stored["name"] != want["name"]:
+            raise ValueError(f"checkpoint {path} was written for config {stored['name']!r}, not "
+                             f"{cfg.name!r}: load it with --config {stored['name']}")
+        diff = [k for k in want if k not in _NON_SHAPE_FIELDS and stored.get(k) != want[k]]
+        if diff:
+            detail = ", ".join(f"{k}: checkpoint {stored.get(k)!r} vs config {want[k]!r}"
+                               for k in diff)
+            raise ValueError(f"checkpoint {path} does not fit config {cfg.name!r} ({detail})")
+    out["cfg"] = config_from_dict(stored)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Plotting
+
+
+def plot_history(history, path, title=""):
+    """Save loss and accuracy curves (per epoch) of a :func:`train` history as a PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    epochs = [h["epoch"] for h in history]
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    ax_loss.plot(epochs, [h["train_loss"] for h in history], "o-", label="train")
+    ax_loss.plot(epochs, [h["dev_loss"] for h in history], "s-", label="dev")
+    ax_loss.set_xlabel("epoch")
+    ax_loss.set_ylabel("loss (mean per sentence)")
+    ax_loss.set_yscale("log")
+    ax_loss.legend()
+    ax_loss.grid(alpha=0.3)
+    for key, label, style in (("train_acc", "train (running)", "o-"), ("dev_acc", "dev", "s-"),
+                              ("test_acc", "test", "^-"), ("dev_slot_f1", "dev slot F1", "s--"),
+                              ("test_slot_f1", "test slot F1", "^--")):
+        if key in history[0]:
+            ax_acc.plot(epochs, [100 * h[key] for h in history], style, label=label)
+    ax_acc.set_xlabel("epoch")
+    ax_acc.set_ylabel("intent accuracy / slot F1 (%)")
+    ax_acc.legend()
+    ax_acc.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), dpi=100)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+
+
+def lr_at(step, total, lr, schedule="constant", warmup=0.0):
+    """Return the learning rate of 0-based ``step`` out of ``total`` (see the module doc)."""
+    if schedule == "constant":
+        return lr
+    if schedule == "linear":
+        n_warm = int(round(warmup * total))
+        if step < n_warm:
+            return lr * (step + 1) / n_warm
+        return lr * (total - step) / max(1, total - n_warm)
+    raise ValueError(f"unknown schedule {schedule!r}; choose one of {list(SCHEDULES)}")
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _global_norm(grads):
+    return float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64)))
+                             for g in grads.values())))
+
+
+def _fmt(value):
+    return f"{100 * value:.2f}%"
+
+
+def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
+          out_dir=None, progress=True, schedule=None, warmup=None, clip=None, log=None,
+          blas_threads=1):
+    """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        Shapes; ``n_intents``/``n_slots`` are replaced by the data set's when they differ.
+    dataset : Dataset
+        Encoded with ``cfg.seq_len`` and at most ``cfg.vocab`` words.
+    epochs : int, optional
+        Passes over the train split (default ``cfg.epochs``).
+    lr : float, optional
+        Peak learning rate (default ``cfg.lr``).
+    seed : int
+        Seeds initialization and shuffling; the same seed gives the same result.
+    batch_size : int, optional
+        Sentences per SGD step (default ``cfg.batch``; 1 is the paper's setting).
+    slot_head : bool, optional
+        Train the slot head too (default ``cfg.slot_head``).
+    out_dir : str or os.PathLike, optional
+        Where to write ``best.npz``, ``history.json`` and ``curves.png``.
+    progress : bool
+        Show a tqdm bar per epoch (only when stderr is a terminal).
+    schedule : {"constant", "linear"}, optional
+        Learning-rate schedule (default ``cfg.extra.get("schedule", "constant")``).
+    warmup : float, optional
+        Warm-up fraction of all steps for ``"linear"`` (default ``cfg.extra.get("warmup", 0)``).
+    clip : float, optional
+        Scale the gradient down to this global L2 norm when it is larger (default
+        ``cfg.extra.get("clip")``, None = never). Still plain SGD: one scalar per step.
+    log : callable, optional
+        Called with one line of text per epoch (for example ``print``).
+    blas_threads : int or None
+        BLAS threads while training (None = leave as is). The matrices are small: one thread
+        is fastest, and several threads on a shared 2-core machine are up to 14x slower
+        (``docs/training.md``).
+
+    Returns
+    -------
+    dict
+        ``cfg`` (the config trained), ``params`` (best-dev parameters), ``history`` (one dict
+        per epoch: lr, train loss and running accuracy, dev/test loss and accuracies, seconds),
+        ``best_epoch``, ``dev`` and ``test`` (evaluation of the best parameters), ``seconds``,
+        ``checkpoint`` / ``curves`` / ``history_file`` (paths or None).
+    """
+    if blas_threads is None:
+        return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
+                      schedule, warmup, clip, log)
+    _check_positive_int("blas_threads", blas_threads)
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=int(blas_threads), user_api="blas"):
+        return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
+                      schedule, warmup, clip, log)
+
+
+def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
+           warmup, clip, log):
+    from . import model
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
+    epochs = cfg.epochs if epochs is None else epochs
+    lr = cfg.lr if lr is None else lr
+    batch_size = cfg.batch if batch_size is None else batch_size
+    schedule = cfg.extra.get("schedule", "constant") if schedule is None else schedule
+    warmup = cfg.extra.get("warmup", 0.0) if warmup is None else warmup
+    clip = cfg.extra.get("clip") if clip is None else clip
+    _check_positive_int("epochs", epochs)
+    _check_positive_int("batch_size", batch_size)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; choose one of {list(SCHEDULES)}")
+    if not 0 <= warmup < 1:
+        raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
+    if clip is not None and not clip > 0:
+        raise ValueError(f"clip must be a positive gradient norm or None, got {clip!r}")
+    if dataset.seq_len != cfg.seq_len:
+        raise ValueError(f"data set was encoded with seq_len {dataset.seq_len} but config "
+                         f"{cfg.name!r} has seq_len {cfg.seq_len}: load it with this config")
+    if dataset.vocab_size > cfg.vocab:
+        raise ValueError(f"data set vocabulary has {dataset.vocab_size} words but config "
+                         f"{cfg.name!r} has {cfg.vocab} TTM rows: load it with this config")
+    changes = {}
+    if dataset.n_intents != cfg.n_intents:
+        changes["n_intents"] = dataset.n_intents
+    if dataset.n_slots != cfg.n_slots:
+        changes["n_slots"] = dataset.n_slots
+    if slot_head is not None and bool(slot_head) != cfg.slot_head:
+        changes["slot_head"] = bool(slot_head)
+    if changes:
+        cfg = cfg.with_(**changes)
+
+    t0 = time.perf_counter()
+    params = model.init_params(cfg, np.random.default_rng(seed))
+    shuffle_rng = np.random.default_rng([seed, 1])
+    n_train = dataset.size("train")
+    steps_per_epoch = -(-n_train // batch_size)
+    total_steps = epochs * steps_per_epoch
+    show_bar = bool(progress) and sys.stderr.isatty()
+    if show_bar:
+        from tqdm import tqdm
+
+    history, best, best_key = [], None, None
+    step = 0
+    for epoch in range(1, epochs + 1):
+        t_epoch = time.perf_counter()
+        loss_sum, correct, seen = 0.0, 0, 0
+        bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{epochs}", leave=False,
+                   unit="step", file=sys.stderr) if show_bar else None
+        for batch in dataset.batches("train", batch_size, seed=shuffle_rng):
+            rate = lr_at(step, total_steps, lr, schedule, warmup)
+            loss, grads, out = model.forward_backward(cfg, params,
+                                                      _model_batch(batch, cfg.slot_head))
+            if not np.isfinite(loss):
+                raise FloatingPointError(
+                    f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower the "
+                    f"learning rate (now {rate:g}) or set a gradient clip")
+            if clip is not None:
+                norm = _global_norm(grads)
+                if norm > clip:
+                    scale = np.float32(clip / norm)
+                    grads = {k: (g * scale).astype(g.dtype, copy=False) for k, g in grads.items()}
+            model.sgd_update(params, grads, rate)
+            n = len(batch["intent"])
+            loss_sum += float(loss) * n
+            correct += int(np.sum(np.argmax(out["intent_logits"], -1) == batch["intent"]))
+            seen += n
+            step += 1
+            if bar is not None:
+                bar.update(1)
+                if step % 20 == 0:
+                    bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+        if bar is not None:
+            bar.close()
+        dev = evaluate(cfg, params, dataset, "dev")
+        test = evaluate(cfg, params, dataset, "test")
+        row = {"epoch": epoch, "lr": rate, "train_loss": loss_sum / seen,
+               "train_acc": correct / seen, "dev_loss": dev["loss"], "dev_acc": dev["intent_acc"],
+               "dev_exact_acc": dev["intent_exact_acc"], "test_loss": test["loss"],
+               "test_acc": test["intent_acc"], "test_exact_acc": test["intent_exact_acc"]}
+        if cfg.slot_head:
+            row.update(dev_slot_f1=dev["slot_f1"], test_slot_f1=test["slot_f1"])
+        row["seconds"] = time.perf_counter() - t_epoch
+        history.append(row)
+        key = (dev["intent_acc"], -dev["loss"])
+        if best_key is None or key > best_key:
+            best_key = key
+            best = {"epoch": epoch, "params": {k: v.copy() for k, v in params.items()},
+                    "dev": dev, "test": test}
+        if log is not None:
+            line = (f"epoch {epoch:3d}/{epochs}  lr {rate:.4g}  train loss {row['train_loss']:.4f}"
+                    f" acc {_fmt(row['train_acc'])}  dev loss {dev['loss']:.4f} intent "
+                    f"{_fmt(dev['intent_acc'])}  test intent {_fmt(test['intent_acc'])}")
+            if cfg.slot_head:
+                line += f"  slot F1 dev {_fmt(dev['slot_f1'])} test {_fmt(test['slot_f1'])}"
+            log(line + f"  ({row['seconds']:.1f} s)")
+
+    result = {"cfg": cfg, "params": best["params"], "history": history,
+              "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
+              "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
+              "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
+              "checkpoint": None, "curves": None, "history_file": None}
+    if out_dir is not None:
+        out_dir = os.fspath(out_dir)
+        os.makedirs(out_dir, exist_ok=True)
+        meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
+                                       "warmup", "clip", "best_epoch")}
+        meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
+        result["checkpoint"] = save_checkpoint(
+            os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,
+            intent_labels=dataset.intent_labels, slot_labels=dataset.slot_labels, meta=meta)
+        result["history_file"] = os.path.join(out_dir, "history.json")
+        with open(result["history_file"], "w", encoding="utf-8") as f:
+            json.dump({"config": config_to_dict(cfg), **meta, "seconds": result["seconds"],
+                       "history": history}, f, indent=1)
+        result["curves"] = plot_history(
+            history, os.path.join(out_dir, "curves.png"),
+            title=f"{cfg.name} on {dataset.name}: best dev epoch {best['epoch']}, test intent "
+                  f"{_fmt(best['test']['intent_acc'])}")
+    return result
