@@ -38,6 +38,7 @@ formulas (no ``np.round``, no floats) and return ``int64`` arrays.
 """
 
 import enum
+import math
 import operator
 
 import numpy as np
@@ -60,6 +61,8 @@ _INF_BITS = np.uint32(0x7F800000)
 _NAN_BITS = np.uint32(CANONICAL_NAN)
 
 _DOT_ORDERS = ("sequential",)
+_BLOCK_ELEMENTS = 1 << 20       # working-set bound of the blocked reductions (values)
+_LOOP_MIN_LEAD = 256            # from this many outputs on, reductions loop over the axis
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,24 +447,56 @@ def fp32_min(a, b):
 # --------------------------------------------------------------------------------------------
 
 def _accumulate(init, lead_shape, terms_first=None, a_first=None, b_first=None):
-    """Sequential RNE accumulation over axis 0 of ``terms_first`` (or of ``a_first * b_first``)."""
+    """Sequential RNE accumulation over axis 0 of ``terms_first`` (or of ``a_first * b_first``).
+
+    ``np.add.accumulate`` is defined as ``r[i] = r[i-1] + x[i]`` (strictly left to right, one
+    rounding per step; only ``reduce``/``sum`` use pairwise summation), so for few outputs
+    blocks of the reduction axis run in C while the order stays the reference order (blocks
+    hold about ``_BLOCK_ELEMENTS`` values). For ``_LOOP_MIN_LEAD`` outputs or more, a Python
+    loop over the reduction axis with one vectorized add per step is faster (accumulate walks
+    the reduction axis element by element there).
+    """
     if init is None:
         acc = np.zeros(lead_shape, dtype=np.float32)                      # +0.0
     else:
         lead_shape = np.broadcast_shapes(lead_shape, init.shape)
         acc = np.array(np.broadcast_to(init, lead_shape), dtype=np.float32, order="C")
+
+    def align(first):  # (K,) + shape  ->  (K,) + ones + shape, so it broadcasts under lead
+        return first.reshape(first.shape[:1] + (1,) * (acc.ndim - first.ndim + 1)
+                             + first.shape[1:])
+
+    if terms_first is not None:
+        terms_first = align(terms_first)
+    else:
+        a_first, b_first = align(a_first), align(b_first)
+    k_total = (terms_first if terms_first is not None else a_first).shape[0]
+    lead_size = math.prod(lead_shape)
     with np.errstate(all="ignore"):
-        if terms_first is not None:
-            for k in range(terms_first.shape[0]):
-                np.add(acc, terms_first[k], out=acc)
-        else:
+        if lead_size >= _LOOP_MIN_LEAD:
+            # Many outputs: one vectorized multiply and add per step of the reduction axis.
             product = np.empty(lead_shape, dtype=np.float32)
-            for k in range(a_first.shape[0]):
-                np.multiply(a_first[k], b_first[k], out=product)
-                np.add(acc, product, out=acc)
+            for k in range(k_total):
+                if terms_first is not None:
+                    np.add(acc, terms_first[k], out=acc)
+                else:
+                    np.multiply(a_first[k], b_first[k], out=product)
+                    np.add(acc, product, out=acc)
+        else:
+            # Few outputs: blocks of the reduction axis through np.add.accumulate.
+            block = max(1, _BLOCK_ELEMENTS // max(1, lead_size))
+            for k0 in range(0, k_total, block):
+                k1 = min(k_total, k0 + block)
+                buf = np.empty((k1 - k0 + 1,) + lead_shape, dtype=np.float32)
+                buf[0] = acc
+                if terms_first is not None:
+                    buf[1:] = terms_first[k0:k1]
+                else:
+                    np.multiply(a_first[k0:k1], b_first[k0:k1], out=buf[1:])
+                acc = np.add.accumulate(buf, axis=0, dtype=np.float32)[-1]
     # A NaN never turns back into a number under add, so canonicalizing once at the end equals
     # canonicalizing after every step.
-    return _finish(acc)
+    return _finish(np.array(acc, dtype=np.float32, order="C"))
 
 
 def fp32_dot(a, b, order="sequential", *, init=None):

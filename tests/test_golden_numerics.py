@@ -720,7 +720,23 @@ def _ref_dot(a_row, b_row, init=POS_ZERO):
     return acc
 
 
-def test_dot_matches_sequential_reference():
+# The reductions run either blocks through np.add.accumulate (few outputs) or a loop with one
+# vectorized add per step (many outputs); each path and block split must keep the order.
+REDUCTION_PATHS = [("accumulate", None), ("accumulate", 1), ("accumulate", 7), ("loop", None)]
+
+
+def _force_path(monkeypatch, path, block, lead_size):
+    if path == "loop":
+        monkeypatch.setattr(nm, "_LOOP_MIN_LEAD", 1)
+    else:
+        monkeypatch.setattr(nm, "_LOOP_MIN_LEAD", 1 << 40)
+    if block is not None:
+        monkeypatch.setattr(nm, "_BLOCK_ELEMENTS", block * lead_size)
+
+
+@pytest.mark.parametrize("path, block", REDUCTION_PATHS)
+def test_dot_matches_sequential_reference(path, block, monkeypatch):
+    _force_path(monkeypatch, path, block, 30)
     rng = np.random.default_rng(SEED + 5)
     # Finite values of mixed magnitude, plus a few specials, so order and rounding matter.
     a = random_bits(rng, 30 * 17).reshape(30, 17)
@@ -755,7 +771,9 @@ def test_dot_order_and_no_fma():
     assert int(bits_of(nm.fp32_dot([f32(0xFF812345), 1.0], [1.0, 1.0]))) == NAN
 
 
-def test_dot_and_sum_start_value():
+@pytest.mark.parametrize("path", ["accumulate", "loop"])
+def test_dot_and_sum_start_value(path, monkeypatch):
+    _force_path(monkeypatch, path, None, 1)
     tiny, neg_tiny = f32(0x1A000000), f32(0x9A000000)          # 2**-75 and -2**-75
     # Every product is -0 (one of them by underflow): +0 from the default start, -0 from -0.
     a, b = [neg_tiny, -0.0], [tiny, 1.0]
@@ -804,7 +822,9 @@ def test_dot_rejects_bad_arguments():
         nm.fp32_dot(1.0, [1.0])
 
 
-def test_sum_is_sequential_along_any_axis():
+@pytest.mark.parametrize("path, block", REDUCTION_PATHS)
+def test_sum_is_sequential_along_any_axis(path, block, monkeypatch):
+    _force_path(monkeypatch, path, block, 20)
     rng = np.random.default_rng(SEED + 8)
     x = ((rng.integers(0, 2, (5, 9, 4)) << 31) | (rng.integers(110, 140, (5, 9, 4)) << 23)
          | rng.integers(0, 1 << 23, (5, 9, 4))).astype(np.uint32)
