@@ -32,14 +32,16 @@ from .config import TTMSpec, TTSpec
 __all__ = [
     "TTLinearCache", "TTMCache",
     "tt_init_std", "init_tt_cores", "tt_to_dense", "tt_left_merge", "tt_right_merge",
-    "tt_linear_forward", "tt_linear_backward", "tt_param_count",
-    "ttm_init_std", "init_ttm_cores", "ttm_to_dense", "token_digits", "ttm_lookup",
+    "tt_linear_forward", "tt_linear_backward", "tt_param_count", "tt_linear_macs",
+    "ttm_macs", "ttm_split", "ttm_init_std", "init_ttm_cores", "ttm_to_dense", "token_digits", "ttm_lookup",
     "ttm_backward", "ttm_backward_sparse", "ttm_param_count",
 ]
 
 
 # --------------------------------------------------------------------------------------------
 # validation helpers
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 def _check_spec(spec, cls):
     if not isinstance(spec, cls):
@@ -61,7 +63,7 @@ def _check_cores(spec, cores, what="cores"):
         if core.shape != tuple(shape):
             raise ValueError(f"{what}[{k}] has shape {core.shape}, expected {tuple(shape)} "
                              f"(spec.core_shapes[{k}]) for {spec}")
-        if core.dtype.kind != "f":
+        if core.dtype not in _FLOATS:
             raise TypeError(f"{what}[{k}] has dtype {core.dtype}; cores must be float32 or "
                             f"float64 arrays")
         out.append(core)
@@ -70,7 +72,7 @@ def _check_cores(spec, cores, what="cores"):
 
 def _check_float(name, a):
     a = np.asarray(a)
-    if a.dtype.kind != "f":
+    if a.dtype not in _FLOATS:
         raise TypeError(f"{name} has dtype {a.dtype}; pass a float32 or float64 array")
     return a
 
@@ -90,9 +92,90 @@ def _check_std(std):
 
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
-    if dtype.kind != "f":
+    if dtype not in _FLOATS:
         raise TypeError(f"dtype must be a floating type (np.float32 or np.float64), got {dtype}")
     return dtype
+
+
+# --------------------------------------------------------------------------------------------
+# chain kernels, shared by TT-linear (no batch) and TTM (one chain per distinct token)
+#
+# A "chain" is a list of 3-way blocks (..., r_{k-1}, s_k, r_k) with a common leading batch
+# shape "...". Prefix products carry the merged mode index row-major (first block most
+# significant) in front of the open rank; suffix products carry the open rank in front.
+
+def _swap(a):
+    return np.swapaxes(a, -1, -2)
+
+
+def _chain_prefixes(mats):
+    """``P_k = A_1 * ... * A_k`` as ``(..., s_1..s_k, r_k)``; needs ``r_0 == 1``."""
+    bs = mats[0].shape[:-3]
+    _, s, r1 = mats[0].shape[-3:]
+    out = [mats[0].reshape(bs + (s, r1))]
+    for g in mats[1:]:
+        r0, s, r1 = g.shape[-3:]
+        p = np.matmul(out[-1], g.reshape(bs + (r0, s * r1)))
+        out.append(p.reshape(bs + (out[-1].shape[-2] * s, r1)))
+    return out
+
+
+def _chain_suffixes(mats):
+    """``S_k = A_k * ... * A_n`` as ``(..., r_{k-1}, s_k..s_n)``; needs ``r_n == 1``."""
+    bs = mats[-1].shape[:-3]
+    r0, s, _ = mats[-1].shape[-3:]
+    out = [mats[-1].reshape(bs + (r0, s))]
+    for g in mats[-2::-1]:
+        r0, s, r1 = g.shape[-3:]
+        p = np.matmul(g.reshape(bs + (r0 * s, r1)), out[-1])
+        out.append(p.reshape(bs + (r0, s * out[-1].shape[-1])))
+    out.reverse()
+    return out
+
+
+def _sweep_prefixes(mats, prefixes, grad):
+    """Block gradients of a left chain, given ``grad`` of its full product ``(..., S, r_n)``.
+
+    Right to left: ``D`` is ``grad`` with ``A_{k+1..n}`` absorbed (the right environment),
+    ``(..., s_1..s_k, r_k)``; ``dA_k = P_{k-1}^T D`` (``P_{k-1}`` the left environment).
+    """
+    bs = mats[0].shape[:-3]
+    grads = [None] * len(mats)
+    D = grad
+    for k in range(len(mats) - 1, -1, -1):
+        g = mats[k]
+        r0, s, r1 = g.shape[-3:]
+        lead = prefixes[k - 1].shape[-2] if k else 1
+        Dk = D.reshape(bs + (lead, s * r1))                   # (..., s_1..s_{k-1}, s_k r_k)
+        if k == 0:
+            grads[0] = Dk.reshape(bs + (r0, s, r1))
+        else:
+            grads[k] = np.matmul(_swap(prefixes[k - 1]), Dk).reshape(bs + (r0, s, r1))
+            D = np.matmul(Dk, _swap(g.reshape(bs + (r0, s * r1))))    # (..., lead, r_{k-1})
+    return grads
+
+
+def _sweep_suffixes(mats, suffixes, grad):
+    """Block gradients of a right chain, given ``grad`` of its full product ``(..., r_0, S)``.
+
+    Left to right: ``E`` is ``A_{1..k-1}`` absorbed into ``grad``, ``(..., r_{k-1}, s_k..s_n)``;
+    ``dA_k = E S_{k+1}^T`` (``S_{k+1}`` the right environment).
+    """
+    bs = mats[0].shape[:-3]
+    n = len(mats)
+    grads = [None] * n
+    E = grad
+    for k in range(n):
+        g = mats[k]
+        r0, s, r1 = g.shape[-3:]
+        tail = suffixes[k + 1].shape[-1] if k + 1 < n else 1
+        Ek = E.reshape(bs + (r0 * s, tail))                   # (..., r_{k-1} s_k, s_{k+1}..)
+        if k == n - 1:
+            grads[k] = Ek.reshape(bs + (r0, s, r1))
+        else:
+            grads[k] = np.matmul(Ek, _swap(suffixes[k + 1])).reshape(bs + (r0, s, r1))
+            E = np.matmul(_swap(g.reshape(bs + (r0 * s, r1))), Ek)    # (..., r_k, tail)
+    return grads
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,6 +185,42 @@ def tt_param_count(spec):
     """Number of parameters of a TT layer (sum of core sizes)."""
     _check_spec(spec, TTSpec)
     return spec.num_params
+
+
+def tt_linear_macs(spec, batch):
+    """Multiply-accumulates of one TT-linear step in the bi-directional flow, by phase.
+
+    These are exactly the MACs :func:`tt_linear_forward` and :func:`tt_linear_backward`
+    perform (the self-tests count them).
+
+    Parameters
+    ----------
+    spec : TTSpec
+    batch : int
+        Rows of ``x`` (``B``, tokens per step).
+
+    Returns
+    -------
+    dict
+        ``left_merge`` (``sum_{k=2..d} m_1..m_{k-1} r_{k-1} m_k r_k``), ``right_merge`` (its
+        mirror), ``forward_data`` (``B r_d (N_in + N_out)``: ``X L`` and ``Z R``),
+        ``backward_data`` (``2 B r_d (N_in + N_out)``: ``dZ``, ``dX``, ``dR``, ``dL``),
+        ``core_grads`` (``2 (left_merge + right_merge)``, batch-independent), and the totals
+        ``forward`` (merges + forward_data) and ``backward`` (backward_data + core_grads).
+    """
+    _check_spec(spec, TTSpec)
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 0:
+        raise ValueError(f"batch must be a non-negative integer, got {batch!r}")
+    d, r = spec.d, spec.ranks
+    m, n = spec.in_modes, spec.out_modes
+    left = sum(prod(m[:k]) * r[k] * m[k] * r[k + 1] for k in range(1, d))
+    right = sum(r[d + k] * n[k] * r[d + k + 1] * prod(n[k + 1:]) for k in range(d - 1))
+    fwd = int(batch) * r[d] * (spec.n_in + spec.n_out)
+    out = {"left_merge": left, "right_merge": right, "forward_data": fwd,
+           "backward_data": 2 * fwd, "core_grads": 2 * (left + right)}
+    out["forward"] = left + right + fwd
+    out["backward"] = out["backward_data"] + out["core_grads"]
+    return out
 
 
 def tt_init_std(spec, std):
@@ -180,26 +299,11 @@ def tt_right_merge(spec, cores):
 
 
 def _left_merge(spec, cores, dtype):
-    d = spec.d
-    g = cores[0].astype(dtype, copy=False)
-    prefixes = [g.reshape(g.shape[1], g.shape[2])]           # r_0 == 1
-    for k in range(1, d):
-        g = cores[k].astype(dtype, copy=False)
-        r0, s, r1 = g.shape
-        prefixes.append((prefixes[-1] @ g.reshape(r0, s * r1)).reshape(-1, r1))
-    return prefixes
+    return _chain_prefixes([c.astype(dtype, copy=False) for c in cores[:spec.d]])
 
 
 def _right_merge(spec, cores, dtype):
-    d = spec.d
-    g = cores[-1].astype(dtype, copy=False)
-    suffixes = [g.reshape(g.shape[0], g.shape[1])]           # r_2d == 1
-    for k in range(2 * d - 2, d - 1, -1):
-        g = cores[k].astype(dtype, copy=False)
-        r0, s, r1 = g.shape
-        suffixes.append((g.reshape(r0 * s, r1) @ suffixes[-1]).reshape(r0, -1))
-    suffixes.reverse()
-    return suffixes
+    return _chain_suffixes([c.astype(dtype, copy=False) for c in cores[spec.d:]])
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,8 +380,8 @@ def tt_linear_forward(spec, cores, x):
     x2 = x.reshape(-1, spec.n_in).astype(dtype, copy=False)
     prefixes = _left_merge(spec, cores, dtype)                # L = prefixes[-1]
     suffixes = _right_merge(spec, cores, dtype)               # R = suffixes[0]
-    z = x2 @ prefixes[-1]                                     # (B, r_d)
-    y = z @ suffixes[0]                                       # (B, n_out)
+    z = np.matmul(x2, prefixes[-1])                           # (B, r_d)
+    y = np.matmul(z, suffixes[0])                             # (B, n_out)
     cache = TTLinearCache(x=x2, z=z, prefixes=tuple(prefixes), suffixes=tuple(suffixes),
                           batch_shape=batch_shape)
     return y.reshape(batch_shape + (spec.n_out,)), cache
@@ -324,34 +428,14 @@ def tt_linear_backward(spec, cores, cache, dy):
     d = spec.d
     dy2 = dy.reshape(-1, spec.n_out).astype(dtype, copy=False)
     L, R = cache.left, cache.right
-    dz = dy2 @ R.T                                            # (B, r_d)
-    dx = dz @ L.T                                             # (B, n_in)
-    dR = cache.z.T @ dy2                                      # (r_d, n_out)
-    dL = cache.x.T @ dz                                       # (n_in, r_d)
+    dz = np.matmul(dy2, R.T)                                  # (B, r_d)
+    dx = np.matmul(dz, L.T)                                   # (B, n_in)
+    dR = np.matmul(cache.z.T, dy2)                            # (r_d, n_out)
+    dL = np.matmul(cache.x.T, dz)                             # (n_in, r_d)
 
-    dcores = [None] * (2 * d)
-    # Input half, right-to-left. D holds dL contracted with G_{k+1..d}: (m_1..m_k, r_k).
-    D = dL
-    for k in range(d - 1, -1, -1):
-        g = cores[k].astype(dtype, copy=False)
-        r0, s, r1 = g.shape
-        Dk = D.reshape(-1, s * r1)                            # (m_1..m_{k-1}, m_k r_k)
-        if k == 0:
-            dcores[0] = Dk.reshape(r0, s, r1)
-        else:
-            dcores[k] = (cache.prefixes[k - 1].T @ Dk).reshape(r0, s, r1)
-            D = Dk @ g.reshape(r0, s * r1).T                  # (m_1..m_{k-1}, r_{k-1})
-    # Output half, left-to-right. E holds G_{d+1..k-1} contracted with dR: (r_{k-1}, n_k..n_d).
-    E = dR
-    for k in range(d, 2 * d):
-        g = cores[k].astype(dtype, copy=False)
-        r0, s, r1 = g.shape
-        Ek = E.reshape(r0 * s, -1)                            # (r_{k-1} n_k, n_{k+1}..n_d)
-        if k == 2 * d - 1:
-            dcores[k] = Ek.reshape(r0, s, r1)
-        else:
-            dcores[k] = (Ek @ cache.suffixes[k - d + 1].T).reshape(r0, s, r1)
-            E = g.reshape(r0 * s, r1).T @ Ek                  # (r_k, n_{k+1}..n_d)
+    mats = [c.astype(dtype, copy=False) for c in cores]
+    dcores = (_sweep_prefixes(mats[:d], cache.prefixes, dL)
+              + _sweep_suffixes(mats[d:], cache.suffixes, dR))
     return dx.reshape(cache.batch_shape + (spec.n_in,)), dcores
 
 
@@ -362,6 +446,73 @@ def ttm_param_count(spec):
     """Number of parameters of a TTM table (sum of core sizes)."""
     _check_spec(spec, TTMSpec)
     return spec.num_params
+
+
+def _segment_sum(values, inverse, n):
+    """Return ``out[j] = sum(values[inverse == j])`` for ``j < n``.
+
+    A one-hot ``(n, T)`` matmul (BLAS; ``np.add.at`` and ``reduceat`` are 10x slower here),
+    falling back to ``np.add.at`` when the one-hot matrix would exceed 2**24 entries.
+    """
+    out_shape = (n,) + values.shape[1:]
+    flat = values.reshape(values.shape[0], prod(values.shape[1:]))
+    if n * values.shape[0] <= 1 << 24:
+        onehot = (inverse[None, :] == np.arange(n)[:, None]).astype(values.dtype)
+        return np.dot(onehot, flat).reshape(out_shape)       # a scatter, not a contraction
+    out = np.zeros((n, flat.shape[1]), dtype=values.dtype)
+    np.add.at(out, inverse, flat)
+    return out.reshape(out_shape)
+
+
+def _ttm_split_costs(spec):
+    """Per-token lookup MACs for every split ``m`` in ``0..d`` (left chain = cores ``< m``)."""
+    d, e, r = spec.d, spec.dim_modes, spec.ranks
+    costs = []
+    for m in range(d + 1):
+        left = sum(prod(e[:k]) * r[k] * e[k] * r[k + 1] for k in range(1, m))
+        right = sum(r[j] * e[j] * r[j + 1] * prod(e[j + 1:]) for j in range(m, d - 1))
+        join = spec.dim * r[m] if 0 < m < d else 0
+        costs.append(left + right + join)
+    return costs
+
+
+def ttm_split(spec):
+    """Split point ``m`` of the TTM lookup chain: the cheapest per token (ties: smallest ``m``).
+
+    Cores ``0..m-1`` are merged left to right (prefix products), cores ``m..d-1`` right to left
+    (suffix products), and the two meet through rank ``r_m`` — the TT-linear bi-directional
+    flow applied to one token's slices. ``m == d`` is the plain left-to-right chain.
+    """
+    _check_spec(spec, TTMSpec)
+    costs = _ttm_split_costs(spec)
+    return costs.index(min(costs))
+
+
+def ttm_macs(spec, n_unique, split=None):
+    """Multiply-accumulates of :func:`ttm_lookup` and :func:`ttm_backward_sparse`.
+
+    Work is done once per distinct token (``n_unique``). With the split ``m`` of
+    :func:`ttm_split`, one token costs ``left + right + join`` MACs: the left chain
+    ``sum_{k=1..m-1} e_1..e_k r_k e_{k+1} r_{k+1}`` (0-based cores), its right-hand mirror and
+    ``D r_m`` to join them (none when ``m`` is ``0`` or ``d``). The backward costs twice the
+    lookup (slice gradients plus the environment sweeps). Scatter-adds are not counted.
+
+    ``split`` forces the split point as in :func:`ttm_lookup`.
+
+    Returns
+    -------
+    dict
+        ``split``, ``lookup`` and ``backward``.
+    """
+    _check_spec(spec, TTMSpec)
+    if isinstance(n_unique, bool) or not isinstance(n_unique, (int, np.integer)) or n_unique < 0:
+        raise ValueError(f"n_unique must be a non-negative integer, got {n_unique!r}")
+    costs = _ttm_split_costs(spec)
+    m = costs.index(min(costs)) if split is None else split
+    if not (isinstance(m, (int, np.integer)) and 0 <= m <= spec.d):
+        raise ValueError(f"split must be an integer in 0..{spec.d} (or None), got {split!r}")
+    return {"split": m, "lookup": int(n_unique) * costs[m],
+            "backward": 2 * int(n_unique) * costs[m]}
 
 
 def ttm_init_std(spec, std):
@@ -451,27 +602,36 @@ class TTMCache:
     unique : ndarray of int64, ``(U,)``
     inverse : ndarray of int64, ``(T,)`` with ``T = prod(tokens_shape)``
     digits : ndarray of int64, ``(U, d)``
+    split : int
+        ``m`` of :func:`ttm_split`.
     slices : tuple of ndarray
         ``slices[k][u] == F_k[:, digits[u, k], :, :]``, ``(U, r_{k-1}, e_k, r_k)``.
     prefixes : tuple of ndarray
-        Chain products of the first ``k+1`` slices, ``(U, e_1..e_{k+1}, r_{k+1})``; the last
-        one, squeezed, is the rows of the distinct tokens.
+        Products of slices ``0..k`` for ``k < m``: ``(U, e_1..e_{k+1}, r_{k+1})``.
+    suffixes : tuple of ndarray
+        Products of slices ``k..d-1`` for ``k >= m``: ``(U, r_k, e_{k+1}..e_d)``.
     """
     tokens_shape: tuple
     unique: np.ndarray
     inverse: np.ndarray
     digits: np.ndarray
+    split: int
     slices: tuple
     prefixes: tuple
+    suffixes: tuple
 
     @property
     def dtype(self):
         """Computation dtype of the lookup."""
-        return self.prefixes[-1].dtype
+        return self.slices[0].dtype
 
 
-def ttm_lookup(spec, cores, tokens):
+def ttm_lookup(spec, cores, tokens, split=None):
     """Look up the embedding rows of ``tokens`` without forming the table.
+
+    The selected slices of each distinct token are chain-contracted over the ranks, from both
+    ends towards the split :func:`ttm_split` (the cheapest order; same result as the plain
+    left-to-right chain up to float rounding).
 
     Parameters
     ----------
@@ -479,6 +639,9 @@ def ttm_lookup(spec, cores, tokens):
     cores : list of ndarray
         ``cores[k].shape == spec.core_shapes[k]``.
     tokens : int array ``(...)``, values in ``[0, V)``
+    split : int in ``0..d``, optional
+        Force the split point (default :func:`ttm_split`); every split gives the same rows up
+        to float rounding.
 
     Returns
     -------
@@ -490,34 +653,45 @@ def ttm_lookup(spec, cores, tokens):
     tokens = _check_tokens(spec, tokens)
     dtype = np.result_type(*cores)
     unique, inverse = np.unique(tokens.reshape(-1), return_inverse=True)
-    digits = token_digits(spec, unique)                      # (U, d)
+    digits = token_digits(spec, unique)                       # (U, d)
+    if split is None:
+        m = ttm_split(spec)
+    elif isinstance(split, (int, np.integer)) and not isinstance(split, bool) \
+            and 0 <= split <= spec.d:
+        m = int(split)
+    else:
+        raise ValueError(f"split must be an integer in 0..{spec.d} (or None), got {split!r}")
     n = unique.shape[0]
-    slices, prefixes = [], []
-    acc = np.ones((n, 1, 1), dtype=dtype)                     # (U, E_<k, r_{k-1})
-    for k, core in enumerate(cores):
-        r0, v, e, r1 = core.shape
-        sl = core.astype(dtype, copy=False).transpose(1, 0, 2, 3)[digits[:, k]]
-        slices.append(sl)                                     # (U, r0, e, r1)
-        acc = (acc @ sl.reshape(n, r0, e * r1)).reshape(n, prod(spec.dim_modes[:k + 1]), r1)
-        prefixes.append(acc)
-    rows = acc.reshape(n, spec.dim)[inverse]
+    slices = tuple(np.ascontiguousarray(core.astype(dtype, copy=False).transpose(1, 0, 2, 3))
+                   [digits[:, k]] for k, core in enumerate(cores))   # (U, r_k, e_k, r_{k+1})
+    prefixes = tuple(_chain_prefixes(slices[:m])) if m else ()
+    suffixes = tuple(_chain_suffixes(slices[m:])) if m < spec.d else ()
+    if m == 0:
+        rows = suffixes[0]
+    elif m == spec.d:
+        rows = prefixes[-1]
+    else:
+        rows = np.matmul(prefixes[-1], suffixes[0])           # (U, E_<m, E_>=m)
+    rows = rows.reshape(n, spec.dim)[inverse]
     cache = TTMCache(tokens_shape=tokens.shape, unique=unique, inverse=inverse.reshape(-1),
-                     digits=digits, slices=tuple(slices), prefixes=tuple(prefixes))
+                     digits=digits, split=m, slices=slices, prefixes=prefixes,
+                     suffixes=suffixes)
     return rows.reshape(tokens.shape + (spec.dim,)), cache
 
 
 def ttm_backward_sparse(spec, cores, cache, drows):
     """Return the TTM core gradients as used slices only.
 
-    For each distinct token the row gradients of its occurrences are summed, then the gradient
-    of slice ``k`` is that sum contracted with the product of the other selected slices (left:
-    the saved prefix; right: swept from the last core). Slices shared by several tokens are
-    accumulated.
+    For each distinct token the row gradients of its occurrences are summed; the gradient of
+    slice ``k`` is that sum contracted with the product of the other selected slices (the saved
+    prefix/suffix products on one side, a sweep over the remaining slices on the other). Slices
+    shared by several tokens are accumulated.
 
     Parameters
     ----------
     spec : TTMSpec
     cores : list of ndarray
+        The cores passed to :func:`ttm_lookup` (shapes are checked; the saved slices are used).
     cache : TTMCache
     drows : ndarray, same shape as the lookup's ``rows``
 
@@ -529,11 +703,13 @@ def ttm_backward_sparse(spec, cores, cache, drows):
         ``F_k[:, slice_indices[j], :, :]``.
     """
     _check_spec(spec, TTMSpec)
-    cores = _check_cores(spec, cores)
+    _check_cores(spec, cores)
     if not isinstance(cache, TTMCache):
         raise TypeError(f"cache must be the TTMCache returned by ttm_lookup, "
                         f"not {type(cache).__name__}")
-    if cache.digits.shape[1] != spec.d or cache.prefixes[-1].shape[1] != spec.dim:
+    if (cache.digits.shape[1] != spec.d
+            or [s.shape[1:] for s in cache.slices] != [(r0, e, r1) for r0, _, e, r1
+                                                      in spec.core_shapes]):
         raise ValueError("cache does not match spec: pass the cache from ttm_lookup with the "
                          "same spec")
     drows = _check_float("drows", drows)
@@ -541,25 +717,24 @@ def ttm_backward_sparse(spec, cores, cache, drows):
     if drows.shape != want:
         raise ValueError(f"drows has shape {drows.shape}, expected {want} (the shape of rows)")
     dtype = cache.dtype
-    n = cache.unique.shape[0]
-    g = np.zeros((n, spec.dim), dtype=dtype)
-    np.add.at(g, cache.inverse, drows.reshape(-1, spec.dim).astype(dtype, copy=False))
+    n, m, d = cache.unique.shape[0], cache.split, spec.d
+    g = _segment_sum(drows.reshape(-1, spec.dim).astype(dtype, copy=False), cache.inverse, n)
 
-    out = [None] * spec.d
-    D = g.reshape(n, spec.dim, 1)                             # (U, E_<=k, r_k), k = d
-    for k in range(spec.d - 1, -1, -1):
-        sl = cache.slices[k]
-        _, r0, e, r1 = sl.shape
-        Dk = D.reshape(n, prod(spec.dim_modes[:k]), e * r1)   # (U, E_<k, e_k r_k)
-        if k == 0:
-            ds = Dk.reshape(n, r0, e, r1)
-        else:
-            ds = (cache.prefixes[k - 1].transpose(0, 2, 1) @ Dk).reshape(n, r0, e, r1)
-            D = Dk @ sl.reshape(n, r0, e * r1).transpose(0, 2, 1)   # (U, E_<k, r_{k-1})
+    if m == 0:
+        dslices = _sweep_suffixes(cache.slices, cache.suffixes, g.reshape(n, 1, spec.dim))
+    elif m == d:
+        dslices = _sweep_prefixes(cache.slices, cache.prefixes, g.reshape(n, spec.dim, 1))
+    else:
+        A, B = cache.prefixes[-1], cache.suffixes[0]          # (U, E_<m, r_m), (U, r_m, E_>=m)
+        g = g.reshape(n, A.shape[1], B.shape[2])
+        dA = np.matmul(g, _swap(B))
+        dB = np.matmul(_swap(A), g)
+        dslices = (_sweep_prefixes(cache.slices[:m], cache.prefixes, dA)
+                   + _sweep_suffixes(cache.slices[m:], cache.suffixes, dB))
+    out = []
+    for k, ds in enumerate(dslices):
         idx, inv = np.unique(cache.digits[:, k], return_inverse=True)
-        acc = np.zeros((idx.shape[0], r0, e, r1), dtype=dtype)
-        np.add.at(acc, inv.reshape(-1), ds)
-        out[k] = (idx, acc)
+        out.append((idx, _segment_sum(ds, inv.reshape(-1), idx.shape[0])))
     return out
 
 

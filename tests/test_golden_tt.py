@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from ttrain.golden.config import TTMSpec, TTSpec, get_config
+from ttrain.golden import tt as tt_module
 from ttrain.golden.tt import (
     TTLinearCache, TTMCache, init_tt_cores, init_ttm_cores, token_digits, tt_init_std,
-    tt_left_merge, tt_linear_backward, tt_linear_forward, tt_param_count, tt_right_merge,
-    tt_to_dense, ttm_backward, ttm_backward_sparse, ttm_init_std, ttm_lookup, ttm_param_count,
-    ttm_to_dense,
+    tt_left_merge, tt_linear_backward, tt_linear_forward, tt_linear_macs, tt_param_count,
+    tt_right_merge, tt_to_dense, ttm_backward, ttm_backward_sparse, ttm_init_std, ttm_lookup,
+    ttm_macs, ttm_param_count, ttm_to_dense,
 )
 
 TT_SPECS = {
@@ -90,6 +91,23 @@ def einsum_chain_grads(cores, mode_axes, dfull):
                         + ["".join(full), ranks[0], ranks[-1]])
         grads.append(np.einsum(spec + "->" + subs[k], *ops, optimize="greedy"))
     return grads
+
+
+class CountingNumpy:
+    """Stand-in for the ``np`` module inside ``ttrain.golden.tt`` that counts matmul MACs."""
+
+    def __init__(self):
+        self.macs = 0
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def matmul(self, a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.ndim >= 2 and b.ndim >= 2, "contractions are matrix products"
+        batch = prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        self.macs += batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        return np.matmul(a, b)
 
 
 def central_fd(loss, cores, h=1e-3):
@@ -303,6 +321,46 @@ def test_paper_layer_forward_backward_against_dense():
     assert rel_err(dx, dy.astype(np.float64) @ W.T) < 1e-5
 
 
+def test_mixed_dtypes_compute_in_the_wider_one():
+    spec = TT_SPECS["d2-unequal"]
+    rng = np.random.default_rng(14)
+    cores = init_tt_cores(spec, rng, 0.5, np.float64)
+    x = rng.standard_normal((3, spec.n_in)).astype(np.float32)
+    y, cache = tt_linear_forward(spec, cores, x)
+    assert y.dtype == np.float64 and cache.dtype == np.float64
+    np.testing.assert_allclose(y, x.astype(np.float64) @ tt_to_dense(spec, cores), rtol=1e-12)
+    cores32 = [c.astype(np.float32) for c in cores]
+    _, cache32 = tt_linear_forward(spec, cores32, x)
+    dx, dcores = tt_linear_backward(spec, cores32, cache32, rng.standard_normal(y.shape))
+    assert dx.dtype == np.float32 and all(g.dtype == np.float32 for g in dcores)
+
+
+@pytest.mark.parametrize("spec", [*TT_SPECS.values(), get_config("paper-l1").ffn1],
+                         ids=[*TT_SPECS.keys(), "paper-ffn1"])
+def test_counted_macs_match_tt_linear_macs(spec, monkeypatch):
+    rng = np.random.default_rng(15)
+    cores = init_tt_cores(spec, rng, 0.5)
+    x = rng.standard_normal((7, spec.n_in)).astype(np.float32)
+    counter = CountingNumpy()
+    monkeypatch.setattr(tt_module, "np", counter)
+    y, cache = tt_linear_forward(spec, cores, x)
+    fwd = counter.macs
+    tt_linear_backward(spec, cores, cache, np.ones_like(y))
+    macs = tt_linear_macs(spec, 7)
+    assert fwd == macs["forward"]
+    assert counter.macs - fwd == macs["backward"]
+
+
+def test_tt_linear_macs_algorithms_md_examples():
+    # algorithms.md section 2: 768x768, B=32 forward MACs for the two rank settings.
+    att = get_config("paper-l1").attention
+    assert tt_linear_macs(att, 32)["forward"] == 1_643_520
+    assert tt_linear_macs(get_config("paper-l1-r10").attention, 32)["forward"] == 664_320
+    assert tt_linear_macs(att, 32)["backward_data"] == 2 * 32 * 20 * (768 + 768)
+    with pytest.raises(ValueError, match="batch must be a non-negative integer"):
+        tt_linear_macs(att, 1.5)
+
+
 # --------------------------------------------------------------------------------------------
 # TTM embedding
 
@@ -410,6 +468,55 @@ def test_ttm_init_variance():
     assert ttm_init_std(spec, std) ** (2 * spec.d) * 6 == pytest.approx(std ** 2)
 
 
+TTM_SPLIT_CASES = [(name, spec, m) for name, spec in TTM_SPECS.items()
+                   for m in range(spec.d + 1)]
+ttm_split_cases = pytest.mark.parametrize(
+    "spec,split", [(spec, m) for _, spec, m in TTM_SPLIT_CASES],
+    ids=[f"{name}-split{m}" for name, _, m in TTM_SPLIT_CASES])
+
+
+@ttm_split_cases
+def test_ttm_every_split_matches_dense_and_finite_differences(spec, split):
+    rng = np.random.default_rng(29)
+    cores = init_ttm_cores(spec, rng, 1.0, np.float64)
+    tokens = np.concatenate([rng.integers(0, spec.vocab, size=5), [2, 2]])
+    rows, cache = ttm_lookup(spec, cores, tokens, split=split)
+    assert cache.split == split
+    np.testing.assert_allclose(rows, naive_ttm_dense(spec, cores)[tokens], rtol=1e-12,
+                               atol=1e-14)
+    Rm = rng.standard_normal(rows.shape)
+    dcores = ttm_backward(spec, cores, cache, Rm)
+    fd = central_fd(lambda c: float(np.sum(ttm_lookup(spec, c, tokens)[0] * Rm)), cores)
+    for k, (g, ref) in enumerate(zip(dcores, fd)):
+        assert rel_err(g, ref) <= 1e-6, f"core {k}"
+
+
+@ttm_split_cases
+def test_ttm_counted_macs(spec, split, monkeypatch):
+    rng = np.random.default_rng(28)
+    cores = init_ttm_cores(spec, rng, 1.0)
+    tokens = rng.integers(0, spec.vocab, size=9)
+    n_unique = len(np.unique(tokens))
+    counter = CountingNumpy()
+    monkeypatch.setattr(tt_module, "np", counter)
+    rows, cache = ttm_lookup(spec, cores, tokens, split=split)
+    lookup = counter.macs
+    ttm_backward_sparse(spec, cores, cache, np.ones_like(rows))
+    macs = ttm_macs(spec, n_unique, split=split)
+    assert (lookup, counter.macs - lookup) == (macs["lookup"], macs["backward"])
+
+
+def test_ttm_default_split_is_cheapest():
+    for spec in [*TTM_SPECS.values(), get_config("paper-l1").embedding]:
+        best = ttm_macs(spec, 1)
+        assert best == ttm_macs(spec, 1, split=best["split"])
+        assert all(best["lookup"] <= ttm_macs(spec, 1, split=m)["lookup"]
+                   for m in range(spec.d + 1))
+    # paper embedding: meeting in the middle beats the plain left-to-right chain
+    paper = get_config("paper-l1").embedding
+    assert ttm_macs(paper, 1)["lookup"] < ttm_macs(paper, 1, split=paper.d)["lookup"]
+
+
 def test_ttm_empty_tokens():
     spec = TTM_SPECS["d2"]
     cores = init_ttm_cores(spec, np.random.default_rng(27), 1.0)
@@ -497,3 +604,6 @@ def test_ttm_rejects_bad_inputs():
         ttm_backward(spec, cores, cache, rows.reshape(4, 12))
     with pytest.raises(TypeError, match="TTMCache"):
         ttm_backward_sparse(spec, cores, None, rows)
+    for split in (-1, 4, 1.0):
+        with pytest.raises(ValueError, match=r"split must be an integer in 0\.\.3"):
+            ttm_lookup(spec, cores, [1], split=split)
