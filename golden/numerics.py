@@ -70,7 +70,8 @@ _LOOP_MIN_LEAD = 256            # from this many outputs on, reductions loop ove
 # --------------------------------------------------------------------------------------------
 
 def _numeric_array(x, what):
-    arr = np.asarray(x)
+    with np.errstate(all="ignore"):          # a signalling NaN raises 'invalid' when converted
+        arr = np.asarray(x)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{what} must be real numbers (bool, integer or float array-like), "
                         f"not an array of dtype {arr.dtype}")
