@@ -15,7 +15,10 @@ Conventions (``algorithms.md`` §1–2, ``docs/tt-formats.md``):
 The TT-linear forward/backward use the bi-directional flow: a left merge ``L`` (``N_in x r_d``)
 with its prefix products, a right merge ``R`` (``r_d x N_out``) with its suffix products,
 ``Z = X L`` and ``Y = Z R``. No ``N_in x N_out`` array is ever formed outside of
-:func:`tt_to_dense`, which exists for tests and reference only.
+:func:`tt_to_dense`, which exists for tests and reference only. The TTM lookup runs the same
+two-ended chain on each distinct token's slices, meeting at the cheapest rank
+(:func:`ttm_split`); the table is never formed outside of :func:`ttm_to_dense`.
+:func:`tt_linear_macs` and :func:`ttm_macs` give the exact multiply-accumulate counts.
 
 Computation dtype follows the inputs (``np.result_type`` of ``x`` and the cores): float32 is the
 fast path, float64 is what gradient checks use. Every contraction is a BLAS ``matmul`` over
@@ -33,8 +36,8 @@ __all__ = [
     "TTLinearCache", "TTMCache",
     "tt_init_std", "init_tt_cores", "tt_to_dense", "tt_left_merge", "tt_right_merge",
     "tt_linear_forward", "tt_linear_backward", "tt_param_count", "tt_linear_macs",
-    "ttm_macs", "ttm_split", "ttm_init_std", "init_ttm_cores", "ttm_to_dense", "token_digits", "ttm_lookup",
-    "ttm_backward", "ttm_backward_sparse", "ttm_param_count",
+    "ttm_init_std", "init_ttm_cores", "ttm_to_dense", "token_digits", "ttm_split", "ttm_lookup",
+    "ttm_backward", "ttm_backward_sparse", "ttm_param_count", "ttm_macs",
 ]
 
 
@@ -42,6 +45,7 @@ __all__ = [
 # validation helpers
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
 
 def _check_spec(spec, cls):
     if not isinstance(spec, cls):
