@@ -26,7 +26,8 @@ code. Results are always ``numpy.ndarray`` (0-d for scalar operands) of dtype ``
 
 Accumulation order
 ------------------
-:func:`fp32_dot` and :func:`fp32_sum` define the reference order: start from ``+0.0`` (or a
+:func:`fp32_dot` and :func:`fp32_sum` define the reference order: start from ``-0.0`` (which
+is exactly "start from the first term", since ``x + (-0) == x`` for every ``x``; or from a
 given ``init``) and add the (separately rounded) terms one by one, from index 0 upwards. An
 empty reduction is the start value.
 
@@ -458,7 +459,7 @@ def _accumulate(init, lead_shape, terms_first=None, a_first=None, b_first=None):
     the reduction axis element by element there).
     """
     if init is None:
-        acc = np.zeros(lead_shape, dtype=np.float32)                      # +0.0
+        acc = np.full(lead_shape, -0.0, dtype=np.float32)   # -0.0 = "from the first term"
     else:
         lead_shape = np.broadcast_shapes(lead_shape, init.shape)
         acc = np.array(np.broadcast_to(init, lead_shape), dtype=np.float32, order="C")
@@ -504,14 +505,14 @@ def fp32_dot(a, b, order="sequential", *, init=None):
     """Return dot products over the last axis, accumulated in the reference order.
 
     For each position of the (broadcast) leading axes the result is ``s_K`` with
-    ``s_0 = init`` (``+0.0`` by default) and
+    ``s_0 = init`` (``-0.0`` by default) and
     ``s_{k+1} = fp32_add(s_k, fp32_mul(a[..., k], b[..., k]))``: every product and every
     partial sum is rounded separately (no FMA, no pairwise or tree summation), index 0 first.
 
-    With the default ``+0.0`` start a result is ``+0`` when every product is ``-0``. Passing
-    ``init=-0.0`` instead is exactly "start from the first product" (``x + (-0) == x`` for
-    every ``x``), which is what :func:`ttrain.golden.contract.contract` does for a fresh sum;
-    passing the old outputs gives its ``accumulate`` mode (``C += A @ B``).
+    The default ``-0.0`` start is exactly "start from the first product" (``x + (-0) == x``
+    for every ``x``, so a result is ``-0`` only when every product is ``-0``); this is what
+    the contraction engine does for a fresh sum (:func:`ttrain.golden.contract.contract`).
+    Passing the old outputs as ``init`` gives its ``accumulate`` mode (``C += A @ B``).
 
     Parameters
     ----------
@@ -557,7 +558,7 @@ def fp32_dot(a, b, order="sequential", *, init=None):
 def fp32_sum(x, axis=-1, *, init=None):
     """Sum binary32 values along an axis in the reference (sequential) order.
 
-    ``s_0 = init`` (``+0.0`` by default), ``s_{k+1} = fp32_add(s_k, x[k])`` along ``axis``,
+    ``s_0 = init`` (``-0.0`` by default, i.e. from the first term), ``s_{k+1} = fp32_add(s_k, x[k])`` along ``axis``,
     index 0 first.
 
     Parameters

@@ -714,7 +714,7 @@ def test_comparison_and_extremum_edge_cases():
 # Reductions: the sequential accumulation order
 # --------------------------------------------------------------------------------------------
 
-def _ref_dot(a_row, b_row, init=POS_ZERO):
+def _ref_dot(a_row, b_row, init=NEG_ZERO):
     acc = init
     for x, y in zip(a_row, b_row):
         acc = ref_add(acc, ref_mul(x, y))
@@ -762,10 +762,12 @@ def test_dot_order_and_no_fma():
     # -(1 + 2**-11) + x*x is exactly +0; a fused multiply-add would give 2**-24.
     x = f32(0x3F800800)
     assert int(bits_of(nm.fp32_dot([1.0, x], [f32(0xBF801000), x]))) == POS_ZERO
-    # The accumulator starts at +0: a single -0 product gives +0, an empty dot gives +0.
-    assert int(bits_of(nm.fp32_dot([-0.0], [1.0]))) == POS_ZERO
+    # The accumulator starts at -0 (= from the first product): a single -0 product gives -0,
+    # a +0 product gives +0, an empty dot gives -0.
+    assert int(bits_of(nm.fp32_dot([-0.0], [1.0]))) == NEG_ZERO
+    assert int(bits_of(nm.fp32_dot([0.0], [1.0]))) == POS_ZERO
     assert int(bits_of(nm.fp32_dot(np.zeros((2, 0), np.float32), np.zeros(0, np.float32)))[0]) \
-        == POS_ZERO
+        == NEG_ZERO
     # Overflow and invalid in the chain; NaN results are canonical.
     big = f32(MAX_FINITE)
     assert int(bits_of(nm.fp32_dot([big, big], [2.0, -2.0]))) == NAN     # inf + -inf
@@ -776,9 +778,10 @@ def test_dot_order_and_no_fma():
 def test_dot_and_sum_start_value(path, monkeypatch):
     _force_path(monkeypatch, path, None, 1)
     tiny, neg_tiny = f32(0x1A000000), f32(0x9A000000)          # 2**-75 and -2**-75
-    # Every product is -0 (one of them by underflow): +0 from the default start, -0 from -0.
+    # Every product is -0 (one of them by underflow): -0 from the default start, +0 from +0.
     a, b = [neg_tiny, -0.0], [tiny, 1.0]
-    assert int(bits_of(nm.fp32_dot(a, b))) == POS_ZERO
+    assert int(bits_of(nm.fp32_dot(a, b))) == NEG_ZERO
+    assert int(bits_of(nm.fp32_dot(a, b, init=0.0))) == POS_ZERO
     assert int(bits_of(nm.fp32_dot(a, b, init=-0.0))) == NEG_ZERO
     assert int(bits_of(nm.fp32_sum([-0.0, -0.0], init=-0.0))) == NEG_ZERO
     assert int(bits_of(nm.fp32_sum(np.zeros(0, np.float32), init=f32(MIN_SUB)))) == MIN_SUB
@@ -832,7 +835,7 @@ def test_sum_is_sequential_along_any_axis(path, block, monkeypatch):
     fx = f32(x)
 
     def ref_sum(seq):
-        acc = POS_ZERO
+        acc = NEG_ZERO
         for v in seq:
             acc = ref_add(acc, v)
         return acc
@@ -846,8 +849,9 @@ def test_sum_is_sequential_along_any_axis(path, block, monkeypatch):
     assert int(bits_of(nm.fp32_sum(fx, axis=None))) == ref_sum(x.reshape(-1).tolist())
     eps24 = f32(0x33800000)
     assert int(bits_of(nm.fp32_sum([1.0, eps24, eps24]))) == ONE
-    assert int(bits_of(nm.fp32_sum([-0.0, -0.0]))) == POS_ZERO      # starts from +0
-    assert int(bits_of(nm.fp32_sum(np.zeros(0, np.float32)))) == POS_ZERO
+    assert int(bits_of(nm.fp32_sum([-0.0, -0.0]))) == NEG_ZERO      # starts from -0
+    assert int(bits_of(nm.fp32_sum([-0.0, 0.0]))) == POS_ZERO
+    assert int(bits_of(nm.fp32_sum(np.zeros(0, np.float32)))) == NEG_ZERO
     with pytest.raises(ValueError, match="out of range"):
         nm.fp32_sum(fx, axis=3)
     with pytest.raises(ValueError, match="axis=None"):
