@@ -257,6 +257,8 @@ def init_tt_cores(spec, rng, std, dtype=np.float32):
     -------
     list of ndarray
         ``cores[k].shape == spec.core_shapes[k]``, every core with std :func:`tt_init_std`.
+        The draws are float64 scaled then cast, so float32 and float64 cores from the same seed
+        are the same model up to rounding.
     """
     _check_spec(spec, TTSpec)
     _check_rng(rng)
@@ -317,7 +319,8 @@ class TTLinearCache:
     Attributes
     ----------
     x : ndarray, ``(B, n_in)``
-        The input, flattened to two dimensions.
+        The input, flattened to two dimensions (a view of the caller's array when no dtype
+        conversion is needed: do not modify ``x`` in place before the backward).
     z : ndarray, ``(B, r_d)``
         ``Z = X L``.
     prefixes : tuple of ndarray

@@ -300,6 +300,9 @@ def test_init_core_std_and_dtype():
     a = init_tt_cores(spec, np.random.default_rng(5), 1.0)
     b = init_tt_cores(spec, np.random.default_rng(5), 1.0)
     assert all(np.array_equal(p, q) for p, q in zip(a, b))
+    # same seed, both dtypes: the same model up to float32 rounding
+    c = init_tt_cores(spec, np.random.default_rng(5), 1.0, np.float64)
+    assert all(np.array_equal(p, q.astype(np.float32)) for p, q in zip(a, c))
 
 
 def test_param_counts_equal_initialised_sizes():
