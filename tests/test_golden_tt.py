@@ -526,6 +526,19 @@ def test_ttm_default_split_is_cheapest():
     assert ttm_macs(paper, 1)["lookup"] < ttm_macs(paper, 1, split=paper.d)["lookup"]
 
 
+@pytest.mark.parametrize("name", ["tiny", "small", "paper-l1", "paper-l1-r10"])
+def test_macs_agree_with_planner(name):
+    # golden.planner models orders independently; the flow implemented here must cost what it
+    # predicts for the forward pass, and the TTM split must reach its DP-optimal bracketing.
+    from ttrain.golden import planner
+    cfg = get_config(name)
+    for spec in (cfg.attention, cfg.ffn1, cfg.ffn2):
+        plan = planner.plan_layer(spec, 32).orders["bidirectional"]
+        assert tt_linear_macs(spec, 32)["forward"] == plan.forward_macs
+    assert ttm_macs(cfg.embedding, 1)["lookup"] == \
+        planner.ttm_cost(cfg.embedding, 1)["per_token_forward"]
+
+
 def test_ttm_empty_tokens():
     spec = TTM_SPECS["d2"]
     cores = init_ttm_cores(spec, np.random.default_rng(27), 1.0)
