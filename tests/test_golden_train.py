@@ -1,0 +1,157 @@
+"""SGD training loop, metrics, schedules and checkpoints."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ttrain.golden.config import get_config
+from ttrain.golden.data import generate_dataset
+from ttrain.golden.train import (conll_spans, config_from_dict, config_to_dict, load_checkpoint,
+                                 lr_at, save_checkpoint, slot_f1, train)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("tags, spans", [
+    (["B-a", "I-a", "O", "B-b"], {("a", 0, 2), ("b", 3, 4)}),
+    (["I-a", "I-a"], {("a", 0, 2)}),                   # conlleval: I- may open a chunk
+    (["B-a", "I-b"], {("a", 0, 1), ("b", 1, 2)}),      # type change closes and opens
+    (["B-a", "B-a", "I-a"], {("a", 0, 1), ("a", 1, 3)}),
+    (["O", "UNK", "PAD"], set()),                      # prefix-less tags are outside
+    (["O", "I-x.y", "O", "B-x.y"], {("x.y", 1, 2), ("x.y", 3, 4)}),
+])
+def test_conll_spans(tags, spans):
+    assert conll_spans(tags) == spans
+
+
+def test_slot_f1_by_hand():
+    labels = ["PAD", "UNK", "O", "B-a", "I-a", "B-b"]
+    # sentence 1: gold a[0:2] b[3]; predicted a[0:2] only      -> 1 right of 1 predicted, 2 gold
+    # sentence 2: gold b[0]; predicted a[0] (wrong type)         -> 0 right of 1 predicted, 1 gold
+    gold = np.array([[-1, 3, 4, 2, 5, -1], [-1, 5, -1, -1, -1, -1]])
+    pred = np.array([[5, 3, 4, 2, 2, 5], [0, 3, 5, 5, 5, 5]])   # ignored positions differ freely
+    p, r, f = slot_f1(gold, pred, labels)
+    assert (p, r) == (1 / 2, 1 / 3)
+    assert f == pytest.approx(2 * (1 / 2) * (1 / 3) / (1 / 2 + 1 / 3))
+    assert slot_f1(gold, gold, labels) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="differ"):
+        slot_f1(gold, pred[:1], labels)
+
+
+def test_lr_schedules():
+    assert [lr_at(s, 4, 0.1) for s in range(4)] == [0.1] * 4
+    assert [lr_at(s, 4, 0.4, "linear") for s in range(4)] == pytest.approx([0.4, 0.3, 0.2, 0.1])
+    assert [lr_at(s, 4, 0.4, "linear", warmup=0.5) for s in range(4)] == pytest.approx(
+        [0.2, 0.4, 0.4, 0.2])
+    with pytest.raises(ValueError, match="unknown schedule"):
+        lr_at(0, 4, 0.1, "cosine")
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+def _fake_params(rng):
+    return {"embedding.core0": rng.standard_normal((1, 4, 2, 4)).astype(np.float32),
+            "enc0.q.bias": rng.standard_normal(32).astype(np.float32),
+            "intent.weight": rng.standard_normal((32, 8)).astype(np.float32)}
+
+
+def test_config_dict_round_trip():
+    for name in ("tiny", "small", "paper-l2-r10"):
+        cfg = get_config(name)
+        d = config_to_dict(cfg)
+        assert json.loads(json.dumps(d)) == d
+        assert config_from_dict(d) == cfg
+
+
+def test_checkpoint_round_trip_and_wrong_config(tmp_path):
+    tiny = get_config("tiny")
+    params = _fake_params(np.random.default_rng(0))
+    ds = generate_dataset(seed=0, n_train=30, n_dev=5, n_test=5)
+    path = save_checkpoint(tmp_path / "sub" / "c.npz", tiny, params, vocab=ds.vocab,
+                           intent_labels=ds.intent_labels, slot_labels=ds.slot_labels,
+                           meta={"epoch": 3, "dev": {"intent_acc": 0.5}})
+    ck = load_checkpoint(path, tiny)
+    assert ck["cfg"] == tiny and ck["meta"] == {"epoch": 3, "dev": {"intent_acc": 0.5}}
+    assert ck["vocab"] == ds.vocab and ck["intent_labels"] == ds.intent_labels
+    assert ck["slot_labels"] == ds.slot_labels
+    assert sorted(ck["params"]) == sorted(params)
+    for k, v in params.items():
+        assert ck["params"][k].dtype == v.dtype
+        np.testing.assert_array_equal(ck["params"][k], v)
+    # hyperparameters may differ; names and shapes may not
+    assert load_checkpoint(path, tiny.with_(lr=0.5, epochs=9, batch=4))["cfg"] == tiny
+    with pytest.raises(ValueError, match="written for config 'tiny'.*--config tiny"):
+        load_checkpoint(path, get_config("small"))
+    with pytest.raises(ValueError, match="n_intents: checkpoint 8 vs config 9"):
+        load_checkpoint(path, tiny.with_(n_intents=9))
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.npz")
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    with pytest.raises(ValueError, match="not a ttrain checkpoint"):
+        load_checkpoint(tmp_path / "other.npz")
+
+
+# ---------------------------------------------------------------------------- training
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return generate_dataset(seed=0)
+
+
+def test_train_tiny_learns_generated(generated, tmp_path):
+    tiny = get_config("tiny")
+    # tiny's rank-4 TT layers learn slowly; mini-batches of 8 with a clipped step of 0.2 are
+    # the fastest setting measured (docs/training.md)
+    result = train(tiny, generated, epochs=4, lr=0.2, batch_size=8, clip=1.0, seed=0,
+                   out_dir=tmp_path, progress=False)
+    chance = 1 / (generated.n_intents - 1)             # 7 intents occur, evenly drawn
+    hist = result["history"]
+    assert len(hist) == 4 and result["best_epoch"] in (1, 2, 3, 4)
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"] - 0.3
+    assert result["test"]["intent_acc"] > 2.5 * chance
+    assert result["dev"]["intent_acc"] == max(h["dev_acc"] for h in hist)
+    for name in ("best.npz", "history.json", "curves.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    ck = load_checkpoint(result["checkpoint"], tiny)
+    for k, v in result["params"].items():
+        np.testing.assert_array_equal(ck["params"][k], v)
+    assert ck["meta"]["best_epoch"] == result["best_epoch"]
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_deterministic_and_slot_head():
+    ds = generate_dataset(seed=2, n_train=96, n_dev=16, n_test=16)
+    tiny = get_config("tiny")
+    runs = [train(tiny, ds, epochs=1, lr=0.05, seed=4, batch_size=8, slot_head=True,
+                  progress=False, schedule="linear") for _ in range(2)]
+    assert runs[0]["cfg"].slot_head
+    assert runs[0]["history"][0]["train_loss"] == runs[1]["history"][0]["train_loss"]
+    for k, v in runs[0]["params"].items():
+        np.testing.assert_array_equal(runs[1]["params"][k], v)
+    assert 0.0 <= runs[0]["test"]["slot_f1"] <= 1.0
+    other = train(tiny, ds, epochs=1, lr=0.05, seed=5, batch_size=8, progress=False)
+    assert any(not np.array_equal(other["params"][k], v) for k, v in runs[0]["params"].items())
+
+
+def test_train_adapts_label_counts_and_validates(generated):
+    tiny = get_config("tiny")
+    ds = generate_dataset(seed=1, n_train=16, n_dev=4, n_test=4)
+    ds.intent_labels = ds.intent_labels + ["extra"]     # 9 classes: config follows the data
+    result = train(tiny, ds, epochs=1, lr=0.05, seed=0, progress=False)
+    assert result["cfg"].n_intents == 9 and result["params"]
+    with pytest.raises(ValueError, match="epochs"):
+        train(tiny, generated, epochs=0, lr=0.1)
+    with pytest.raises(ValueError, match="lr"):
+        train(tiny, generated, epochs=1, lr=0.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        train(tiny, generated, epochs=1, lr=0.1, batch_size=0)
+    with pytest.raises(ValueError, match="schedule"):
+        train(tiny, generated, epochs=1, lr=0.1, schedule="cosine")
+    with pytest.raises(ValueError, match="seq_len 8"):
+        train(get_config("small"), generated, epochs=1, lr=0.1)
+    with pytest.raises(TypeError, match="Dataset"):
+        train(tiny, {"train": None}, epochs=1, lr=0.1)
