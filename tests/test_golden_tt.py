@@ -194,6 +194,14 @@ def test_forward_accepts_leading_dims():
     dx, _ = tt_linear_backward(spec, cores, cache, dy)
     assert dx.shape == x.shape
     np.testing.assert_allclose(dx, dy @ tt_to_dense(spec, cores).T, rtol=1e-12, atol=1e-13)
+    # a single vector and an empty batch
+    y1, c1 = tt_linear_forward(spec, cores, x[0, 0])
+    np.testing.assert_allclose(y1, y[0, 0], rtol=1e-12, atol=1e-13)
+    assert tt_linear_backward(spec, cores, c1, dy[0, 0])[0].shape == (spec.n_in,)
+    y0, c0 = tt_linear_forward(spec, cores, np.zeros((0, spec.n_in)))
+    dx0, dc0 = tt_linear_backward(spec, cores, c0, np.zeros((0, spec.n_out)))
+    assert y0.shape == (0, spec.n_out) and dx0.shape == (0, spec.n_in)
+    assert not any(g.any() for g in dc0)
 
 
 @tt_specs
