@@ -59,7 +59,7 @@ __all__ = [
     "View", "Descriptor", "ERROR_CODES", "ERROR_NONE", "ERROR_STORE", "ERROR_DIM",
     "ERROR_A_RANGE", "ERROR_B_RANGE", "ERROR_C_RANGE",
     "contract", "check_descriptor", "validate", "view_addresses", "macs",
-    "random_descriptor",
+    "random_descriptor", "tt_linear_step", "BATCH_DEPENDENT",
 ]
 
 #: Error codes the engine reports (``error_code`` port) and :func:`check_descriptor` returns.
@@ -362,3 +362,116 @@ def _describe_error(code, desc, sizes, max_dim):
     return (f"{name.upper()} view {view} of shape {desc.shapes()[name]} reaches word {last}, "
             f"past the end of store {view.store!r} ({sizes[view.store]} words): lower its base "
             f"or strides, or use a larger store")
+
+
+def _ld(cols, pad):
+    """Leading dimension of a row-major matrix: ``cols``, made odd when ``pad`` (so that a
+    column of it hits every bank of a power-of-two banked store once)."""
+    return cols + 1 if pad and cols % 2 == 0 else cols
+
+
+def tt_linear_step(spec, batch, *, pad=True):
+    """Return the engine descriptors of one TT-linear training step (``algorithms.md`` §2).
+
+    Forward (left and right merges, ``x_l``, ``z_r``), backward (``dz``, ``dx``, ``dr``, ``dl``)
+    and the core gradients of a TT layer with ``d`` = 3 input and 3 output modes, on three
+    stores: ``param`` (cores and their gradients), ``act`` (X, dY, dX, Z, dZ) and ``scratch``
+    (merged L and R, partial merges, temporaries). Matrices are row-major; with ``pad`` the
+    activations get odd leading dimensions so that strided columns are bank-conflict free.
+    Descriptors are oriented so the long dimension runs over the engine's lanes (C's columns).
+
+    Parameters
+    ----------
+    spec : ttrain.golden.config.TTSpec
+        A TT shape with ``d == 3`` (e.g. the paper's ``[12, 8, 8 | 8, 8, 12]``).
+    batch : int
+        Rows of X (tokens per step, B).
+
+    Returns
+    -------
+    (dict, list)
+        ``{store: words}`` and ``[(name, Descriptor), ...]`` in execution order (later
+        descriptors read what earlier ones wrote). Names: ``merge_left_2``, ``merge_left_3``,
+        ``merge_right_5``, ``merge_right_4``, ``x_l``, ``z_r``, ``dz``, ``dx``, ``dr``, ``dl``,
+        ``merge_45``, ``merge_23``, ``core_grad_1`` .. ``core_grad_6`` (with ``_a``/``_b`` steps
+        where a gradient takes two contractions).
+    """
+    if spec.d != 3:
+        raise ValueError(f"tt_linear_step handles d = 3 TT shapes, got d = {spec.d} "
+                         f"({list(spec.in_modes)} | {list(spec.out_modes)})")
+    batch = _check_int("batch", batch, 1)
+    s1, s2, s3, s4, s5, s6 = spec.modes
+    _, r1, r2, r3, r4, r5, _ = spec.ranks
+    n_in, n_out = spec.n_in, spec.n_out
+    alloc = {"param": 0, "act": 0, "scratch": 0}
+
+    def mat(store, rows, cols, padded=False):
+        """Allocate a rows x cols row-major matrix; return its View."""
+        ld = _ld(cols, padded and pad)
+        view = View(store, alloc[store], ld, 1)
+        alloc[store] += rows * ld
+        return view
+
+    # parameters: cores G_k as (r_{k-1} s_k) x r_k matrices, then their gradients
+    cores = [mat("param", spec.ranks[k] * s, spec.ranks[k + 1])
+             for k, s in enumerate(spec.modes)]
+    grads = [mat("param", spec.ranks[k] * s, spec.ranks[k + 1])
+             for k, s in enumerate(spec.modes)]
+    x = mat("act", batch, n_in, True)
+    dy = mat("act", batch, n_out, True)
+    dx = mat("act", batch, n_in, True)
+    z = mat("act", batch, r3, True)
+    dz = mat("act", batch, r3, True)
+    y = mat("act", batch, n_out, True)
+    l2 = mat("scratch", s1 * s2, r2)           # G1*G2 as (s1 s2) x r2
+    ll = mat("scratch", n_in, r3)              # L = G1*G2*G3 as N_in x r3
+    s56 = mat("scratch", r4 * s5, s6)          # G5*G6 as (r4 s5) x s6 = r4 x (s5 s6)
+    rr = mat("scratch", r3 * s4, s5 * s6)      # R as (r3 s4) x (s5 s6) = r3 x N_out
+    dl = mat("scratch", n_in, r3)
+    dr = mat("scratch", r3, n_out)
+    p45 = mat("scratch", r3 * s4 * s5, r5)     # G4*G5 as (r3 s4 s5) x r5
+    q23 = mat("scratch", r1 * s2, s3 * r3)     # G2*G3 as r1 x (s2 s3 r3)
+    t5 = mat("scratch", r4, s5 * s6)           # G4^T . dR
+    u2 = mat("scratch", r1, s2 * s3 * r3)      # G1^T . dL
+
+    def re(view, cols):
+        """The same words viewed with ``cols`` columns (unpadded row-major reshape)."""
+        return View(view.store, view.base, cols, 1)
+
+    g1, g2, g3, g4, g5, g6 = cores
+    d1, d2, d3, d4, d5, d6 = grads
+    D = Descriptor
+    jobs = [
+        # forward merges (batch-independent)
+        ("merge_left_2", D(s1, s2 * r2, r1, g1, re(g2, s2 * r2), re(l2, s2 * r2))),
+        ("merge_left_3", D(s1 * s2, s3 * r3, r2, l2, re(g3, s3 * r3), re(ll, s3 * r3))),
+        ("merge_right_5", D(r4 * s5, s6, r5, g5, re(g6, s6), s56)),
+        ("merge_right_4", D(r3 * s4, s5 * s6, r4, g4, re(s56, s5 * s6), rr)),
+        # Z^T = L^T X^T (lanes over the batch), Y is not stored: the step starts from dY
+        ("x_l", D(r3, batch, n_in, ll.T, x.T, z.T)),
+        ("z_r", D(batch, n_out, r3, z, re(rr, n_out), y)),
+        # backward
+        ("dz", D(r3, batch, n_out, re(rr, n_out), dy.T, dz.T)),
+        ("dx", D(batch, n_in, r3, dz, ll.T, dx)),
+        ("dr", D(r3, n_out, batch, z.T, dy, dr)),
+        ("dl", D(r3, n_in, batch, dz.T, x, dl.T)),
+        # core gradients, right half (dR viewed as (r3 s4 s5) x s6 and (r3 s4) x (s5 s6))
+        ("merge_45", D(r3 * s4, s5 * r5, r4, g4, re(g5, s5 * r5), re(p45, s5 * r5))),
+        ("core_grad_6", D(r5, s6, r3 * s4 * s5, p45.T, re(dr, s6), re(d6, s6))),
+        ("core_grad_4", D(r3 * s4, r4, s5 * s6, re(dr, s5 * s6), re(s56, s5 * s6).T, d4)),
+        ("core_grad_5_a", D(r4, s5 * s6, r3 * s4, g4.T, re(dr, s5 * s6), t5)),
+        ("core_grad_5_b", D(r4 * s5, r5, s6, re(t5, s6), re(g6, s6).T, d5)),
+        # left half (dL viewed as (s1 s2) x (s3 r3) and s1 x (s2 s3 r3))
+        ("merge_23", D(r1 * s2, s3 * r3, r2, g2, re(g3, s3 * r3), re(q23, s3 * r3))),
+        ("core_grad_3", D(r2, s3 * r3, s1 * s2, l2.T, re(dl, s3 * r3), re(d3, s3 * r3))),
+        ("core_grad_1", D(s1, r1, s2 * s3 * r3, re(dl, s2 * s3 * r3),
+                          re(q23, s2 * s3 * r3).T, d1)),
+        ("core_grad_2_a", D(r1, s2 * s3 * r3, s1, g1.T, re(dl, s2 * s3 * r3), u2)),
+        ("core_grad_2_b", D(r1 * s2, r2, s3 * r3, re(u2, s3 * r3), re(g3, s3 * r3).T, d2)),
+    ]
+    sizes = dict(alloc)
+    return sizes, jobs
+
+
+#: Names of the batch-dependent contractions of :func:`tt_linear_step`.
+BATCH_DEPENDENT = ("x_l", "z_r", "dz", "dx", "dr", "dl")

@@ -358,8 +358,8 @@ class ContractionEngine(wiring.Component):
                              f"not {fetch_depth!r}")
         self._mul_unit = mul_unit or FP32Mul
         self._add_unit = add_unit or FP32Add
-        self._mul_latency = self._mul_unit().latency
-        self._add_latency = self._add_unit().latency
+        self._mul_latency = self._probe_latency(self._mul_unit)
+        self._add_latency = self._probe_latency(self._add_unit)
         min_slots = self._add_latency + 1
         if slots is None:
             slots = 1 << ceil_log2(max(lanes, min_slots))
@@ -390,6 +390,12 @@ class ContractionEngine(wiring.Component):
             "host_i": In(stream.Signature(self._host_layout)),
             "host_o": Out(stream.Signature(data.ArrayLayout(32, banks))),
         })
+
+    @staticmethod
+    def _probe_latency(unit):
+        probe = unit()
+        probe._MustUse__silence = True          # built only to read its latency
+        return probe.latency
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
     banks = property(lambda self: self._banks, doc="Banks per store (= host beat width).")
@@ -551,25 +557,43 @@ class ContractionEngine(wiring.Component):
                 m.d.comb += check_code.eq(code)
 
         # ---- loop nests --------------------------------------------------------------------
+        # Tile height: the m rows are cut into ceil(m / slots) tiles of equal height
+        # h = ceil(m / tiles) (balanced, so m = 20 runs as 2 x 10, not 16 + 4); a k-step
+        # issues hp = max(h, add latency + 1) slots, the padding slots being bubbles.
         mtiles = Signal(DB, name="mtiles")
         ntiles = Signal(DB, name="ntiles")
         m.d.comb += [mtiles.eq((d.m + S - 1) >> ls), ntiles.eq((d.n + P - 1) >> lp)]
+        tile_h = Signal(ls + 1, name="tile_h")
+        tile_hp = Signal(ls + 1, name="tile_hp")
+        h_next = Signal(ls + 1)
+        for h in reversed(range(1, S + 1)):
+            with m.If(mtiles * h >= d.m):
+                m.d.comb += h_next.eq(h)
+        min_slots = self._add_latency + 1
+        a_mstride = Signal(AW, name="a_mstride")
+        c_mstride = Signal(AW, name="c_mstride")
+        check_step = Signal(2)
+        with m.If(checking & (check_step == 0)):
+            m.d.sync += [tile_h.eq(h_next),
+                         tile_hp.eq(Mux(h_next < min_slots, min_slots, h_next))]
+        with m.If(checking & (check_step == 1)):
+            m.d.sync += [a_mstride.eq(d.a.row_stride * tile_h),
+                         c_mstride.eq(d.c.row_stride * tile_h)]
         restart = Signal()
         g_a = _Loops(m, "ga", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.a.base,
-                     strides=[d.a.batch_stride, d.a.row_stride << ls, 0, d.a.col_stride],
-                     rems={1: (d.m, S)})
+                     strides=[d.a.batch_stride, a_mstride, 0, d.a.col_stride],
+                     rems={1: (d.m, tile_h)})
         g_b = _Loops(m, "gb", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.b.base,
                      strides=[d.b.batch_stride, 0, d.b.col_stride << lp, d.b.row_stride],
                      rems={2: (d.n, P)})
-        cstrides = [d.c.batch_stride, d.c.row_stride << ls, d.c.col_stride << lp,
-                    d.c.row_stride]
-        g_c = _Loops(m, "gc", [d.batch, mtiles, ntiles, Const(S - 1, ls + 1) + 1],
-                     addr_bits=AW, base=d.c.base, strides=cstrides, rems={1: (d.m, S),
-                                                                        2: (d.n, P)})
-        g_w = _Loops(m, "gw", [d.batch, mtiles, ntiles, Const(S - 1, ls + 1) + 1],
-                     addr_bits=AW, base=d.c.base, strides=cstrides, rems={1: (d.m, S),
-                                                                        2: (d.n, P)})
-        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, d.k, Const(S - 1, ls + 1) + 1])
+        cstrides = [d.c.batch_stride, c_mstride, d.c.col_stride << lp, d.c.row_stride]
+        g_c = _Loops(m, "gc", [d.batch, mtiles, ntiles, tile_hp],
+                     addr_bits=AW, base=d.c.base, strides=cstrides,
+                     rems={1: (d.m, tile_h), 2: (d.n, P)})
+        g_w = _Loops(m, "gw", [d.batch, mtiles, ntiles, tile_hp],
+                     addr_bits=AW, base=d.c.base, strides=cstrides,
+                     rems={1: (d.m, tile_h), 2: (d.n, P)})
+        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, d.k, tile_hp])
         for g in (g_a, g_b, g_c, g_w, g_i):
             m.d.comb += g.restart.eq(restart)
 
@@ -593,14 +617,15 @@ class ContractionEngine(wiring.Component):
         acc_on = d.accumulate
         m.d.comb += [
             ra.load.eq(running & ~g_a.done & (cred_a != 0) & ra.can_load),
-            ra.load_base.eq(g_a.addr), ra.load_mask.eq(thermo(S, g_a.rem[1])),
+            ra.load_base.eq(g_a.addr), ra.load_mask.eq(thermo(S, g_a.rem[1]) & thermo(S, tile_h)),
             ra.load_store.eq(d.a.store), g_a.advance.eq(ra.load),
             rb.load.eq(running & ~g_b.done & (cred_b != 0) & rb.can_load),
             rb.load_base.eq(g_b.addr), rb.load_mask.eq(thermo(P, g_b.rem[2])),
             rb.load_store.eq(d.b.store), g_b.advance.eq(rb.load),
             rc.load.eq(running & acc_on & ~g_c.done & (cred_c != 0) & rc.can_load),
             rc.load_base.eq(g_c.addr),
-            rc.load_mask.eq(Mux(g_c.idx[3] < g_c.rem[1], thermo(P, g_c.rem[2]), 0)),
+            rc.load_mask.eq(Mux((g_c.idx[3] < g_c.rem[1]) & (g_c.idx[3] < tile_h),
+                                thermo(P, g_c.rem[2]), 0)),
             rc.load_store.eq(d.c.store), g_c.advance.eq(rc.load),
             fa.w_en.eq(ra.out_valid), fa.w_data.eq(Cat(*ra.out_data)),
             fb.w_en.eq(rb.out_valid), fb.w_data.eq(Cat(*rb.out_data)),
@@ -672,7 +697,7 @@ class ContractionEngine(wiring.Component):
 
         # ---- write-back ------------------------------------------------------------------
         push = y_valid & y_last
-        wmask = Mux(g_w.idx[3] < g_w.rem[1], thermo(P, g_w.rem[2]), 0)
+        wmask = Mux((g_w.idx[3] < g_w.rem[1]) & (g_w.idx[3] < tile_h), thermo(P, g_w.rem[2]), 0)
         m.d.comb += [fw.w_en.eq(push), fw.w_data.eq(Cat(*results, wmask, g_w.addr)),
                      g_w.advance.eq(push)]
         m.d.comb += [
@@ -689,13 +714,17 @@ class ContractionEngine(wiring.Component):
                 m.d.sync += [d.eq(self.desc), checking.eq(1), self.done.eq(0),
                              self.error.eq(0), self.error_code.eq(0), self.cycles.eq(0)]
         with m.Elif(checking):
-            with m.If(~wh.active):
+            m.d.sync += check_step.eq(check_step + 1)
+            with m.If((check_step == 2) & ~wh.active):
+                m.d.sync += [checking.eq(0), check_step.eq(0)]
                 with m.If(check_code != 0):
-                    m.d.sync += [checking.eq(0), self.error.eq(1),
-                                 self.error_code.eq(check_code), self.done.eq(1)]
+                    m.d.sync += [self.error.eq(1), self.error_code.eq(check_code),
+                                 self.done.eq(1)]
                 with m.Else():
                     m.d.comb += restart.eq(1)
-                    m.d.sync += [checking.eq(0), running.eq(1)]
+                    m.d.sync += running.eq(1)
+            with m.Elif(check_step == 2):
+                m.d.sync += check_step.eq(2)
         with m.Elif(running):
             with m.If(g_i.done & (cred_w == 2 * S) & ~push & ~fw.r_rdy):
                 m.d.sync += [running.eq(0), self.done.eq(1)]

@@ -4,9 +4,12 @@ import numpy as np
 import pytest
 
 from ttrain.golden import numerics
+from ttrain.golden.config import TTSpec
 from ttrain.golden.contract import (
-    ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE, ERROR_STORE,
-    Descriptor, View, check_descriptor, contract, random_descriptor, view_addresses)
+    BATCH_DEPENDENT, ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE,
+    ERROR_STORE, Descriptor, View, check_descriptor, contract, random_descriptor,
+    tt_linear_step, view_addresses)
+from ttrain.golden.tt import tt_linear_backward, tt_linear_forward
 
 
 def _image(rng, sizes, specials=False):
@@ -163,3 +166,56 @@ def test_view_addresses_and_transpose():
     assert addr[1, 2, 3] == 5 + 100 + 20 + 3
     assert view_addresses(v.T, 2, 4, 3)[1, 3, 2] == addr[1, 2, 3]
     assert v.last_address(2, 3, 4) == addr.max()
+
+
+def _apply_f64(desc, img):
+    """Float64 reference of one descriptor (plain matmul) on a float64 image."""
+    shapes = desc.shapes()
+    addr = {n: view_addresses(getattr(desc, n), *shapes[n]) for n in "abc"}
+    c = img[desc.a.store][addr["a"]] @ img[desc.b.store][addr["b"]]
+    if desc.accumulate:
+        c = c + img[desc.c.store][addr["c"]]
+    img[desc.c.store][addr["c"]] = c
+
+
+@pytest.mark.parametrize("ranks", [(1, 2, 3, 4, 3, 2, 1), (1, 2, 4, 3, 4, 2, 1)])
+def test_tt_linear_step_descriptors_compute_the_tt_backward(ranks):
+    spec = TTSpec((2, 3, 2), (3, 2, 2), ranks)
+    batch = 5
+    sizes, jobs = tt_linear_step(spec, batch)
+    names = [n for n, _ in jobs]
+    assert set(BATCH_DEPENDENT) <= set(names)
+    rng = np.random.default_rng(0)
+    cores = [rng.standard_normal(s) for s in spec.core_shapes]
+    x = rng.standard_normal((batch, spec.n_in))
+    dy = rng.standard_normal((batch, spec.n_out))
+    img = {n: np.full(s, np.nan) for n, s in sizes.items()}
+    core_views = {}
+    # locate cores, X and dY through the descriptors that read them
+    d = dict(jobs)
+    g1, g2 = d["merge_left_2"].a, d["merge_left_2"].b
+    g3 = d["merge_left_3"].b
+    g5, g6 = d["merge_right_5"].a, d["merge_right_5"].b
+    g4 = d["merge_right_4"].a
+    for view, core in zip((g1, g2, g3, g4, g5, g6), cores):
+        img[view.store][view.base:view.base + core.size] = core.ravel()
+        core_views[view.base] = core
+    xv, dyv = d["dl"].b, d["dr"].b
+    img["act"][view_addresses(xv, 1, batch, spec.n_in)[0]] = x
+    img["act"][view_addresses(dyv, 1, batch, spec.n_out)[0]] = dy
+    for _, desc in jobs:
+        _apply_f64(desc, img)
+    y, cache = tt_linear_forward(spec, cores, x)
+    dx, dcores = tt_linear_backward(spec, cores, cache, dy)
+    got_y = img["act"][view_addresses(d["z_r"].c, 1, batch, spec.n_out)[0]]
+    got_dx = img["act"][view_addresses(d["dx"].c, 1, batch, spec.n_in)[0]]
+    np.testing.assert_allclose(got_y, y, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got_dx, dx, rtol=1e-10, atol=1e-10)
+    grad_jobs = ["core_grad_1", "core_grad_2_b", "core_grad_3", "core_grad_4", "core_grad_5_b",
+                 "core_grad_6"]
+    for k, name in enumerate(grad_jobs):
+        c = d[name].c
+        got = img[c.store][c.base:c.base + dcores[k].size].reshape(dcores[k].shape)
+        np.testing.assert_allclose(got, dcores[k], rtol=1e-10, atol=1e-10, err_msg=name)
+    with pytest.raises(ValueError, match="d = 3"):
+        tt_linear_step(TTSpec((2, 2), (2, 2), (1, 2, 2, 2, 1)), 4)

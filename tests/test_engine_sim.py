@@ -1,0 +1,233 @@
+"""Amaranth-simulator tests of the banked store and the contraction engine (small, fast)."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from ttrain.golden.contract import (
+    ERROR_A_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE, ERROR_STORE, Descriptor, View,
+    check_descriptor, contract, random_descriptor)
+from ttrain.rtl.engine import ContractionEngine, StoreSpec
+from ttrain.rtl.store import BankedStore
+
+
+# ---- store ----------------------------------------------------------------------------------
+
+def test_store_parameters_rejected():
+    with pytest.raises(TypeError, match="power of two"):
+        BankedStore(depth=64, banks=3)
+    with pytest.raises(ValueError, match="multiple of banks"):
+        BankedStore(depth=66, banks=4)
+    with pytest.raises(ValueError, match="style"):
+        BankedStore(depth=64, banks=4, style="lutram")
+    with pytest.raises(ValueError, match="impl"):
+        BankedStore(depth=64, banks=4, impl="sram")
+
+
+def test_store_mapping():
+    small = BankedStore(depth=4 * 512, banks=4)
+    assert small.mapping()["style"] == "block" and small.mapping()["ramb18"] == 4
+    big = BankedStore(depth=16 * 8192, banks=16)
+    rep = big.mapping()
+    assert (rep["style"], rep["impl"], rep["uram288"], rep["bytes"]) == \
+        ("ultra", "verilog", 32, 4 * 16 * 8192)
+    assert BankedStore(depth=8 * 1024, banks=8, style="block").mapping()["ramb36"] == 8
+
+
+def test_store_read_write_timing():
+    dut = BankedStore(depth=32, banks=4)
+    seen = []
+
+    async def tb(ctx):
+        for b in range(4):                      # write word 4*row + b = 100 + addr
+            for row in range(8):
+                ctx.set(dut.w_en[b], 1)
+                ctx.set(dut.w_addr[b], row)
+                ctx.set(dut.w_data[b], 100 + 4 * row + b)
+                await ctx.tick()
+            ctx.set(dut.w_en[b], 0)
+        # read while writing the same row: old word; data one cycle after the request
+        ctx.set(dut.r_en[2], 1)
+        ctx.set(dut.r_addr[2], 3)
+        ctx.set(dut.w_en[2], 1)
+        ctx.set(dut.w_addr[2], 3)
+        ctx.set(dut.w_data[2], 7)
+        await ctx.tick()
+        ctx.set(dut.w_en[2], 0)
+        ctx.set(dut.r_en[2], 0)
+        seen.append(ctx.get(dut.r_data[2]))
+        await ctx.tick()                        # r_en low: data holds
+        seen.append(ctx.get(dut.r_data[2]))
+        ctx.set(dut.r_en[2], 1)
+        await ctx.tick()
+        seen.append(ctx.get(dut.r_data[2]))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen == [100 + 12 + 2, 100 + 12 + 2, 7]
+
+
+# ---- engine ---------------------------------------------------------------------------------
+
+def test_engine_parameters_rejected():
+    stores = [StoreSpec("s", 64)]
+    with pytest.raises(ValueError, match="lanes must be a power of two"):
+        ContractionEngine(lanes=6, stores=stores)
+    with pytest.raises(ValueError, match="use slots >= 7"):
+        ContractionEngine(lanes=2, slots=4, stores=stores)
+    with pytest.raises(ValueError, match="slots must be a power of two"):
+        ContractionEngine(lanes=2, slots=12, stores=stores)
+    with pytest.raises(TypeError, match="StoreSpec"):
+        ContractionEngine(lanes=2, stores=["s"])
+    with pytest.raises(ValueError, match="unique"):
+        ContractionEngine(lanes=2, stores=[StoreSpec("s", 64), StoreSpec("s", 64)])
+    with pytest.raises(ValueError, match="multiple of banks"):
+        ContractionEngine(lanes=4, stores=[StoreSpec("s", 66)])
+    with pytest.raises(ValueError, match="fetch_depth"):
+        ContractionEngine(lanes=2, stores=stores, fetch_depth=1)
+    eng = ContractionEngine(lanes=2, stores=stores)
+    with pytest.raises(ValueError, match="exceeds the engine limit"):
+        eng.encode_descriptor(Descriptor(1 << 16, 1, 1, View("s"), View("s"), View("s")))
+    with pytest.raises(ValueError, match="not one of"):
+        eng.encode_descriptor(Descriptor(1, 1, 1, View("x"), View("s"), View("s")))
+
+
+def run_engine(eng, image, descs, *, stall_seed=None):
+    """Load ``image`` through the host port, run ``descs`` in turn, read every store back
+    after each. Returns a list of ``(image, error, error_code, cycles)``."""
+    nb = eng.banks
+    full = (1 << nb) - 1
+    results = []
+    rng = np.random.default_rng(stall_seed)
+
+    async def stall(ctx):
+        if stall_seed is not None:
+            for _ in range(int(rng.integers(0, 3))):
+                await ctx.tick()
+
+    async def put(ctx, payload):
+        await stall(ctx)
+        ctx.set(eng.host_i.payload.as_value(), payload)
+        ctx.set(eng.host_i.valid, 1)
+        await ctx.tick().until(eng.host_i.ready)
+        ctx.set(eng.host_i.valid, 0)
+
+    async def tb(ctx):
+        for name, words in image.items():
+            for a in range(0, len(words), nb):
+                await put(ctx, eng.encode_host_beat(write=1, store=name, addr=a, mask=full,
+                                                    words=[int(w) for w in words[a:a + nb]]))
+        for desc in descs:
+            ctx.set(eng.desc.as_value(), desc if isinstance(desc, int)
+                    else eng.encode_descriptor(desc))
+            ctx.set(eng.start, 1)
+            await ctx.tick()
+            ctx.set(eng.start, 0)
+            await ctx.tick().until(eng.done)
+            state = (ctx.get(eng.error), ctx.get(eng.error_code), ctx.get(eng.cycles))
+            got = {}
+            for name, words in image.items():
+                out = []
+                for a in range(0, len(words), nb):
+                    await put(ctx, eng.encode_host_beat(write=0, store=name, addr=a, mask=full))
+                    await stall(ctx)
+                    ctx.set(eng.host_o.ready, 1)
+                    word, = await ctx.tick().sample(
+                        eng.host_o.payload.as_value()).until(eng.host_o.valid)
+                    ctx.set(eng.host_o.ready, 0)
+                    out += [(int(word) >> (32 * i)) & 0xFFFFFFFF for i in range(nb)]
+                got[name] = np.array(out[:len(words)], dtype=np.uint32)
+            results.append((got, *state))
+
+    sim = Simulator(eng)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return results
+
+
+def _image(rng, sizes):
+    return {n: rng.standard_normal(s).astype(np.float32).view(np.uint32).copy()
+            for n, s in sizes.items()}
+
+
+def test_engine_descriptors_bit_exact():
+    sizes = {"f": 96, "s": 64}
+    eng = ContractionEngine(lanes=4, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    rng = np.random.default_rng(3)
+    image = _image(rng, sizes)
+    descs = [
+        # 10 rows: balanced tiles of 5 (padded to 7 slots); accumulate, A and B in one store
+        Descriptor(10, 5, 3, View("f", 0, 3, 1), View("f", 30, 5, 1), View("s", 0, 5, 1),
+                   accumulate=True),
+        # transposed A and B (swapped strides), C with a padded leading dimension
+        Descriptor(3, 6, 4, View.matrix("f", 50, 4, 3, transpose=True),
+                   View.matrix("s", 40, 6, 4, transpose=True), View("f", 0, 7, 1)),
+        # batched with a broadcast B (batch stride 0)
+        Descriptor(2, 3, 2, View("s", 0, 2, 1, 4), View("f", 80, 3, 1, 0),
+                   View("f", 64, 3, 1, 6), batch=2),
+    ]
+    results = run_engine(eng, image, descs, stall_seed=1)
+    expect = image
+    for desc, (got, err, code, cycles) in zip(descs, results):
+        expect = contract(desc, expect)
+        assert (err, code) == (0, ERROR_NONE)
+        assert cycles >= eng.ideal_cycles(desc)
+        for name in sizes:
+            np.testing.assert_array_equal(got[name], expect[name], err_msg=f"{desc} {name}")
+
+
+def test_engine_errors_change_nothing_and_next_runs():
+    sizes = {"f": 32, "s": 32}
+    eng = ContractionEngine(lanes=2, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    rng = np.random.default_rng(4)
+    image = _image(rng, sizes)
+    good = Descriptor(2, 2, 3, View("f", 0, 3, 1), View("f", 8, 2, 1), View("s", 0, 2, 1))
+    bad_a = Descriptor(2, 2, 3, View("f", 28, 3, 1), good.b, good.c)
+    bad_c = Descriptor(2, 2, 3, good.a, good.b, View("s", 20, 2, 1, 10), batch=2)
+    raw = eng.encode_descriptor(good)
+    zero_k = raw & ~(((1 << eng.dim_bits) - 1) << (2 * eng.dim_bits))        # k = 0
+    runs = run_engine(eng, image, [bad_a, bad_c, zero_k, good])
+    for (got, err, code, _), want in zip(runs[:3], [ERROR_A_RANGE, ERROR_C_RANGE, ERROR_DIM]):
+        assert (err, code) == (1, want)
+        for name in sizes:
+            np.testing.assert_array_equal(got[name], image[name])
+    got, err, code, _ = runs[3]
+    assert (err, code) == (0, ERROR_NONE)
+    expect = contract(good, image)
+    for name in sizes:
+        np.testing.assert_array_equal(got[name], expect[name])
+    assert check_descriptor(bad_a, sizes) == ERROR_A_RANGE
+
+
+def test_engine_random_descriptors_sim():
+    sizes = {"f": 256, "s": 128}
+    eng = ContractionEngine(lanes=2, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    rng = np.random.default_rng(11)
+    image = _image(rng, sizes)
+    descs = [random_descriptor(rng, sizes, max_mn=6, max_k=5, max_batch=2) for _ in range(3)]
+    expect = image
+    for desc, (got, err, code, _) in zip(descs, run_engine(eng, image, descs, stall_seed=2)):
+        expect = contract(desc, expect)
+        assert (err, code) == (0, ERROR_NONE)
+        for name in sizes:
+            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+
+
+def test_engine_unknown_store_code():
+    sizes = {"f": 16, "s": 16, "t": 16}
+    eng = ContractionEngine(lanes=2, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    rng = np.random.default_rng(5)
+    image = _image(rng, sizes)
+    good = Descriptor(1, 2, 2, View("f", 0, 2, 1), View("s", 0, 2, 1), View("t", 0, 2, 1))
+    raw = eng.encode_descriptor(good)
+    layout = eng.desc.shape()
+    off = layout["b"].offset + layout["b"].shape["store"].offset
+    bad = raw | (3 << off)                       # b.store = 3: no such store
+    runs = run_engine(eng, image, [bad])
+    got, err, code, _ = runs[0]
+    assert (err, code) == (1, ERROR_STORE)
+    for name in sizes:
+        np.testing.assert_array_equal(got[name], image[name])
