@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from .config import ModelConfig, TTMSpec, TTSpec
-from .data import Dataset
+from .data import UNK, Dataset
 
 __all__ = ["train", "evaluate", "lr_at", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
@@ -288,8 +288,8 @@ def _fmt(value):
 
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
-          out_dir=None, progress=True, schedule=None, warmup=None, clip=None, log=None,
-          blas_threads=1):
+          out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
+          log=None, blas_threads=1):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     Parameters
@@ -319,6 +319,11 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     clip : float, optional
         Scale the gradient down to this global L2 norm when it is larger (default
         ``cfg.extra.get("clip")``, None = never). Still plain SGD: one scalar per step.
+    word_dropout : float, optional
+        Probability that a training word (not ``[CLS]`` or padding) is replaced by ``[UNK]`` in
+        a step (default ``cfg.extra.get("word_dropout", 0)``): teaches the model to use the
+        context of words it has never seen, as happens on the test split. Evaluation never
+        drops words.
     log : callable, optional
         Called with one line of text per epoch (for example ``print``).
     blas_threads : int or None
@@ -336,16 +341,16 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     """
     if blas_threads is None:
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, log)
+                      schedule, warmup, clip, word_dropout, log)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, log)
+                      schedule, warmup, clip, word_dropout, log)
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, log):
+           warmup, clip, word_dropout, log):
     from . import model
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
@@ -357,6 +362,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     schedule = cfg.extra.get("schedule", "constant") if schedule is None else schedule
     warmup = cfg.extra.get("warmup", 0.0) if warmup is None else warmup
     clip = cfg.extra.get("clip") if clip is None else clip
+    word_dropout = cfg.extra.get("word_dropout", 0.0) if word_dropout is None else word_dropout
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
@@ -367,6 +373,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be a positive gradient norm or None, got {clip!r}")
+    if not 0 <= word_dropout < 1:
+        raise ValueError(f"word_dropout must be a probability in [0, 1), got {word_dropout!r}")
     if dataset.seq_len != cfg.seq_len:
         raise ValueError(f"data set was encoded with seq_len {dataset.seq_len} but config "
                          f"{cfg.name!r} has seq_len {cfg.seq_len}: load it with this config")
@@ -386,6 +394,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     t0 = time.perf_counter()
     params = model.init_params(cfg, np.random.default_rng(seed))
     shuffle_rng = np.random.default_rng([seed, 1])
+    dropout_rng = np.random.default_rng([seed, 2])
     n_train = dataset.size("train")
     steps_per_epoch = -(-n_train // batch_size)
     total_steps = epochs * steps_per_epoch
@@ -402,6 +411,11 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                    unit="step", file=sys.stderr) if show_bar else None
         for batch in dataset.batches("train", batch_size, seed=shuffle_rng):
             rate = lr_at(step, total_steps, lr, schedule, warmup)
+            if word_dropout > 0:
+                words = batch["mask"].copy()
+                words[:, 0] = False
+                drop = words & (dropout_rng.random(words.shape) < word_dropout)
+                batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
             loss, grads, out = model.forward_backward(cfg, params,
                                                       _model_batch(batch, cfg.slot_head))
             if not np.isfinite(loss):
@@ -452,12 +466,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
               "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
+              "word_dropout": word_dropout,
               "checkpoint": None, "curves": None, "history_file": None}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
-                                       "warmup", "clip", "best_epoch")}
+                                       "warmup", "clip", "word_dropout", "best_epoch")}
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,

@@ -1,0 +1,55 @@
+"""``ttrain train``: argument validation, a short run on built-in data and on a data directory."""
+
+import re
+
+import pytest
+
+from ttrain.golden.data import generate_dataset
+from ttrain.golden.train import load_checkpoint
+from ttrain.main import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "tiny", "--epochs", "0"], "--epochs must be at least 1"),
+    (["--config", "tiny", "--lr", "0"], "--lr must be positive"),
+    (["--config", "tiny", "--lr", "-0.1"], "--lr must be positive"),
+    (["--config", "tiny", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--config", "tiny", "--data", "/nonexistent/atis"], "is not a directory"),
+    (["--config", "nope"], "unknown config 'nope'; choose one of: tiny"),
+])
+def test_bad_arguments_exit_2(argv, message, capsys):
+    assert main(["train", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ttrain train: error:") and message in err
+
+
+def test_config_is_required(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train"])
+    assert exc.value.code == 2 and "--config" in capsys.readouterr().err
+
+
+def test_short_run_on_built_in_data(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--config", "tiny", "--epochs", "2", "--batch-size", "16",
+                 "--lr", "0.2", "--no-progress", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "generated(seed=0): 1200/200/200 train/dev/test sentences" in text
+    assert len(re.findall(r"^epoch +\d+/2 ", text, re.M)) == 2
+    m = re.search(r"dev intent accuracy (\d+\.\d\d)%, test intent accuracy (\d+\.\d\d)%", text)
+    assert m and 0 <= float(m.group(2)) <= 100
+    ck = load_checkpoint(out / "best.npz")
+    assert ck["cfg"].name == "tiny" and ck["meta"]["batch_size"] == 16
+    assert f"{100 * ck['meta']['test']['intent_acc']:.2f}%" == m.group(2) + "%"
+    assert (out / "curves.png").is_file() and (out / "history.json").is_file()
+
+
+def test_run_on_data_directory_with_slot_head(tmp_path, capsys):
+    generate_dataset(seed=9, n_train=64, n_dev=16, n_test=16).save(tmp_path)
+    assert main(["train", "--config", "tiny", "--data", str(tmp_path), "--epochs", "1",
+                 "--batch-size", "16", "--slot-head", "--schedule", "linear",
+                 "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert f"{tmp_path}: 64/16/16 train/dev/test sentences" in text
+    assert re.search(r"^slot F1: dev \d+\.\d\d%, test \d+\.\d\d%$", text, re.M)
+    assert "(linear)" in text
