@@ -243,6 +243,35 @@ def test_backward_dcores_chain_rule_through_dense(spec):
         np.testing.assert_allclose(g, r, rtol=1e-11, atol=1e-12, err_msg=f"core {k}")
 
 
+def random_tt_spec(rng):
+    """A random valid TTSpec: d in 1..3, modes 1..5, each rank drawn up to its TT-rank bound."""
+    d = int(rng.integers(1, 4))
+    modes = [int(m) for m in rng.integers(1, 6, size=2 * d)]
+    ranks = [1]
+    for k in range(1, 2 * d):
+        bound = min(prod(modes[:k]), prod(modes[k:]))
+        ranks.append(int(rng.integers(1, min(bound, 6) + 1)))
+    return TTSpec(modes[:d], modes[d:], ranks + [1])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_specs_against_dense(seed):
+    rng = np.random.default_rng(100 + seed)
+    spec = random_tt_spec(rng)
+    cores = init_tt_cores(spec, rng, 1.0, np.float64)
+    W = naive_tt_dense(spec, cores)
+    x = rng.standard_normal((3, spec.n_in))
+    y, cache = tt_linear_forward(spec, cores, x)
+    np.testing.assert_allclose(y, x @ W, rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    dx, dcores = tt_linear_backward(spec, cores, cache, dy)
+    np.testing.assert_allclose(dx, dy @ W.T, rtol=1e-12, atol=1e-12)
+    ref = einsum_chain_grads(cores, [(k,) for k in range(2 * spec.d)],
+                             (x.T @ dy).reshape(spec.modes))
+    for g, r in zip(dcores, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-11, atol=1e-12)
+
+
 @tt_specs
 def test_backward_float32_close_to_float64(spec):
     rng = np.random.default_rng(9)
@@ -438,6 +467,27 @@ def test_ttm_backward_matches_dense_table_gradient(spec):
     ref = einsum_chain_grads(cores, [(k, d + k) for k in range(d)], dfull)
     for k, (g, r) in enumerate(zip(dcores, ref)):
         np.testing.assert_allclose(g, r, rtol=1e-11, atol=1e-12, err_msg=f"core {k}")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_ttm_specs_against_dense(seed):
+    rng = np.random.default_rng(200 + seed)
+    d = int(rng.integers(1, 4))
+    spec = TTMSpec(rng.integers(1, 5, size=d), rng.integers(1, 4, size=d),
+                   [1, *rng.integers(1, 5, size=d - 1), 1])
+    cores = init_ttm_cores(spec, rng, 1.0, np.float64)
+    table = naive_ttm_dense(spec, cores)
+    tokens = rng.integers(0, spec.vocab, size=(2, 5))
+    drows = rng.standard_normal((2, 5, spec.dim))
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, tokens.reshape(-1), drows.reshape(-1, spec.dim))
+    ref = einsum_chain_grads(cores, [(k, d + k) for k in range(d)],
+                             dtable.reshape(spec.vocab_modes + spec.dim_modes))
+    for split in range(d + 1):
+        rows, cache = ttm_lookup(spec, cores, tokens, split=split)
+        np.testing.assert_allclose(rows, table[tokens], rtol=1e-12, atol=1e-13)
+        for g, r in zip(ttm_backward(spec, cores, cache, drows), ref):
+            np.testing.assert_allclose(g, r, rtol=1e-11, atol=1e-12)
 
 
 def test_ttm_repeated_tokens_accumulate():
