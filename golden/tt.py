@@ -138,7 +138,7 @@ def _chain_suffixes(mats):
 
 
 def _sweep_prefixes(mats, prefixes, grad):
-    """Block gradients of a left chain, given ``grad`` of its full product ``(..., S, r_n)``.
+    """Return the block gradients of a left chain, given ``grad`` of its product ``(..., S, r_n)``.
 
     Right to left: ``D`` is ``grad`` with ``A_{k+1..n}`` absorbed (the right environment),
     ``(..., s_1..s_k, r_k)``; ``dA_k = P_{k-1}^T D`` (``P_{k-1}`` the left environment).
@@ -160,7 +160,7 @@ def _sweep_prefixes(mats, prefixes, grad):
 
 
 def _sweep_suffixes(mats, suffixes, grad):
-    """Block gradients of a right chain, given ``grad`` of its full product ``(..., r_0, S)``.
+    """Return the block gradients of a right chain, given ``grad`` of its product ``(..., r_0, S)``.
 
     Left to right: ``E`` is ``A_{1..k-1}`` absorbed into ``grad``, ``(..., r_{k-1}, s_k..s_n)``;
     ``dA_k = E S_{k+1}^T`` (``S_{k+1}`` the right environment).
@@ -186,13 +186,13 @@ def _sweep_suffixes(mats, suffixes, grad):
 # TT linear
 
 def tt_param_count(spec):
-    """Number of parameters of a TT layer (sum of core sizes)."""
+    """Return the number of parameters of a TT layer (sum of core sizes)."""
     _check_spec(spec, TTSpec)
     return spec.num_params
 
 
 def tt_linear_macs(spec, batch):
-    """Multiply-accumulates of one TT-linear step in the bi-directional flow, by phase.
+    """Return the multiply-accumulates of one TT-linear step in the bi-directional flow.
 
     These are exactly the MACs :func:`tt_linear_forward` and :func:`tt_linear_backward`
     perform (the self-tests count them).
@@ -228,7 +228,7 @@ def tt_linear_macs(spec, batch):
 
 
 def tt_init_std(spec, std):
-    """Per-core standard deviation that gives the dense equivalent entry variance ``std**2``.
+    """Return the per-core std that gives the dense equivalent entry variance ``std**2``.
 
     ``W[i, j]`` is a sum over the ``prod(r_1..r_{2d-1})`` rank paths of products of ``2d``
     independent zero-mean entries (one per core). The terms are uncorrelated (two different
@@ -450,7 +450,7 @@ def tt_linear_backward(spec, cores, cache, dy):
 # TTM embedding
 
 def ttm_param_count(spec):
-    """Number of parameters of a TTM table (sum of core sizes)."""
+    """Return the number of parameters of a TTM table (sum of core sizes)."""
     _check_spec(spec, TTMSpec)
     return spec.num_params
 
@@ -472,7 +472,7 @@ def _segment_sum(values, inverse, n):
 
 
 def _ttm_split_costs(spec):
-    """Per-token lookup MACs for every split ``m`` in ``0..d`` (left chain = cores ``< m``)."""
+    """Return the per-token lookup MACs for every split ``m`` in ``0..d``."""
     d, e, r = spec.d, spec.dim_modes, spec.ranks
     costs = []
     for m in range(d + 1):
@@ -484,7 +484,7 @@ def _ttm_split_costs(spec):
 
 
 def ttm_split(spec):
-    """Split point ``m`` of the TTM lookup chain: the cheapest per token (ties: smallest ``m``).
+    """Return the split ``m`` of the TTM lookup chain: the cheapest per token (ties: smallest).
 
     Cores ``0..m-1`` are merged left to right (prefix products), cores ``m..d-1`` right to left
     (suffix products), and the two meet through rank ``r_m`` — the TT-linear bi-directional
@@ -496,7 +496,7 @@ def ttm_split(spec):
 
 
 def ttm_macs(spec, n_unique, split=None):
-    """Multiply-accumulates of :func:`ttm_lookup` and :func:`ttm_backward_sparse`.
+    """Return the multiply-accumulates of :func:`ttm_lookup` and :func:`ttm_backward_sparse`.
 
     Work is done once per distinct token (``n_unique``). With the split ``m`` of
     :func:`ttm_split`, one token costs ``left + right + join`` MACs: the left chain
@@ -523,7 +523,7 @@ def ttm_macs(spec, n_unique, split=None):
 
 
 def ttm_init_std(spec, std):
-    """Per-core std giving table entries of variance ``std**2``.
+    """Return the per-core std that gives table entries of variance ``std**2``.
 
     A table entry is a sum over ``prod(r_1..r_{d-1})`` rank paths of products of ``d``
     independent zero-mean entries, so ``sigma = (std**2 / prod r)**(1 / (2d))``.
