@@ -109,10 +109,10 @@ def _round_and_pack(m, sign, exp, sig, guard, sticky, nan, inf, zero, zero_sign)
     normal, significand overflow to the next binade, largest finite to infinity).
     """
     round_up = guard & (sticky | sig[0])
-    packed = Signal(unsigned(33), name="packed")
+    packed = Signal(unsigned(33), name="s5_packed")
     m.d.comb += packed.eq(((exp - 1) << 23) + sig + round_up)
     overflow = packed >= _INF_MAGNITUDE
-    result = Signal(32, name="result")
+    result = Signal(32, name="s5_result")
     with m.If(nan):
         m.d.comb += result.eq(CANONICAL_NAN)
     with m.Elif(inf | overflow):
@@ -122,7 +122,6 @@ def _round_and_pack(m, sign, exp, sig, guard, sticky, nan, inf, zero, zero_sign)
     with m.Else():
         m.d.comb += result.eq(Cat(packed[0:31], sign))
     return result
-
 
 
 def _delay(m, value, name, from_stage, to_stage, *, reset_less=True):

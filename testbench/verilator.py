@@ -241,7 +241,7 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         "parameters": {k: str(v) for k, v in parameters.items()},
         "build_args": list(_BASE_BUILD_ARGS) + build_args, "waves": bool(waves),
         "verilator": verilator.__version__, "cocotb": cocotb.__version__,
-        "python": sys.executable,
+        "python": [sys.prefix, sys.version],
     }, sort_keys=True).encode())
     digest.update(b"\0" + (verilog_text or "").encode())
     for path in [WAIVER_FILE, *extra]:
@@ -289,7 +289,7 @@ def _runtime_cache(root):
     key = hashlib.sha256(json.dumps({
         "verilator": verilator.__version__, "cocotb": cocotb.__version__,
         "cxx": os.environ.get("CXX", ""), "cxxflags": os.environ.get("CXXFLAGS", ""),
-        "python": sys.executable,
+        "python": [sys.prefix, sys.version],
     }, sort_keys=True).encode()).hexdigest()[:16]
     return root / "_runtime" / key
 

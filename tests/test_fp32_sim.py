@@ -147,7 +147,9 @@ def random_pairs(count, seed):
     1 (so products and sums land in common ranges), a near-overflow value, an infinity or a NaN
     (with random payload and sign). A quarter of the pairs are near-cancellation pairs: ``b`` is
     ``-a`` with a few low bits or the exponent's last bit perturbed. Another quarter have
-    exponents whose sum is near the subnormal/overflow edges for products.
+    exponents whose sum is near the subnormal/overflow edges for products, and another quarter
+    are tie-prone (``b`` has a short significand and an exponent a little or 23-26 below
+    ``a``'s).
     """
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive integer, not {count!r}")
@@ -186,6 +188,15 @@ def random_pairs(count, seed):
     b_edge = (b & 0x807FFFFF) | (eb.astype(np.uint32) << 23)
     a = np.where(kind == 1, a_edge, a).astype(np.uint32)
     b = np.where(kind == 1, b_edge, b).astype(np.uint32)
+    # Tie-prone: b has a short significand (1, 1.5, 1.25, 1.75, 1.125) and an exponent 0..26
+    # below a's, so many products and sums land exactly halfway between two floats.
+    a_exp = (a >> 23) & 0xFF
+    b_frac = rng.choice(np.array([0, 1 << 22, 1 << 21, 3 << 21, 1 << 20], dtype=np.uint32),
+                        count)
+    b_exp = np.clip(a_exp.astype(np.int64) - rng.choice([0, 1, 2, 23, 24, 24, 24, 25, 26],
+                                                        count), 1, 254).astype(np.uint32)
+    b_tie = (b & SIGN) | (b_exp << 23) | b_frac
+    b = np.where(kind == 2, b_tie, b).astype(np.uint32)
     return a, b
 
 

@@ -146,6 +146,17 @@ def sweep_pairs(unit, pairs, seed):
     return np.concatenate([ea, ra])[:pairs], np.concatenate([eb, rb])[:pairs]
 
 
+def result_classes(bits):
+    """Count golden results per class: zero, subnormal, normal, infinity, NaN."""
+    bits = np.asarray(bits, dtype=np.uint32)
+    exp, frac = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    return {"zero": int(((exp == 0) & (frac == 0)).sum()),
+            "subnormal": int(((exp == 0) & (frac != 0)).sum()),
+            "normal": int(((exp > 0) & (exp < 255)).sum()),
+            "inf": int(((exp == 255) & (frac == 0)).sum()),
+            "nan": int(((exp == 255) & (frac != 0)).sum())}
+
+
 def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
     """Stream ``pairs`` operand pairs through ``unit`` under Verilator; compare with golden.
 
@@ -165,7 +176,8 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
     dict
         ``unit``, ``pairs``, ``mismatches``, ``build_seconds``, ``sim_seconds`` (cocotb runs,
         including file writing and reading), ``golden_seconds``, ``total_seconds`` and
-        ``first_mismatches`` (up to 10 ``(a, b)`` hex pairs).
+        ``first_mismatches`` (up to 10 ``(a, b)`` hex pairs) and ``classes`` (golden results
+        per class, see :func:`result_classes`; of ``max`` for the compare unit).
     """
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, not {unit!r}")
@@ -177,6 +189,7 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
     t1 = time.perf_counter()
     sim_s = golden_s = 0.0
     mismatches, first = 0, []
+    classes = dict.fromkeys(("zero", "subnormal", "normal", "inf", "nan"), 0)
     with tempfile.TemporaryDirectory(prefix=f"fp32-sweep-{unit}-") as tmp:
         root = Path(work_dir) if work_dir is not None else Path(tmp)
         for start in range(0, pairs, DEPTH):
@@ -189,6 +202,8 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
             for key, expected in want.items():
                 bad |= got[key] != expected
             mismatches += int(bad.sum())
+            for key, n in result_classes(want["o" if "o" in want else "max"]).items():
+                classes[key] += n
             first += [(f"{int(a[k]):08x}", f"{int(b[k]):08x}") for k in np.flatnonzero(bad)]
             te = time.perf_counter()
             sim_s += tg - ts
@@ -196,7 +211,7 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
     return {"unit": unit, "pairs": pairs, "mismatches": mismatches,
             "build_seconds": round(t1 - t0, 2), "sim_seconds": round(sim_s, 2),
             "golden_seconds": round(golden_s, 2),
-            "total_seconds": round(time.perf_counter() - t0, 2), "first_mismatches": first[:10]}
+            "total_seconds": round(time.perf_counter() - t0, 2), "first_mismatches": first[:10], "classes": classes}
 
 
 # -- pytest ----------------------------------------------------------------------------------
