@@ -77,7 +77,7 @@ module fp32_stream_tb #(
     );
 
     // Expected o__valid: i__valid delayed by `latency` cycles (bit k = k cycles ago, k >= 1).
-    reg  [MAX_LATENCY:0] valid_history;
+    reg  [MAX_LATENCY-1:0] valid_history;
     wire [MAX_LATENCY:0] valid_now = {valid_history[MAX_LATENCY-1:0], in_valid};
     reg  [AW:0] out_idx;
 
@@ -96,7 +96,7 @@ module fp32_stream_tb #(
             if (running) cycles <= cycles + 1;
             lfsr <= {lfsr[14:0], lfsr[15] ^ lfsr[13] ^ lfsr[12] ^ lfsr[10]};
             if (in_valid) in_idx <= in_idx + 1;
-            valid_history <= valid_now;
+            valid_history <= valid_now[MAX_LATENCY-1:0];
             if (out_valid != valid_now[latency]) valid_errors <= valid_errors + 1;
             if (out_valid) begin
                 results[out_idx[AW-1:0]] <= out_payload;

@@ -432,7 +432,8 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     return test_dir
 
 
-def lint_verilator(component, *, name, extra_sources=(), top=None, flags=("-Wall",)):
+def lint_verilator(component, *, name, extra_sources=(), top=None, defines=None,
+                   parameters=None, flags=("-Wall",)):
     """Lint ``component`` (and extra Verilog) with ``verilator --lint-only`` and the waivers.
 
     Parameters
@@ -443,6 +444,8 @@ def lint_verilator(component, *, name, extra_sources=(), top=None, flags=("-Wall
     extra_sources : sequence of path-like
     top : str, optional
         Top module for lint; defaults to ``name``.
+    defines, parameters : dict, optional
+        Verilog ```define`` macros (``-D``) and top-level parameters (``-G``).
     flags : sequence of str
         Lint flags, ``-Wall`` by default.
 
@@ -468,6 +471,8 @@ def lint_verilator(component, *, name, extra_sources=(), top=None, flags=("-Wall
         with toolchain_env():
             proc = subprocess.run(
                 ["verilator", "--lint-only", *flags, "--top-module", top or name,
+                 *[f"-D{k}={v}" for k, v in (defines or {}).items()],
+                 *[f"-G{k}={v}" for k, v in (parameters or {}).items()],
                  str(WAIVER_FILE), *sources],
                 capture_output=True, text=True, cwd=tmp)
     output = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines()

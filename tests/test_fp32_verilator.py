@@ -247,6 +247,13 @@ def test_lint_wall_compare_combinational():
     assert lint_verilator(make_unit("compare", latency=0), name="fp32_compare_comb") == ""
 
 
+def test_lint_wall_stream_wrapper():
+    # Hand-written Verilog has no waivers at all.
+    assert lint_verilator(make_unit("compare"), name="fp32_compare", extra_sources=[WRAPPER],
+                          top="fp32_stream_tb", defines={"DUT": "fp32_compare"},
+                          parameters={"OUT_W": OUT_WIDTH["compare"]}) == ""
+
+
 def test_lint_reports_unwaived_warnings(tmp_path):
     # Hand-written Verilog gets no waivers: an unused input must be reported.
     bad = tmp_path / "unused_input.v"
