@@ -1,16 +1,16 @@
-// ttrain_ram: simple dual-port RAM template for the large banked stores (rtl/store.py).
+// ttrain_ram_block / ttrain_ram_ultra: simple dual-port RAM templates for the large banked
+// stores (rtl/store.py), one module per Xilinx mapping (no generate block: Verilator 5.048's
+// VPI scope iteration crashes on generate scopes inside Amaranth's escaped module names).
 //
 // Same timing as amaranth.lib.memory.Memory with one synchronous, non-transparent read port
 // and one write port in the same clock domain: rdata shows mem[raddr] one cycle after a cycle
 // with ren high (and holds while ren is low); a write lands at the clock edge; a read of the
 // word being written returns the old word. No initial block (so elaboration and Verilator stay
 // fast for megabyte stores); contents start at zero in simulation and undefined on silicon.
-// STYLE selects the Xilinx mapping: "block" (RAMB36E2/RAMB18E2) or "ultra" (URAM288).
-module ttrain_ram #(
+module ttrain_ram_block #(
     parameter integer WIDTH = 32,
     parameter integer DEPTH = 1024,
-    parameter integer ABITS = 10,
-    parameter STYLE = "block"
+    parameter integer ABITS = 10
 ) (
     input  wire             clk,
     input  wire             ren,
@@ -20,19 +20,29 @@ module ttrain_ram #(
     input  wire [ABITS-1:0] waddr,
     input  wire [WIDTH-1:0] wdata
 );
-    generate
-        if (STYLE == "ultra") begin : g_ultra
-            (* ram_style = "ultra" *) reg [WIDTH-1:0] mem [0:DEPTH-1];
-            always @(posedge clk) begin
-                if (we) mem[waddr] <= wdata;
-                if (ren) rdata <= mem[raddr];
-            end
-        end else begin : g_block
-            (* ram_style = "block" *) reg [WIDTH-1:0] mem [0:DEPTH-1];
-            always @(posedge clk) begin
-                if (we) mem[waddr] <= wdata;
-                if (ren) rdata <= mem[raddr];
-            end
-        end
-    endgenerate
+    (* ram_style = "block" *) reg [WIDTH-1:0] mem [0:DEPTH-1];
+    always @(posedge clk) begin
+        if (we) mem[waddr] <= wdata;
+        if (ren) rdata <= mem[raddr];
+    end
+endmodule
+
+module ttrain_ram_ultra #(
+    parameter integer WIDTH = 32,
+    parameter integer DEPTH = 4096,
+    parameter integer ABITS = 12
+) (
+    input  wire             clk,
+    input  wire             ren,
+    input  wire [ABITS-1:0] raddr,
+    output reg  [WIDTH-1:0] rdata,
+    input  wire             we,
+    input  wire [ABITS-1:0] waddr,
+    input  wire [WIDTH-1:0] wdata
+);
+    (* ram_style = "ultra" *) reg [WIDTH-1:0] mem [0:DEPTH-1];
+    always @(posedge clk) begin
+        if (we) mem[waddr] <= wdata;
+        if (ren) rdata <= mem[raddr];
+    end
 endmodule

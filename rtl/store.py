@@ -14,8 +14,9 @@ Two implementations behind one interface (``toolchain.md``, "Large memories"):
     :class:`amaranth.lib.memory.Memory` per bank; simulates in the Amaranth simulator, but
     Amaranth emits an initial value per word, which is slow to elaborate for big banks.
 ``"verilog"``
-    an ``Instance`` of the project's ``ttrain_ram`` template (:func:`ram_verilog_path`, no
-    initial block, ``ram_style`` attribute); Verilator and Vivado only.
+    an ``Instance`` of the project's ``ttrain_ram_block`` / ``ttrain_ram_ultra`` templates
+    (:func:`ram_verilog_path`, no initial block, ``ram_style`` attribute); Verilator and
+    Vivado only.
 
 ``impl="auto"`` picks ``"memory"`` up to :data:`MEMORY_MAX_BANK_DEPTH` rows per bank.
 ``style`` marks the Xilinx mapping (``"block"`` = BRAM, ``"ultra"`` = URAM); ``"auto"`` picks
@@ -42,7 +43,7 @@ WORD_BITS = 32
 
 
 def ram_verilog_path():
-    """Return the path of ``ram.v`` (module ``ttrain_ram``), needed by ``impl="verilog"``."""
+    """Return the path of ``ram.v`` (``ttrain_ram_block``/``_ultra``), for ``impl="verilog"``."""
     return Path(__file__).with_name("ram.v")
 
 
@@ -159,9 +160,8 @@ class BankedStore(wiring.Component):
                              wp.data.eq(self.w_data[b])]
             else:
                 m.submodules[f"bank{b}"] = Instance(
-                    "ttrain_ram",
+                    f"ttrain_ram_{self._style}",
                     p_WIDTH=WORD_BITS, p_DEPTH=self.bank_depth, p_ABITS=self.row_bits,
-                    p_STYLE=self._style,
                     i_clk=ClockSignal("sync"),
                     i_ren=self.r_en[b], i_raddr=self.r_addr[b], o_rdata=self.r_data[b],
                     i_we=self.w_en[b], i_waddr=self.w_addr[b], i_wdata=self.w_data[b])

@@ -1,19 +1,21 @@
 """Contraction engine under Verilator: random descriptors and error cases, bit-exact vs golden.
 
-One build (8 lanes, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
+One build (4 lanes, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
 template and a small scratch) shared by the cocotb tests in ``tests/cocotb/tb_engine.py``.
 """
 
 import json
+import os
 
 import pytest
 
 from ttrain.rtl.engine import ContractionEngine, StoreSpec
 from ttrain.rtl.store import ram_verilog_path
-from ttrain.testbench.verilator import build_verilator, run_cocotb
+from ttrain.testbench.verilator import (build_root, build_verilator, convert_component,
+                                        run_cocotb)
 
 CONFIG = {
-    "lanes": 8,
+    "lanes": 4,
     "stores": [["f", 2048, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 1024, "block", "memory"]],
     "seed": 2026,
@@ -28,12 +30,131 @@ def make_engine(cfg):
                              **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 
+def build_engine(eng, name):
+    """Build ``eng`` under Verilator inside a plain Verilog wrapper ``<name>_top``.
+
+    The wrapper only passes every port through. It is needed: with the Amaranth module itself
+    as the VPI top level, this design crashes the Verilator 5.048 model (segfault in
+    ``vpi_iterate`` over the root scopes, or a double free at exit), while the same module
+    under a hand-written top runs cleanly (as the FP32 stream wrapper does).
+    """
+    from amaranth.lib import wiring
+
+    src = build_root() / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    verilog = convert_component(eng, name)
+    ports = []
+    for path, member, value in eng.signature.flatten(eng):
+        pname = "__".join(str(p) for p in path)
+        direction = "input" if member.flow == wiring.In else "output"
+        ports.append((direction, len(value), pname))
+    decl = ",\n".join(["    input wire clk", "    input wire rst"] + [
+        f"    {d} wire [{w - 1}:0] {n}" for d, w, n in ports])
+    conn = ",\n".join(["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({n})" for _, _, n in ports])
+    wrapper = f"module {name}_top (\n{decl}\n);\n  {name} dut (\n{conn}\n  );\nendmodule\n"
+    vfile, wfile = src / f"{name}.v", src / f"{name}_top.v"
+    for path, text in ((vfile, verilog), (wfile, wrapper)):
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+    return build_verilator(None, name=name, toplevel=f"{name}_top",
+                           extra_sources=[vfile, wfile, ram_verilog_path()])
+
+
 @pytest.fixture(scope="module")
 def engine_build():
-    return build_verilator(make_engine(CONFIG), name="ttrain_engine_l8",
-                           extra_sources=[ram_verilog_path()])
+    return build_engine(make_engine(CONFIG), "ttrain_engine_l4")
 
 
 def test_engine_verilator_random_and_errors(engine_build, tmp_path):
     run_cocotb(engine_build, "tb_engine", test_dir=tmp_path,
                extra_env={"ENGINE_CONFIG": json.dumps(CONFIG)})
+
+
+# ---- benchmark: one TT-linear training step of the paper's 768x768 layer -----------------
+
+BENCH_LANES = 8
+BENCH_SLOTS = 16
+PAPER_RANKS = {"r10": (1, 10, 10, 10, 10, 10, 1), "r20": (1, 12, 20, 20, 20, 12, 1)}
+
+
+def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
+                 rank_sets=tuple(PAPER_RANKS), test_dir=None):
+    """Measure every contraction of one TT-linear training step under Verilator.
+
+    For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
+    tokens, builds one engine (``lanes`` lanes, ``slots`` slots, stores sized for the largest
+    step), runs :func:`ttrain.golden.contract.tt_linear_step`'s descriptors in order, checks
+    them bit-exact against the golden model and returns the report
+    ``{"config": ..., "entries": [...], "total": ...}`` (``architecture.md`` "Measurement"
+    shape; one entry per contraction and per step total). Writes it to ``out_json`` if given.
+    """
+    import dataclasses
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from ttrain.golden.config import TTSpec
+    from ttrain.golden.contract import BATCH_DEPENDENT, tt_linear_step
+
+    steps = {}
+    need = {}
+    for name in rank_sets:
+        spec = TTSpec((12, 8, 8), (8, 8, 12), PAPER_RANKS[name])
+        sizes, jobs = tt_linear_step(spec, batch)
+        steps[name] = (sizes, jobs)
+        for store, words in sizes.items():
+            need[store] = max(need.get(store, 0), words)
+    stores = [[s, -(-w // lanes) * lanes, "auto", "verilog"] for s, w in sorted(need.items())]
+    cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7}
+    t0 = time.time()
+    eng = make_engine(cfg)
+    build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}")
+    build_s = time.time() - t0
+    entries = []
+    totals = {}
+    for name, (sizes, jobs) in steps.items():
+        tdir = Path(test_dir or tempfile.mkdtemp(prefix="engine-bench-")) / name
+        tdir.mkdir(parents=True, exist_ok=True)
+        out = tdir / "cycles.json"
+        bench = {"out": str(out), "sizes": {s: eng.store_sizes[s] for s in sizes},
+                 "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
+        t1 = time.time()
+        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
+                              "ENGINE_BENCH": json.dumps(bench)})
+        sim_s = time.time() - t1
+        cycles = {r["name"]: r["cycles"] for r in json.loads(out.read_text())}
+        tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
+        batch_dep = dict(tot)
+        for jname, desc in jobs:
+            ideal = eng.ideal_cycles(desc)
+            e = {"name": f"{name}.{jname}", "macs": desc.macs, "cycles": cycles[jname],
+                 "ideal_cycles": ideal, "utilization": ideal / cycles[jname],
+                 "shape": [desc.batch, desc.m, desc.n, desc.k]}
+            entries.append(e)
+            for acc in (tot, batch_dep) if jname in BATCH_DEPENDENT else (tot,):
+                for key in ("macs", "cycles", "ideal_cycles"):
+                    acc[key] += e[key]
+        for label, acc in ((f"{name}.step", tot), (f"{name}.batch_dependent", batch_dep)):
+            entries.append({"name": label, **acc,
+                            "utilization": acc["ideal_cycles"] / acc["cycles"]})
+        totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
+                        "sim_seconds": round(sim_s, 1)}
+    report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
+                         "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
+                                                                 for n in rank_sets},
+                         "stores": eng.store_mapping(), "build_seconds": round(build_s, 1)},
+              "entries": entries, "total": totals}
+    if out_json:
+        Path(out_json).write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":      # the benchmark: python tests/test_engine_verilator.py [out.json]
+    import sys
+    rep = bench_engine(sys.argv[1] if len(sys.argv) > 1 else "engine_bench.json")
+    for e in rep["entries"]:
+        print(f"{e['name']:28s} macs {e['macs']:9d} cycles {e['cycles']:8d} "
+              f"ideal {e['ideal_cycles']:8d} util {e['utilization']:.3f}")

@@ -7,9 +7,10 @@ elaboration) only to encode descriptors and host beats. Expected values come fro
 :func:`ttrain.golden.contract.contract`; every word of every store is read back through the
 host port after every descriptor, with random stalls on both host streams.
 
-``$ENGINE_BENCH`` (JSON: ``{"out": path, "jobs": [{"name", "desc": {...}}, ...]}``) switches to
-the benchmark test, which runs the listed descriptors on a random image, checks every word and
-writes the measured cycles to ``out``.
+``$ENGINE_BENCH`` (JSON: ``{"out": path, "sizes": {store: words}, "jobs": [{"name", "desc":
+{...}}, ...]}``) switches to the benchmark test, which runs the listed descriptors in order on a
+random image, checks C after each and every word at the end, and writes the measured cycles to
+``out``.
 """
 
 import json
@@ -83,9 +84,15 @@ class EngineTB:
                     words=[int(w) for w in words[a:a + self.nb]]))
 
     async def read(self, name, size):
-        """Read ``size`` words of store ``name``: beats sent and answers taken concurrently."""
+        """Read words ``0 .. size-1`` of store ``name``."""
+        return await self.read_range(name, 0, size)
+
+    async def read_range(self, name, lo, hi):
+        """Read words ``lo .. hi-1`` (``lo`` a multiple of the beat width): beats sent and
+        answers taken concurrently."""
         dut = self.dut
         nb = self.nb
+        size = hi - lo
         beats = -(-size // nb)
         got = []
 
@@ -101,7 +108,7 @@ class EngineTB:
 
         mon = cocotb.start_soon(monitor())
         full = (1 << nb) - 1
-        for a in range(0, beats * nb, nb):
+        for a in range(lo, lo + beats * nb, nb):
             await self.put(self.eng.encode_host_beat(write=0, store=name, addr=a, mask=full))
         await mon
         words = [(beat >> (32 * i)) & 0xFFFFFFFF for beat in got for i in range(nb)]
@@ -218,7 +225,8 @@ async def error_descriptors(dut):
 
 @cocotb.test()
 async def bench(dut):
-    """Run the descriptors of $ENGINE_BENCH, check every word and record cycles."""
+    """Run the descriptors of $ENGINE_BENCH in order, check C's words after each and every
+    word of every store at the end, and record the measured cycles."""
     spec = os.environ.get("ENGINE_BENCH")
     if not spec:
         return
@@ -226,7 +234,7 @@ async def bench(dut):
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"], stall=False)
     await tb.start()
-    sizes = eng.store_sizes
+    sizes = {n: s for n, s in spec["sizes"].items()}
     rng = np.random.default_rng(cfg["seed"])
     image = {n: (rng.standard_normal(s).astype(np.float32) * np.float32(0.5)).view(np.uint32)
              for n, s in sizes.items()}
@@ -238,10 +246,15 @@ async def bench(dut):
         err, code, cycles = await tb.run(eng.encode_descriptor(desc))
         assert (err, code) == (0, ERROR_NONE), f"{job['name']}: error code {code}"
         image = contract(desc, image)
-        touched = {desc.c.store: sizes[desc.c.store]}
-        got = await tb.read_all(touched)
-        compare(got, {desc.c.store: image[desc.c.store]}, job["name"])
+        c = desc.c
+        lo = c.base - c.base % tb.nb
+        hi = c.last_address(desc.batch, desc.m, desc.n) + 1
+        got = await tb.read_range(c.store, lo, hi)
+        want = image[c.store][lo:hi]
+        bad = np.nonzero(got != want)[0]
+        assert bad.size == 0, f"{job['name']}: C differs at {bad.size} words, first {bad[:5]}"
         results.append({"name": job["name"], "cycles": cycles})
         dut._log.info(f"{job['name']}: {cycles} cycles")
+    compare(await tb.read_all(sizes), image, "end of step")
     with open(spec["out"], "w") as f:
         json.dump(results, f)
