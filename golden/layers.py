@@ -211,9 +211,10 @@ def layernorm_forward(x, gamma, beta, eps):
         raise ValueError(
             f"LayerNorm gamma {gamma.shape} and beta {beta.shape} must both be "
             f"({x.shape[-1]},) for input {x.shape}")
-    mu = x.mean(axis=-1, keepdims=True)
+    inv_d = 1.0 / x.shape[-1]
+    mu = x.sum(axis=-1, keepdims=True) * inv_d
     xc = x - mu
-    var = (xc * xc).mean(axis=-1, keepdims=True)
+    var = (xc * xc).sum(axis=-1, keepdims=True) * inv_d
     rstd = 1.0 / np.sqrt(var + eps)
     xhat = xc * rstd
     return xhat * gamma + beta, (xhat, rstd, gamma)
@@ -227,8 +228,9 @@ def layernorm_backward(cache, dy):
     dgamma = (dy2 * xhat.reshape(-1, d)).sum(axis=0)
     dbeta = dy2.sum(axis=0)
     dxhat = dy * gamma
-    m1 = dxhat.mean(axis=-1, keepdims=True)
-    m2 = (dxhat * xhat).mean(axis=-1, keepdims=True)
+    inv_d = 1.0 / d
+    m1 = dxhat.sum(axis=-1, keepdims=True) * inv_d
+    m2 = (dxhat * xhat).sum(axis=-1, keepdims=True) * inv_d
     return (dxhat - m1 - xhat * m2) * rstd, dgamma, dbeta
 
 
@@ -366,6 +368,12 @@ def mha_forward(spec, proj, x, mask, n_heads, packed=False):
     if not packed and x.shape[:-1] != (n, s):
         raise ValueError(f"x must have shape (n, S, D) = ({n}, {s}, D) to match the mask, "
                          f"got {x.shape}")
+    if packed:
+        if not mask.any(axis=1).all():
+            raise ValueError("every sequence needs at least one real (mask True) token")
+        # trailing positions that are padding in every sequence are dropped from the grid
+        s = int(np.flatnonzero(mask.any(axis=0))[-1]) + 1
+        mask = mask[:, :s]
     caches = {}
     qkv = []
     for name in ("q", "k", "v"):

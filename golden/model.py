@@ -33,13 +33,15 @@ __all__ = [
     "forward_backward", "predict", "sgd_update", "tt_cores", "blas_threads",
 ]
 
-#: Dense-equivalent initialization standard deviations (``docs/model.md`` explains the choice).
-#: ``"fan_in"`` means ``1/sqrt(n_in)`` of that layer, so every projection keeps unit variance.
+#: Initialization (``docs/model.md`` explains the choice). ``"embedding"`` is the absolute
+#: standard deviation of the token rows (TTM, dense-equivalent), position and segment tables;
+#: the others are gains: a layer with ``n_in`` inputs gets dense-equivalent std
+#: ``gain / sqrt(n_in)`` (gain 1 keeps the variance of a unit-variance input).
 INIT_STD = {
-    "embedding": 1.0,      # TTM rows, position and segment tables (LayerNorm follows them)
-    "encoder": "fan_in",   # Q, K, V, O, FFN1, FFN2 (TT, dense-equivalent std)
-    "pooler": "fan_in",    # pooler and slot_pre (TT)
-    "head": "fan_in",      # dense intent and slot heads
+    "embedding": 1.0,   # LayerNorm follows the sum, so only the ratio of the three matters
+    "encoder": 1.0,     # Q, K, V, O, FFN1, FFN2 (TT)
+    "pooler": 0.4,      # pooler and slot_pre (TT): smaller, so tanh/GELU start unsaturated
+    "head": 1.0,        # dense intent and slot heads
 }
 
 
@@ -125,17 +127,19 @@ def num_params(cfg):
 
 
 def _std(kind, n_in):
-    v = INIT_STD[kind]
-    return 1.0 / math.sqrt(n_in) if v == "fan_in" else float(v)
+    if kind == "embedding":
+        return float(INIT_STD["embedding"])
+    return float(INIT_STD[kind]) / math.sqrt(n_in)
 
 
 def init_params(cfg, rng, dtype=np.float32):
     """Return freshly initialized parameters of ``cfg`` (flat dict, see :func:`param_shapes`).
 
-    TT and TTM cores get the dense-equivalent standard deviations of :data:`INIT_STD` through
-    :func:`ttrain.golden.tt.init_tt_cores` / :func:`~ttrain.golden.tt.init_ttm_cores`; dense
-    position/segment tables and heads are normal with those stds; biases and LayerNorm betas
-    are 0, gammas 1.
+    TT and TTM cores are drawn by :func:`ttrain.golden.tt.init_tt_cores` /
+    :func:`~ttrain.golden.tt.init_ttm_cores` with the dense-equivalent standard deviations of
+    :data:`INIT_STD`, then scaled (all cores of a layer by the same factor) so the RMS of the
+    dense matrix / table is exactly that std. Dense position/segment tables and heads are
+    normal with those stds; biases and LayerNorm betas are 0, gammas 1.
 
     Parameters
     ----------
@@ -156,8 +160,14 @@ def init_params(cfg, rng, dtype=np.float32):
         p[name] = (rng.standard_normal(shapes[name]) * std).astype(dtype)
 
     def put_tt(name, spec, kind):
-        for k, c in enumerate(tt.init_tt_cores(spec, rng, _std(kind, spec.n_in), dtype=dtype)):
-            p[f"{name}.core{k}"] = np.ascontiguousarray(c, dtype=dtype)
+        std = _std(kind, spec.n_in)
+        cores = [c.astype(np.float64) for c in tt.init_tt_cores(spec, rng, std, np.float64)]
+        # TT products have heavy-tailed norms: a draw can be 0.2x or 2x the target (a near-zero
+        # V or O silences attention). Rescale so the dense-equivalent RMS is exactly ``std``.
+        w, _ = tt.tt_linear_forward(spec, cores, np.eye(spec.n_in))
+        scale = (std / np.sqrt(np.mean(w * w))) ** (1.0 / len(cores))
+        for k, c in enumerate(cores):
+            p[f"{name}.core{k}"] = np.ascontiguousarray(c * scale, dtype=dtype)
         p[f"{name}.bias"] = np.zeros(spec.n_out, dtype)
 
     def put_ln(name):
@@ -165,8 +175,11 @@ def init_params(cfg, rng, dtype=np.float32):
         p[f"{name}.beta"] = np.zeros(cfg.d_model, dtype)
 
     emb_std = _std("embedding", cfg.d_model)
-    for k, c in enumerate(tt.init_ttm_cores(cfg.embedding, rng, emb_std, dtype=dtype)):
-        p[f"emb.tok.core{k}"] = np.ascontiguousarray(c, dtype=dtype)
+    cores = tt.init_ttm_cores(cfg.embedding, rng, emb_std, np.float64)
+    rows, _ = tt.ttm_lookup(cfg.embedding, cores, np.arange(cfg.vocab))
+    scale = (emb_std / np.sqrt(np.mean(rows * rows))) ** (1.0 / len(cores))
+    for k, c in enumerate(cores):
+        p[f"emb.tok.core{k}"] = np.ascontiguousarray(c * scale, dtype=dtype)
     normal("emb.pos", emb_std)
     normal("emb.seg", emb_std)
     put_ln("emb.ln")
@@ -477,3 +490,64 @@ def sgd_update(params, grads, lr):
         if g.shape != p.shape:
             raise ValueError(f"grad {k!r} has shape {g.shape}, param {p.shape}")
         p -= lr * g
+
+
+def benchmark(cfg, steps=50, mean_len=None, seed=0):
+    """Time :func:`forward_backward` on random float32 batches of ``cfg.batch`` sentences.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+    steps : int
+        Timed steps (after one warm-up step).
+    mean_len : float, optional
+        Mean real length including [CLS] (lengths uniform in ``[2, 2 * mean_len - 2]``,
+        clipped to ``seq_len``); None fills every position. ATIS averages 12.3 with [CLS].
+    seed : int
+
+    Returns
+    -------
+    dict
+        ``wall_ms`` and ``cpu_ms`` (medians per step) and ``tokens`` (mean real tokens per
+        batch).
+    """
+    import time
+    rng = np.random.default_rng(seed)
+    params = init_params(cfg, rng)
+    n, s = cfg.batch, cfg.seq_len
+    batches = []
+    for _ in range(steps + 1):
+        if mean_len is None:
+            lengths = np.full(n, s)
+        else:
+            lengths = np.clip(rng.integers(2, max(3, int(2 * mean_len - 1)), size=n), 2, s)
+        mask = np.arange(s)[None, :] < lengths[:, None]
+        b = {"tokens": np.where(mask, rng.integers(0, cfg.vocab, size=(n, s)), 0),
+             "segments": np.zeros((n, s), np.int64), "mask": mask,
+             "intent": rng.integers(0, cfg.n_intents, size=n)}
+        if cfg.slot_head:
+            b["slots"] = np.where(mask, rng.integers(0, cfg.n_slots, size=(n, s)), -1)
+        batches.append(b)
+    forward_backward(cfg, params, batches[0])
+    wall, cpu = [], []
+    for b in batches[1:]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        forward_backward(cfg, params, b)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return {"wall_ms": 1e3 * float(np.median(wall)), "cpu_ms": 1e3 * float(np.median(cpu)),
+            "tokens": float(np.mean([b["mask"].sum() for b in batches[1:]]))}
+
+
+if __name__ == "__main__":   # python -m ttrain.golden.model [preset ...]
+    import sys
+    from .config import get_config
+    for _name in sys.argv[1:] or ["small"]:
+        for _slot in (False, True):
+            _cfg = get_config(_name).with_(slot_head=_slot)
+            for _len in (12.3, None):
+                _r = benchmark(_cfg, mean_len=_len)
+                print(f"{_name:8s} slot_head={_slot!s:5s} "
+                      f"{'ATIS-like' if _len else 'full':9s} ({_r['tokens']:5.0f} real tokens): "
+                      f"forward_backward {_r['wall_ms']:6.1f} ms wall, {_r['cpu_ms']:6.1f} ms CPU "
+                      f"(medians of 50)")

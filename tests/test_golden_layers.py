@@ -353,11 +353,15 @@ def test_mha_grads(rng):
     check_grads(fwd, bwd, arrays, rng, names, expect_zero=["k.bias"])
 
 
-def test_mha_packed_equals_full_at_real_tokens_and_grads(rng):
+@pytest.mark.parametrize("trailing_padding", [False, True])
+def test_mha_packed_equals_full_at_real_tokens_and_grads(rng, trailing_padding):
     n, s, h = 3, 5, 2
     proj = {name: (tt_cores(TT_SPEC, rng), rng.standard_normal(6) * 0.1)
             for name in ("q", "k", "v", "o")}
     mask = padding_mask(n, s, rng)
+    if trailing_padding:          # the last positions are padding everywhere: grid is trimmed
+        mask[:, 3:] = False
+        mask[1, 1] = False        # and a hole in the middle of one sequence
     x = rng.standard_normal((n, s, 6))
     y_full, c_full = L.mha_forward(TT_SPEC, proj, x, mask, h)
     xp = x[mask]

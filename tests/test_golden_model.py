@@ -127,8 +127,10 @@ def test_loss_is_sum_of_heads_and_float32_path():
     p64 = {k: v.astype(np.float64) for k, v in p32.items()}
     loss64, grads64, _ = M.forward_backward(cfg, p64, batch)
     assert loss == pytest.approx(loss64, rel=1e-5)
+    # (the floor covers gradients that are exactly 0 in exact arithmetic, like the key bias's)
+    floor = 1e-4 * max(np.abs(g).max() for g in grads64.values())
     for k in grads:
-        scale = np.abs(grads64[k]).max() + 1e-6
+        scale = max(np.abs(grads64[k]).max(), floor)
         assert np.abs(grads[k] - grads64[k]).max() <= 1e-3 * scale, k
     # an evaluation pass returns no gradients and the same loss
     loss2, none, _ = M.forward_backward(cfg, p32, batch, need_grads=False)
@@ -318,19 +320,41 @@ def test_sgd_update_in_place_and_descends():
 
 @pytest.mark.parametrize("slot_head", [False, True])
 def test_overfits_a_handful_of_sentences(slot_head):
+    """8 sentences, 8 intents, plain full-batch SGD (lr 0.1): 100% after 300 steps. Segments are
+    all 0 as in the data loader, so [CLS] is identical in every sentence and the intent must
+    come through attention. (Seeds 0-9 all pass; recorded in docs/model.md.)"""
     cfg = TINY.with_(slot_head=slot_head)
     rng = np.random.default_rng(11)
     params = M.init_params(cfg, rng)
     batch = make_batch(cfg, rng, n=8, min_len=4)
     batch["intent"] = np.arange(8, dtype=np.int64) % cfg.n_intents
+    batch["segments"][:] = 0
     first = None
-    for step in range(300):
-        loss, grads, out = M.forward_backward(cfg, params, batch)
+    for _ in range(300):
+        loss, grads, _ = M.forward_backward(cfg, params, batch)
         first = loss if first is None else first
-        M.sgd_update(params, grads, cfg.lr)
+        M.sgd_update(params, grads, 0.1)
     pred = M.predict(cfg, params, batch)
-    assert (pred["intent"] == batch["intent"]).mean() == 1.0
+    np.testing.assert_array_equal(pred["intent"], batch["intent"])
     assert loss < 0.1 * first
     if slot_head:
         lab = batch["slots"]
         assert (pred["slots"][lab >= 0] == lab[lab >= 0]).mean() >= 0.95
+
+
+def test_init_scales():
+    """Dense-equivalent RMS of every TT layer and of the TTM table equals the documented std."""
+    from ttrain.golden import tt
+    cfg = get_config("small").with_(slot_head=True)
+    p = M.init_params(cfg, np.random.default_rng(0), dtype=np.float64)
+    for name, spec in cfg.tt_layers():
+        w = tt.tt_to_dense(spec, M.tt_cores(p, name, spec))
+        gain = M.INIT_STD["pooler" if name in ("pooler", "slot_pre") else "encoder"]
+        assert np.sqrt(np.mean(w * w)) == pytest.approx(gain / np.sqrt(spec.n_in), rel=1e-9)
+    table = tt.ttm_to_dense(cfg.embedding, [p[f"emb.tok.core{k}"] for k in range(3)])
+    assert np.sqrt(np.mean(table * table)) == pytest.approx(M.INIT_STD["embedding"], rel=1e-9)
+    for name in ("intent.weight", "slot.weight"):
+        assert p[name].std() == pytest.approx(M.INIT_STD["head"] / np.sqrt(cfg.d_model), rel=0.1)
+    # same seed, same parameters
+    q = M.init_params(cfg, np.random.default_rng(0), dtype=np.float64)
+    assert all(np.array_equal(p[k], q[k]) for k in p)
