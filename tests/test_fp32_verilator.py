@@ -284,6 +284,13 @@ def test_build_rejects_bad_arguments(tmp_path):
         build_verilator(None, name="x", extra_sources=[tmp_path / "missing.v"])
     with pytest.raises(ValueError, match="nothing to build"):
         build_verilator(None, name="x")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    for sub in ("one", "two"):
+        (tmp_path / sub / "same.v").write_text("module same; endmodule\n")
+    with pytest.raises(ValueError, match="two extra sources are called 'same.v'"):
+        build_verilator(None, name="x", extra_sources=[tmp_path / "one" / "same.v",
+                                                       tmp_path / "two" / "same.v"])
 
 
 def test_component_ports_skip_constants():
