@@ -236,15 +236,34 @@ def layernorm_backward(cache, dy):
 
 def gelu_forward(x):
     """Apply GELU, tanh approximation: ``0.5 x (1 + tanh(GELU_C (x + GELU_A x^3)))``."""
-    t = np.tanh(GELU_C * (x + GELU_A * (x * x * x)))
-    return 0.5 * x * (1.0 + t), (x, t)
+    u = x * x
+    u *= GELU_A
+    u += 1.0
+    u *= x
+    u *= GELU_C                       # GELU_C * (x + GELU_A x^3)
+    t = np.tanh(u, out=u)
+    y = t + 1.0
+    y *= x
+    y *= 0.5
+    return y, (x, t)
 
 
 def gelu_backward(cache, dy):
     """Return ``dx`` of :func:`gelu_forward`."""
     x, t = cache
-    dt = GELU_C * (1.0 + (3.0 * GELU_A) * (x * x))
-    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dt)
+    dt = x * x
+    dt *= 3.0 * GELU_A
+    dt += 1.0
+    dt *= GELU_C                      # d/dx of the tanh argument
+    s = t * t
+    np.subtract(1.0, s, out=s)
+    s *= x
+    s *= dt                           # x (1 - t^2) dt
+    s += t
+    s += 1.0
+    s *= 0.5
+    s *= dy
+    return s
 
 
 def tanh_forward(x):

@@ -20,6 +20,7 @@ when ``cfg.slot_head``; labels at padded positions are ignored whatever their va
 """
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -71,6 +72,11 @@ def tt_cores(params, name, spec):
 
 def _ttm_cores(params, spec):
     return [params[f"emb.tok.core{k}"] for k in range(spec.d)]
+
+
+@functools.lru_cache(maxsize=32)
+def _shape_items(cfg):
+    return tuple((k, tuple(v)) for k, v in param_shapes(cfg).items())
 
 
 def param_shapes(cfg):
@@ -210,18 +216,19 @@ def check_params(cfg, params):
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict name -> ndarray (init_params), got "
                         f"{type(params).__name__}")
-    shapes = param_shapes(cfg)
-    missing = [k for k in shapes if k not in params]
-    extra = [k for k in params if k not in shapes]
-    if missing or extra:
+    shapes = _shape_items(cfg)
+    if len(params) != len(shapes) or any(k not in params for k, _ in shapes):
+        names = dict(shapes)
+        missing = [k for k in names if k not in params]
+        extra = [k for k in params if k not in names]
         raise ValueError(
             f"params do not match config {cfg.name!r}: missing {missing[:5]}"
             f"{'...' if len(missing) > 5 else ''}, unexpected {extra[:5]}"
             f"{'...' if len(extra) > 5 else ''}; build them with init_params(cfg, rng)")
     dtype = None
-    for k, shape in shapes.items():
+    for k, shape in shapes:
         a = params[k]
-        if not isinstance(a, np.ndarray) or a.shape != tuple(shape):
+        if not isinstance(a, np.ndarray) or a.shape != shape:
             got = a.shape if isinstance(a, np.ndarray) else type(a).__name__
             raise ValueError(f"param {k!r} must be an ndarray of shape {tuple(shape)}, got {got}")
         if dtype is None:
