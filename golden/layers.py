@@ -472,7 +472,7 @@ def cross_entropy_forward(logits, labels, ignore_index=IGNORE_INDEX):
     picked = np.take_along_axis(logp, safe[..., None], axis=-1)[..., 0]
     count = int(valid.sum())
     total = np.where(valid, picked, logits.dtype.type(0.0)).sum()
-    loss = -total / max(count, 1)
+    loss = -total / count if count else 0.0
     return logits.dtype.type(loss), (e / se, safe, valid, count)
 
 

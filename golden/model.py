@@ -31,7 +31,7 @@ from . import tt
 
 __all__ = [
     "INIT_STD", "param_shapes", "num_params", "init_params", "check_params", "validate_batch",
-    "forward_backward", "predict", "sgd_update", "tt_cores", "blas_threads",
+    "forward_backward", "predict", "sgd_update", "tt_cores", "blas_threads", "benchmark",
 ]
 
 #: Initialization (``docs/model.md`` explains the choice). ``"embedding"`` is the absolute
