@@ -31,7 +31,8 @@ from . import tt
 
 __all__ = [
     "INIT_STD", "param_shapes", "num_params", "init_params", "check_params", "validate_batch",
-    "forward_backward", "predict", "sgd_update", "tt_cores", "blas_threads", "benchmark",
+    "forward_backward", "predict", "sgd_update", "clip_grads", "tt_cores", "blas_threads",
+    "benchmark",
 ]
 
 #: Initialization (``docs/model.md`` explains the choice). ``"embedding"`` is the absolute
@@ -497,6 +498,23 @@ def sgd_update(params, grads, lr):
         if g.shape != p.shape:
             raise ValueError(f"grad {k!r} has shape {g.shape}, param {p.shape}")
         p -= lr * g
+
+
+def clip_grads(grads, max_norm):
+    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm``.
+
+    Returns the norm before clipping. Plain SGD on TT cores can hit late loss spikes (see
+    ``docs/model.md``, Initialization); clipping the global norm is the usual remedy.
+    """
+    max_norm = float(max_norm)
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be positive, got {max_norm!r}")
+    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+    if norm > max_norm:
+        scale = max_norm / norm
+        for g in grads.values():
+            g *= scale
+    return norm
 
 
 def benchmark(cfg, steps=50, mean_len=None, seed=0):

@@ -316,6 +316,20 @@ def test_sgd_update_in_place_and_descends():
         M.sgd_update(params, {k: grads[k] for k in list(grads)[1:]}, 0.1)
 
 
+def test_clip_grads():
+    rng = np.random.default_rng(6)
+    grads = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5)}
+    norm = np.sqrt(sum((g * g).sum() for g in grads.values()))
+    before = {k: v.copy() for k, v in grads.items()}
+    assert M.clip_grads(grads, 2 * norm) == pytest.approx(norm)
+    assert all(np.array_equal(grads[k], before[k]) for k in grads)      # under the limit
+    assert M.clip_grads(grads, norm / 4) == pytest.approx(norm)
+    for k in grads:
+        np.testing.assert_allclose(grads[k], before[k] / 4, rtol=1e-12)
+    with pytest.raises(ValueError, match="max_norm must be positive"):
+        M.clip_grads(grads, 0)
+
+
 # ------------------------------------------------------------------------------ overfit
 
 @pytest.mark.parametrize("slot_head", [False, True])
