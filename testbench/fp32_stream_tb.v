@@ -13,7 +13,8 @@
 //   +PAIRS=<n>        number of pairs (1 .. DEPTH)
 //   +LATENCY=<n>      expected DUT latency; every cycle checks o__valid against the delayed
 //                     i__valid and counts disagreements in `valid_errors`
-//   +GAPS=1           insert pseudo-random idle cycles (about 1 in 4) between beats
+//   +GAPS=<n>         insert pseudo-random idle cycles (about 1 in 4) before each of the
+//                     first n beats (default 0: no idle cycles)
 `ifndef DUT
 `define DUT fp32_mul
 `endif
@@ -49,18 +50,20 @@ module fp32_stream_tb #(
         if (!$value$plusargs("PAIRS=%d", pairs)) $fatal(1, "missing +PAIRS=");
         if (!$value$plusargs("LATENCY=%d", latency)) $fatal(1, "missing +LATENCY=");
         if (!$value$plusargs("GAPS=%d", gaps)) gaps = 0;
+        if (gaps < 0 || gaps > DEPTH) $fatal(1, "+GAPS=%0d outside 0..%0d", gaps, DEPTH);
         if (pairs < 1 || pairs > DEPTH) $fatal(1, "+PAIRS=%0d outside 1..%0d", pairs, DEPTH);
         if (latency < 0 || latency > MAX_LATENCY) $fatal(1, "+LATENCY=%0d outside 0..%0d",
                                                          latency, MAX_LATENCY);
         $readmemh(operands_file, operands, 0, pairs - 1);
     end
 
-    // Feeder: one pair per cycle from `start`, idle when the LFSR says so (with +GAPS=1).
+    // Feeder: one pair per cycle from `start`; idle when the LFSR says so during the first
+    // +GAPS beats.
     reg         running;
     reg         finishing;
     reg  [AW:0] in_idx;
     reg  [15:0] lfsr;
-    wire        idle = (gaps != 0) && (lfsr[1:0] == 2'b00);
+    wire        idle = (in_idx < gaps[AW:0]) && (lfsr[1:0] == 2'b00);
     wire        in_valid = running && !idle && (in_idx < pairs[AW:0]);
     wire [IN_W-1:0] in_payload = in_valid ? operands[in_idx[AW-1:0]] : {IN_W{1'b1}};
 
