@@ -30,7 +30,7 @@ from test_fp32_sim import (UNITS, assert_bits_equal, edge_case_pairs, golden_bit
 
 from ttrain.testbench.verilator import (TESTBENCH_DIR, LintError,  # noqa: E402
                                         SimulationError, build_verilator, component_ports,
-                                        lint_verilator, run_cocotb)
+                                        lint_verilator, run_cocotb, toolchain_env)
 
 COCOTB_DIR = _HERE / "cocotb"
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"
@@ -291,6 +291,18 @@ def test_build_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="two extra sources are called 'same.v'"):
         build_verilator(None, name="x", extra_sources=[tmp_path / "one" / "same.v",
                                                        tmp_path / "two" / "same.v"])
+
+
+def test_toolchain_env_applies_and_restores_the_wheel_fixes():
+    import os
+    import shutil
+    before = dict(os.environ)
+    with toolchain_env():
+        verilator = Path(shutil.which("verilator"))
+        assert verilator.parent.name == "bin" and verilator.parent.parent.name == "verilator"
+        assert "CFG_CXXFLAGS_PCH_I=-include" in os.environ["MAKEFLAGS"]
+        assert Path(shutil.which("python")).parent == Path(sys.executable).parent
+    assert dict(os.environ) == before
 
 
 def test_component_ports_skip_constants():
