@@ -51,9 +51,9 @@ def leading_zeros(value):
     Returns
     -------
     Value
-        Number of zero bits above the most significant one, ``ceil_log2(len(value))`` bits
-        wide (at least 1). For an all-zero input the count is ``len(value)`` rounded up to a
-        power of two; callers that care detect zero separately.
+        Number of zero bits above the most significant one. For an all-zero input the count
+        is ``len(value)`` rounded up to a power of two (the result is wide enough for that);
+        callers that care detect zero separately.
     """
     width = len(value)
     if width < 1:
