@@ -278,18 +278,13 @@ def _check_positive_int(name, value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _global_norm(grads):
-    return float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64)))
-                             for g in grads.values())))
-
-
 def _fmt(value):
     return f"{100 * value:.2f}%"
 
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
-          log=None, blas_threads=1):
+          average=None, log=None, blas_threads=1):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     Parameters
@@ -324,6 +319,11 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         a step (default ``cfg.extra.get("word_dropout", 0)``): teaches the model to use the
         context of words it has never seen, as happens on the test split. Evaluation never
         drops words.
+    average : float, optional
+        Tail averaging (Polyak–Ruppert): over the last ``average`` fraction of the steps keep
+        the running mean of the SGD iterates, and from then on evaluate, select and return the
+        mean instead of the last iterate (default ``cfg.extra.get("average", 0)`` = off). The
+        SGD updates themselves are unchanged.
     log : callable, optional
         Called with one line of text per epoch (for example ``print``).
     blas_threads : int or None
@@ -341,16 +341,16 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     """
     if blas_threads is None:
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, log)
+                      schedule, warmup, clip, word_dropout, average, log)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, log)
+                      schedule, warmup, clip, word_dropout, average, log)
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, word_dropout, log):
+           warmup, clip, word_dropout, average, log):
     from . import model
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
@@ -363,6 +363,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     warmup = cfg.extra.get("warmup", 0.0) if warmup is None else warmup
     clip = cfg.extra.get("clip") if clip is None else clip
     word_dropout = cfg.extra.get("word_dropout", 0.0) if word_dropout is None else word_dropout
+    average = cfg.extra.get("average", 0.0) if average is None else average
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
@@ -373,6 +374,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be a positive gradient norm or None, got {clip!r}")
+    if not 0 <= average <= 1:
+        raise ValueError(f"average must be a fraction of the steps in [0, 1], got {average!r}")
     if not 0 <= word_dropout < 1:
         raise ValueError(f"word_dropout must be a probability in [0, 1), got {word_dropout!r}")
     if dataset.seq_len != cfg.seq_len:
@@ -404,6 +407,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
 
     history, best, best_key = [], None, None
     step = 0
+    avg_start = total_steps - int(round(average * total_steps))  # first averaged step
+    avg, n_avg = None, 0
     for epoch in range(1, epochs + 1):
         t_epoch = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
@@ -423,11 +428,16 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                     f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower the "
                     f"learning rate (now {rate:g}) or set a gradient clip")
             if clip is not None:
-                norm = _global_norm(grads)
-                if norm > clip:
-                    scale = np.float32(clip / norm)
-                    grads = {k: (g * scale).astype(g.dtype, copy=False) for k, g in grads.items()}
+                model.clip_grads(grads, clip)
             model.sgd_update(params, grads, rate)
+            if step >= avg_start:
+                # running mean in float64, so the order of additions does not lose precision
+                n_avg += 1
+                if avg is None:
+                    avg = {k: v.astype(np.float64) for k, v in params.items()}
+                else:
+                    for k, v in params.items():
+                        avg[k] += (v - avg[k]) / n_avg
             n = len(batch["intent"])
             loss_sum += float(loss) * n
             correct += int(np.sum(np.argmax(out["intent_logits"], -1) == batch["intent"]))
@@ -439,10 +449,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                     bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
         if bar is not None:
             bar.close()
-        dev = evaluate(cfg, params, dataset, "dev")
-        test = evaluate(cfg, params, dataset, "test")
+        current = params if avg is None else {k: v.astype(params[k].dtype)
+                                              for k, v in avg.items()}
+        dev = evaluate(cfg, current, dataset, "dev")
+        test = evaluate(cfg, current, dataset, "test")
         row = {"epoch": epoch, "lr": rate, "train_loss": loss_sum / seen,
                "train_acc": correct / seen, "dev_loss": dev["loss"], "dev_acc": dev["intent_acc"],
+               "averaged": avg is not None,
                "dev_exact_acc": dev["intent_exact_acc"], "test_loss": test["loss"],
                "test_acc": test["intent_acc"], "test_exact_acc": test["intent_exact_acc"]}
         if cfg.slot_head:
@@ -452,7 +465,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         key = (dev["intent_acc"], -dev["loss"])
         if best_key is None or key > best_key:
             best_key = key
-            best = {"epoch": epoch, "params": {k: v.copy() for k, v in params.items()},
+            best = {"epoch": epoch, "params": {k: v.copy() for k, v in current.items()},
                     "dev": dev, "test": test}
         if log is not None:
             line = (f"epoch {epoch:3d}/{epochs}  lr {rate:.4g}  train loss {row['train_loss']:.4f}"
@@ -460,19 +473,20 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                     f"{_fmt(dev['intent_acc'])}  test intent {_fmt(test['intent_acc'])}")
             if cfg.slot_head:
                 line += f"  slot F1 dev {_fmt(dev['slot_f1'])} test {_fmt(test['slot_f1'])}"
-            log(line + f"  ({row['seconds']:.1f} s)")
+            log(line + (" (averaged)" if avg is not None else "") + f"  ({row['seconds']:.1f} s)")
 
     result = {"cfg": cfg, "params": best["params"], "history": history,
               "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
-              "word_dropout": word_dropout,
+              "word_dropout": word_dropout, "average": average,
               "checkpoint": None, "curves": None, "history_file": None}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
-                                       "warmup", "clip", "word_dropout", "best_epoch")}
+                                       "warmup", "clip", "word_dropout", "average",
+                                       "best_epoch")}
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from ttrain.golden import model
 from ttrain.golden.config import get_config
 from ttrain.golden.data import generate_dataset
 from ttrain.golden.train import (conll_spans, config_from_dict, config_to_dict, load_checkpoint,
@@ -104,15 +105,15 @@ def generated():
 
 def test_train_tiny_learns_generated(generated, tmp_path):
     tiny = get_config("tiny")
-    # tiny's rank-4 TT layers learn slowly; mini-batches of 8 with a clipped step of 0.2 are
-    # the fastest setting measured (docs/training.md)
-    result = train(tiny, generated, epochs=4, lr=0.2, batch_size=8, clip=1.0, seed=0,
+    # tiny's rank-4 TT layers learn slowly at batch 1; mini-batches of 8 with a clipped step
+    # of 0.3 reach about 75 % in 3 epochs (docs/training.md)
+    result = train(tiny, generated, epochs=3, lr=0.3, batch_size=8, clip=1.0, seed=0,
                    out_dir=tmp_path, progress=False)
     chance = 1 / (generated.n_intents - 1)             # 7 intents occur, evenly drawn
     hist = result["history"]
-    assert len(hist) == 4 and result["best_epoch"] in (1, 2, 3, 4)
-    assert hist[-1]["train_loss"] < hist[0]["train_loss"] - 0.3
-    assert result["test"]["intent_acc"] > 2.5 * chance
+    assert len(hist) == 3 and result["best_epoch"] in (1, 2, 3)
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"] - 0.5
+    assert result["test"]["intent_acc"] > 3.5 * chance
     assert result["dev"]["intent_acc"] == max(h["dev_acc"] for h in hist)
     for name in ("best.npz", "history.json", "curves.png"):
         assert (tmp_path / name).stat().st_size > 0
@@ -155,3 +156,37 @@ def test_train_adapts_label_counts_and_validates(generated):
         train(get_config("small"), generated, epochs=1, lr=0.1)
     with pytest.raises(TypeError, match="Dataset"):
         train(tiny, {"train": None}, epochs=1, lr=0.1)
+
+
+def test_tail_average_is_mean_of_iterates():
+    # one step per epoch (the batch is the whole train split), constant lr, no clip: the
+    # iterates can be recomputed with the model's own functions
+    tiny = get_config("tiny")
+    ds = generate_dataset(seed=3, n_train=12, n_dev=8, n_test=8)
+    result = train(tiny, ds, epochs=2, lr=0.1, batch_size=12, seed=6, average=1.0,
+                   progress=False)
+    assert [h["averaged"] for h in result["history"]] == [True, True]
+    p = model.init_params(tiny, np.random.default_rng(6))
+    batch = {k: v for k, v in ds.batch("train").items() if k in ("tokens", "segments", "mask",
+                                                                  "intent")}
+    iterates = []
+    for _ in range(2):
+        _, g, _ = model.forward_backward(tiny, p, batch)
+        model.sgd_update(p, g, 0.1)
+        iterates.append({k: v.astype(np.float64) for k, v in p.items()})
+    want = iterates[0] if result["best_epoch"] == 1 else {
+        k: (iterates[0][k] + iterates[1][k]) / 2 for k in p}
+    for k, v in result["params"].items():
+        np.testing.assert_allclose(v, want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_word_dropout_changes_training_only():
+    tiny = get_config("tiny")
+    ds = generate_dataset(seed=3, n_train=48, n_dev=8, n_test=8)
+    runs = {p: train(tiny, ds, epochs=1, lr=0.1, batch_size=8, seed=1, word_dropout=p,
+                     progress=False) for p in (0.0, 0.5)}
+    assert runs[0.0]["history"][0]["train_loss"] != runs[0.5]["history"][0]["train_loss"]
+    with pytest.raises(ValueError, match="word_dropout"):
+        train(tiny, ds, epochs=1, lr=0.1, word_dropout=1.0)
+    with pytest.raises(ValueError, match="average"):
+        train(tiny, ds, epochs=1, lr=0.1, average=1.5)
