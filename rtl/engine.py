@@ -454,6 +454,26 @@ class ContractionEngine(wiring.Component):
                                           "store": self._store_names.index(store),
                                           "addr": addr, "mask": mask, "data": words})
 
+    def issue_cycles(self, desc):
+        """Return the analytical cycle count of ``desc`` without fetch stalls.
+
+        ``batch * ceil(m/h') * ceil(n/lanes) * k * hp`` issue cycles (``h'`` the balanced tile
+        height, ``hp = max(h', add latency + 1)``) plus the fixed pipeline fill and drain
+        (:attr:`overhead_cycles`). Bank conflicts deeper than ``hp`` and A/B sharing a store
+        can add stalls on top of this.
+        """
+        mtiles = -(-desc.m // self._slots)
+        h = -(-desc.m // mtiles)
+        hp = max(h, self._add_latency + 1)
+        ntiles = -(-desc.n // self._lanes)
+        return desc.batch * mtiles * ntiles * desc.k * hp + self.overhead_cycles
+
+    @property
+    def overhead_cycles(self):
+        """Fixed cycles per descriptor: 3 check, 4 first fetch, 1 issue register, the multiply
+        and add latencies, 3 write-back and 2 to raise ``done``."""
+        return 3 + 4 + 1 + self._mul_latency + self._add_latency + 3 + 2
+
     def ideal_cycles(self, desc):
         """Return ``ceil(MACs / lanes)`` for a descriptor."""
         return -(-desc.macs // self._lanes)

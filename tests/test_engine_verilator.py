@@ -6,13 +6,15 @@ template and a small scratch) shared by the cocotb tests in ``tests/cocotb/tb_en
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from ttrain.rtl.engine import ContractionEngine, StoreSpec
 from ttrain.rtl.store import ram_verilog_path
-from ttrain.testbench.verilator import (build_root, build_verilator, convert_component,
-                                        run_cocotb)
+from ttrain.testbench.verilator import build_root, build_verilator, run_cocotb
+
+COCOTB_DIR = Path(__file__).resolve().parent / "cocotb"
 
 CONFIG = {
     "lanes": 4,
@@ -42,24 +44,23 @@ def build_engine(eng, name):
 
     src = build_root() / "src"
     src.mkdir(parents=True, exist_ok=True)
-    verilog = convert_component(eng, name)
     ports = []
     for path, member, value in eng.signature.flatten(eng):
         pname = "__".join(str(p) for p in path)
         direction = "input" if member.flow == wiring.In else "output"
-        ports.append((direction, len(value), pname))
+        width = len(value.as_value()) if hasattr(value, "as_value") else len(value)
+        ports.append((direction, width, pname))
     decl = ",\n".join(["    input wire clk", "    input wire rst"] + [
         f"    {d} wire [{w - 1}:0] {n}" for d, w, n in ports])
     conn = ",\n".join(["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({n})" for _, _, n in ports])
     wrapper = f"module {name}_top (\n{decl}\n);\n  {name} dut (\n{conn}\n  );\nendmodule\n"
-    vfile, wfile = src / f"{name}.v", src / f"{name}_top.v"
-    for path, text in ((vfile, verilog), (wfile, wrapper)):
-        if not path.exists() or path.read_text() != text:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, path)
-    return build_verilator(None, name=name, toplevel=f"{name}_top",
-                           extra_sources=[vfile, wfile, ram_verilog_path()])
+    wfile = src / f"{name}_top.v"
+    if not wfile.exists() or wfile.read_text() != wrapper:
+        tmp = wfile.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(wrapper)
+        os.replace(tmp, wfile)
+    return build_verilator(eng, name=name, toplevel=f"{name}_top",
+                           extra_sources=[wfile, ram_verilog_path()])
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def engine_build():
 
 
 def test_engine_verilator_random_and_errors(engine_build, tmp_path):
-    run_cocotb(engine_build, "tb_engine", test_dir=tmp_path,
+    run_cocotb(engine_build, "tb_engine", test_dir=tmp_path, module_dirs=[COCOTB_DIR],
                extra_env={"ENGINE_CONFIG": json.dumps(CONFIG)})
 
 
@@ -121,7 +122,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         bench = {"out": str(out), "sizes": {s: eng.store_sizes[s] for s in sizes},
                  "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
         t1 = time.time()
-        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench", module_dirs=[COCOTB_DIR],
                    extra_env={"ENGINE_CONFIG": json.dumps(cfg),
                               "ENGINE_BENCH": json.dumps(bench)})
         sim_s = time.time() - t1
@@ -132,6 +133,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
             ideal = eng.ideal_cycles(desc)
             e = {"name": f"{name}.{jname}", "macs": desc.macs, "cycles": cycles[jname],
                  "ideal_cycles": ideal, "utilization": ideal / cycles[jname],
+                 "model_cycles": eng.issue_cycles(desc),
                  "shape": [desc.batch, desc.m, desc.n, desc.k]}
             entries.append(e)
             for acc in (tot, batch_dep) if jname in BATCH_DEPENDENT else (tot,):
