@@ -357,8 +357,44 @@ def _tail(path, lines=40):
     return "\n".join(text[-lines:])
 
 
+class _Watchdog:
+    """Terminate this process's child running ``executable`` once ``seconds`` have passed.
+
+    Only direct children of the current process whose command is exactly ``executable`` are
+    signalled (found through ``/proc``), so nothing else on the machine is touched.
+    """
+
+    def __init__(self, executable, seconds):
+        import threading
+        self._executable = str(executable)
+        self.fired = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self):
+        self._timer.cancel()
+
+    def _fire(self):
+        import signal
+        me = os.getpid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                argv0 = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0].decode()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me and argv0 == self._executable:
+                self.fired = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry), signal.SIGTERM)
+
+
 def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
-               extra_env=None, module_dirs=(), seed=None, waves=False):
+               extra_env=None, module_dirs=(), seed=None, waves=False, timeout=None):
     """Run cocotb test module(s) on a :class:`VerilatorBuild`.
 
     Parameters
@@ -382,6 +418,10 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
         cocotb random seed.
     waves : bool
         Dump ``dump.vcd`` into ``test_dir``; the build must have been made with ``waves=True``.
+    timeout : float, optional
+        Wall-clock limit in seconds: a simulator still running then (a hung design or test) is
+        terminated and :class:`SimulationError` raised. No limit by default; cocotb-level
+        limits (``with_timeout``) are still the test's job.
 
     Returns
     -------
@@ -412,6 +452,9 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     saved_path = list(sys.path)
     sys.path[:0] = added
     failure = None
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    watchdog = _Watchdog(build.build_dir / build.toplevel, timeout) if timeout else None
     try:
         with toolchain_env():
             try:
@@ -425,12 +468,17 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
                 failure = f"simulator exited with {exc!r}"
     finally:
         sys.path[:] = saved_path
+        if watchdog is not None:
+            watchdog.cancel()
+    if watchdog is not None and watchdog.fired:
+        failure = f"simulator still running after {timeout} s and was terminated"
     try:
         total, failed = get_results(results)
     except RuntimeError:
         total, failed = 0, None
     if failed is None or failed or failure or total == 0:
-        what = (f"{failed} of {total} cocotb tests failed" if failed
+        what = (failure if watchdog is not None and watchdog.fired
+                else f"{failed} of {total} cocotb tests failed" if failed
                 else failure or "no cocotb test ran (is the module importable?)")
         raise SimulationError(
             f"{', '.join(modules)} on {build.toplevel} ({build.build_dir.name}): {what}; "

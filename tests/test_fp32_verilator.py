@@ -97,7 +97,8 @@ def decode_results(unit, nibbles):
             "is_eq": (top & 4).astype(bool)}
 
 
-def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=None):
+def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=None,
+                timeout=600):
     """Run the pairs through ``unit`` under Verilator and return the decoded results.
 
     Parameters
@@ -114,6 +115,8 @@ def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=N
         Latency the wrapper checks ``o.valid`` against (default: the unit's own).
     build : VerilatorBuild, optional
         Reuse a build (default: :func:`build_unit`).
+    timeout : float
+        Wall-clock limit of the simulation in seconds (a hung run fails instead of blocking).
     """
     count = len(a_bits)
     if not 1 <= count <= DEPTH:
@@ -127,10 +130,12 @@ def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=N
     operands, results = work_dir / "operands.hex", work_dir / "results.hex"
     _write_operands(operands, a_bits, b_bits)
     results.unlink(missing_ok=True)
-    run_cocotb(build, "tb_fp32", test_dir=work_dir, module_dirs=[COCOTB_DIR],
+    run_cocotb(build, "tb_fp32", testcase="stream_pairs", test_dir=work_dir,
+               module_dirs=[COCOTB_DIR],
                plusargs=[f"+OPERANDS={operands}", f"+RESULTS={results}", f"+PAIRS={count}",
                          f"+LATENCY={latency}", f"+GAPS={int(gaps)}"],
-               extra_env={"FP32_PAIRS": count, "FP32_TIMEOUT_CYCLES": 2 * count + 1000})
+               extra_env={"FP32_PAIRS": count, "FP32_TIMEOUT_CYCLES": 2 * count + 1000},
+               timeout=timeout)
     return decode_results(unit, _read_results(results, count, OUT_WIDTH[unit]))
 
 
@@ -236,6 +241,18 @@ def test_wrong_latency_is_reported(tmp_path):
     with pytest.raises(SimulationError, match="1 of 1 cocotb tests failed"):
         stream_unit("mul", a, b, work_dir=tmp_path, latency=5, gaps=500)
     assert "valid disagreed" in (tmp_path / "sim.log").read_text()
+
+
+def test_hung_simulation_times_out(tmp_path):
+    # `never_finishes` keeps the simulator busy for ~10^8 cycles, like a hung design; the
+    # wall-clock watchdog must stop it and report it.
+    operands = tmp_path / "operands.hex"
+    _write_operands(operands, *random_pairs(4, seed=5))
+    with pytest.raises(SimulationError, match="still running after 2 s and was terminated"):
+        run_cocotb(build_unit("compare"), "tb_fp32", testcase="never_finishes",
+                   test_dir=tmp_path, module_dirs=[COCOTB_DIR], timeout=2,
+                   plusargs=[f"+OPERANDS={operands}", f"+RESULTS={tmp_path / 'results.hex'}",
+                             "+PAIRS=4", "+LATENCY=1"])
 
 
 @pytest.mark.parametrize("unit", UNITS)

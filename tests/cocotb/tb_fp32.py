@@ -11,7 +11,7 @@ import os
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, RisingEdge, Timer, with_timeout
 
 CLOCK_NS = 10
 
@@ -36,3 +36,14 @@ async def stream_pairs(dut):
     assert seen == pairs, f"expected {pairs} results, the unit produced {seen}"
     assert valid_errors == 0, (
         f"o.valid disagreed {valid_errors} times with i.valid delayed by the declared latency")
+
+
+@cocotb.test()
+async def never_finishes(dut):
+    """Run the clock for ~10^8 cycles: a stand-in for a hung design (watchdog test only).
+
+    Selected explicitly (``testcase="never_finishes"``) by the test of ``run_cocotb``'s
+    wall-clock ``timeout``; normal runs select ``stream_pairs``.
+    """
+    Clock(dut.clk, CLOCK_NS, unit="ns").start()
+    await Timer(10 ** 9, "ns")
