@@ -375,8 +375,12 @@ class ContractionEngine(wiring.Component):
         self._slots = slots
         self._dim_bits = dim_bits
         self._fetch_depth = fetch_depth
-        self._stores = [BankedStore(depth=s.depth, banks=banks, style=s.style, impl=s.impl,
-                                    name=s.name) for s in stores]
+        self._stores = []
+        for spec in stores:                     # built here to validate and report early;
+            st = BankedStore(depth=spec.depth, banks=banks, style=spec.style,
+                             impl=spec.impl, name=spec.name)
+            st._MustUse__silence = True          # an engine used only to encode is fine
+            self._stores.append(st)
         self._store_names = names
         self._store_bits = max(1, ceil_log2(len(stores)))
         self._addr_bits = max(1, max(ceil_log2(s.depth) for s in stores))
@@ -467,6 +471,12 @@ class ContractionEngine(wiring.Component):
         hp = max(h, self._add_latency + 1)
         ntiles = -(-desc.n // self._lanes)
         return desc.batch * mtiles * ntiles * desc.k * hp + self.overhead_cycles
+
+    def best_orientation(self, desc):
+        """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
+        faster on this engine (ties keep ``desc``). Both give the same words bit for bit."""
+        flipped = desc.transposed()
+        return flipped if self.issue_cycles(flipped) < self.issue_cycles(desc) else desc
 
     @property
     def overhead_cycles(self):

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Amaranth-simulator tests of the banked store and the contraction engine (small, fast)."""
 
 import numpy as np
@@ -203,11 +204,11 @@ def test_engine_errors_change_nothing_and_next_runs():
 
 
 def test_engine_random_descriptors_sim():
-    sizes = {"f": 256, "s": 128}
-    eng = ContractionEngine(lanes=2, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    sizes = {"f": 128, "s": 64}
+    eng = ContractionEngine(lanes=4, stores=[StoreSpec(n, s) for n, s in sizes.items()])
     rng = np.random.default_rng(11)
     image = _image(rng, sizes)
-    descs = [random_descriptor(rng, sizes, max_mn=6, max_k=5, max_batch=2) for _ in range(3)]
+    descs = [random_descriptor(rng, sizes, max_mn=6, max_k=5, max_batch=2) for _ in range(2)]
     expect = image
     for desc, (got, err, code, _) in zip(descs, run_engine(eng, image, descs, stall_seed=2)):
         expect = contract(desc, expect)
@@ -231,3 +232,19 @@ def test_engine_unknown_store_code():
     assert (err, code) == (1, ERROR_STORE)
     for name in sizes:
         np.testing.assert_array_equal(got[name], image[name])
+
+
+def test_best_orientation_and_cycle_model():
+    eng = ContractionEngine(lanes=8, slots=16, stores=[StoreSpec("s", 1024)])
+    # 80 x 10 output, k = 96: lanes over 10 columns waste 6 of 16; the transpose does not
+    tall = Descriptor(80, 10, 96, View("s", 0, 96, 1), View("s", 0, 10, 1), View("s", 0, 10, 1))
+    best = eng.best_orientation(tall)
+    assert (best.m, best.n) == (10, 80) and best == tall.transposed()
+    assert eng.issue_cycles(best) - eng.overhead_cycles == eng.ideal_cycles(tall)
+    # m = 20 on 16 slots: balanced tiles of 10, so no padding rows
+    d = Descriptor(20, 8, 5, View("s", 0, 5, 1), View("s", 0, 8, 1), View("s", 0, 8, 1))
+    assert eng.issue_cycles(d) - eng.overhead_cycles == 2 * 1 * 5 * 10
+    # fewer rows than the adder latency + 1: padded to 7 slots per k-step
+    small = Descriptor(3, 8, 4, View("s", 0, 4, 1), View("s", 0, 8, 1), View("s", 0, 8, 1))
+    assert eng.issue_cycles(small) - eng.overhead_cycles == 4 * (eng.add_latency + 1)
+    assert eng.best_orientation(d) is d
