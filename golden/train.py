@@ -31,7 +31,7 @@ import numpy as np
 from .config import ModelConfig, TTMSpec, TTSpec
 from .data import UNK, Dataset
 
-__all__ = ["train", "evaluate", "lr_at", "conll_spans", "slot_f1", "save_checkpoint",
+__all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
            "SCHEDULES"]
 
@@ -273,6 +273,18 @@ def lr_at(step, total, lr, schedule="constant", warmup=0.0):
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {list(SCHEDULES)}")
 
 
+def epoch_order(labels, balance, rng):
+    """Return the sentence indices of one class-rebalanced epoch (``len(labels)`` draws).
+
+    Sentence ``i`` is drawn with replacement with probability proportional to
+    ``count(labels[i]) ** -balance``: 0 = uniform, 1 = every class equally often.
+    """
+    labels = np.asarray(labels)
+    weight = np.maximum(np.bincount(labels), 1).astype(np.float64) ** -balance
+    p = weight[labels] / weight[labels].sum()
+    return rng.choice(len(labels), size=len(labels), replace=True, p=p)
+
+
 def _check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -284,7 +296,7 @@ def _fmt(value):
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
-          average=None, log=None, blas_threads=1):
+          average=None, balance=None, log=None, blas_threads=1):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     Parameters
@@ -324,6 +336,12 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         the running mean of the SGD iterates, and from then on evaluate, select and return the
         mean instead of the last iterate (default ``cfg.extra.get("average", 0)`` = off). The
         SGD updates themselves are unchanged.
+    balance : float, optional
+        Class rebalancing of the training stream (default ``cfg.extra.get("balance", 0)``): 0
+        shuffles the train split once per epoch (every sentence once); ``b > 0`` instead draws
+        the epoch's sentences with replacement, sentence ``i`` with probability proportional to
+        ``count(intent_i) ** -b`` (1 = every intent equally often). Rare intents are then seen
+        more often without touching the loss or the update rule.
     log : callable, optional
         Called with one line of text per epoch (for example ``print``).
     blas_threads : int or None
@@ -341,16 +359,16 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     """
     if blas_threads is None:
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, log)
+                      schedule, warmup, clip, word_dropout, average, balance, log)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, log)
+                      schedule, warmup, clip, word_dropout, average, balance, log)
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, word_dropout, average, log):
+           warmup, clip, word_dropout, average, balance, log):
     from . import model
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
@@ -364,6 +382,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     clip = cfg.extra.get("clip") if clip is None else clip
     word_dropout = cfg.extra.get("word_dropout", 0.0) if word_dropout is None else word_dropout
     average = cfg.extra.get("average", 0.0) if average is None else average
+    balance = cfg.extra.get("balance", 0.0) if balance is None else balance
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
@@ -374,6 +393,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
     if clip is not None and not clip > 0:
         raise ValueError(f"clip must be a positive gradient norm or None, got {clip!r}")
+    if not 0 <= balance <= 1:
+        raise ValueError(f"balance must be in [0, 1] (0 = plain shuffling), got {balance!r}")
     if not 0 <= average <= 1:
         raise ValueError(f"average must be a fraction of the steps in [0, 1], got {average!r}")
     if not 0 <= word_dropout < 1:
@@ -409,12 +430,21 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     step = 0
     avg_start = total_steps - int(round(average * total_steps))  # first averaged step
     avg, n_avg = None, 0
+    train_labels = dataset.batch("train")["intent"]
+
+    def epoch_batches():
+        if balance == 0:
+            yield from dataset.batches("train", batch_size, seed=shuffle_rng)
+            return
+        order = epoch_order(train_labels, balance, shuffle_rng)
+        for start in range(0, n_train, batch_size):
+            yield dataset.batch("train", order[start:start + batch_size])
     for epoch in range(1, epochs + 1):
         t_epoch = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
         bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{epochs}", leave=False,
                    unit="step", file=sys.stderr) if show_bar else None
-        for batch in dataset.batches("train", batch_size, seed=shuffle_rng):
+        for batch in epoch_batches():
             rate = lr_at(step, total_steps, lr, schedule, warmup)
             if word_dropout > 0:
                 words = batch["mask"].copy()
@@ -479,14 +509,14 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
               "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
-              "word_dropout": word_dropout, "average": average,
+              "word_dropout": word_dropout, "average": average, "balance": balance,
               "checkpoint": None, "curves": None, "history_file": None}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
                                        "warmup", "clip", "word_dropout", "average",
-                                       "best_epoch")}
+                                       "balance", "best_epoch")}
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,

@@ -8,8 +8,8 @@ import pytest
 from ttrain.golden import model
 from ttrain.golden.config import get_config
 from ttrain.golden.data import generate_dataset
-from ttrain.golden.train import (conll_spans, config_from_dict, config_to_dict, load_checkpoint,
-                                 lr_at, save_checkpoint, slot_f1, train)
+from ttrain.golden.train import (conll_spans, config_from_dict, config_to_dict, epoch_order,
+                                 load_checkpoint, lr_at, save_checkpoint, slot_f1, train)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -190,3 +190,33 @@ def test_word_dropout_changes_training_only():
         train(tiny, ds, epochs=1, lr=0.1, word_dropout=1.0)
     with pytest.raises(ValueError, match="average"):
         train(tiny, ds, epochs=1, lr=0.1, average=1.5)
+
+
+def test_epoch_order_rebalances_classes():
+    labels = np.array([0] * 900 + [1] * 90 + [2] * 10)
+    counts = {}
+    for balance in (0.0, 0.5, 1.0):
+        order = epoch_order(labels, balance, np.random.default_rng(0))
+        assert len(order) == 1000 and order.min() >= 0 and order.max() < 1000
+        counts[balance] = np.bincount(labels[order], minlength=3)
+    # expected class shares: count^(1 - balance), normalized
+    assert abs(counts[0.0][0] - 900) < 60
+    assert abs(counts[0.5][2] - 1000 * 10 ** 0.5 / (30 + 90 ** 0.5 + 10 ** 0.5)) < 30
+    assert np.all(np.abs(counts[1.0] - 1000 / 3) < 60)
+
+
+def test_balance_resamples_rare_intents():
+    tiny = get_config("tiny")
+    ds = generate_dataset(seed=3, n_train=48, n_dev=8, n_test=8)
+    # make one intent rare: keep 2 of its sentences in train (rows dropped from every array)
+    train_split = ds.splits["train"]
+    rare = train_split["intent"] == 1
+    keep = ~rare | (np.cumsum(rare) <= 2)
+    ds.splits["train"] = {k: v[keep] for k, v in train_split.items()}
+    plain = train(tiny, ds, epochs=1, lr=0.1, batch_size=8, seed=1, progress=False)
+    balanced = train(tiny, ds, epochs=1, lr=0.1, batch_size=8, seed=1, balance=1.0,
+                     progress=False)
+    assert plain["balance"] == 0 and balanced["balance"] == 1.0
+    assert plain["history"][0]["train_loss"] != balanced["history"][0]["train_loss"]
+    with pytest.raises(ValueError, match="balance"):
+        train(tiny, ds, epochs=1, lr=0.1, balance=-0.5)
