@@ -148,8 +148,16 @@ def count_mismatches(unit, got, a_bits, b_bits):
     return int(bad.sum())
 
 
-def sweep_pairs(unit, pairs, seed):
-    """Return the operand set of a sweep: the unit's edge cases, then random pairs."""
+def sweep_pairs(unit, pairs, seed, uniform=False):
+    """Return the operand set of a sweep: the unit's edge cases, then random pairs.
+
+    With ``uniform``, only uniformly random 32-bit patterns instead (no edge cases, no class
+    weighting): a cross-check that does not depend on :func:`random_pairs`' choices.
+    """
+    if uniform:
+        rng = np.random.default_rng(seed)
+        return (rng.integers(0, 1 << 32, pairs, dtype=np.uint64).astype(np.uint32),
+                rng.integers(0, 1 << 32, pairs, dtype=np.uint64).astype(np.uint32))
     ea, eb = edge_case_pairs(unit)
     ra, rb = random_pairs(max(pairs - len(ea), 1), seed)
     return np.concatenate([ea, ra])[:pairs], np.concatenate([eb, rb])[:pairs]
@@ -166,7 +174,7 @@ def result_classes(bits):
             "nan": int(((exp == 255) & (frac != 0)).sum())}
 
 
-def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
+def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, uniform=False, work_dir=None):
     """Stream ``pairs`` operand pairs through ``unit`` under Verilator; compare with golden.
 
     Parameters
@@ -177,6 +185,8 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
         more than :data:`DEPTH` pairs are split into several simulations.
     seed : int
         Seed of the random pairs.
+    uniform : bool
+        Uniformly random bit patterns instead (see :func:`sweep_pairs`).
     work_dir : path-like, optional
         Folder for the files of each run (a temporary folder by default).
 
@@ -193,7 +203,7 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
     if not isinstance(pairs, int) or pairs < 1:
         raise ValueError(f"pairs must be a positive integer, not {pairs!r}")
     t0 = time.perf_counter()
-    a_all, b_all = sweep_pairs(unit, pairs, seed)
+    a_all, b_all = sweep_pairs(unit, pairs, seed, uniform)
     build = build_unit(unit)
     t1 = time.perf_counter()
     sim_s = golden_s = 0.0
@@ -217,7 +227,7 @@ def run_fp32_sweep(unit, pairs=1_000_000, seed=0, *, work_dir=None):
             te = time.perf_counter()
             sim_s += tg - ts
             golden_s += te - tg
-    return {"unit": unit, "pairs": pairs, "mismatches": mismatches,
+    return {"unit": unit, "pairs": pairs, "uniform": uniform, "mismatches": mismatches,
             "build_seconds": round(t1 - t0, 2), "sim_seconds": round(sim_s, 2),
             "golden_seconds": round(golden_s, 2),
             "total_seconds": round(time.perf_counter() - t0, 2), "first_mismatches": first[:10], "classes": classes}
@@ -333,10 +343,12 @@ def main(argv=None):
     parser.add_argument("--unit", choices=[*UNITS, "all"], default="all")
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--uniform", action="store_true",
+                        help="uniformly random bit patterns instead of edge cases + classes")
     args = parser.parse_args(argv)
     failed = False
     for unit in (UNITS if args.unit == "all" else (args.unit,)):
-        report = run_fp32_sweep(unit, args.pairs, args.seed)
+        report = run_fp32_sweep(unit, args.pairs, args.seed, uniform=args.uniform)
         print(report, flush=True)
         failed |= report["mismatches"] > 0
     return 1 if failed else 0
