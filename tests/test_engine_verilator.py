@@ -12,7 +12,8 @@ import pytest
 
 from ttrain.rtl.engine import ContractionEngine, StoreSpec
 from ttrain.rtl.store import ram_verilog_path
-from ttrain.testbench.verilator import build_root, build_verilator, run_cocotb
+from ttrain.testbench.verilator import (SimulationError, build_root, build_verilator,
+                                        run_cocotb)
 
 COCOTB_DIR = Path(__file__).resolve().parent / "cocotb"
 
@@ -124,10 +125,21 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         bench = {"out": str(out), "sizes": {s: eng.store_sizes[s] for s in sizes},
                  "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
         t1 = time.time()
-        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
-                   module_dirs=[COCOTB_DIR],
-                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
-                              "ENGINE_BENCH": json.dumps(bench)})
+        teardown_crash = False
+        try:
+            run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+                       module_dirs=[COCOTB_DIR],
+                       extra_env={"ENGINE_CONFIG": json.dumps(cfg),
+                                  "ENGINE_BENCH": json.dumps(bench)})
+        except SimulationError:
+            # With megabyte stores the Verilator model sometimes crashes *after* $finish
+            # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as
+            # passed (every word checked) and the cycle file was written before the exit.
+            from cocotb_tools.runner import get_results
+            total, failed = get_results(tdir / "results.xml")
+            if not (total == 1 and failed == 0 and out.is_file()):
+                raise
+            teardown_crash = True
         sim_s = time.time() - t1
         cycles = {r["name"]: r["cycles"] for r in json.loads(out.read_text())}
         tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
@@ -146,7 +158,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
             entries.append({"name": label, **acc,
                             "utilization": acc["ideal_cycles"] / acc["cycles"]})
         totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
-                        "sim_seconds": round(sim_s, 1)}
+                        "sim_seconds": round(sim_s, 1), "teardown_crash": teardown_crash}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
