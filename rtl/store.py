@@ -78,14 +78,15 @@ class BankedStore(wiring.Component):
     """
 
     def __init__(self, *, depth, banks, style="auto", impl="auto", name="store"):
+        self._MustUse__silence = True            # no "never used" warning if validation fails
         if not isinstance(banks, int) or isinstance(banks, bool) or banks < 1 \
                 or banks & (banks - 1):
             raise TypeError(f"banks must be a positive power of two, not {banks!r}")
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < banks \
                 or depth % banks:
+            hint = max(banks, -(-depth // banks) * banks) if isinstance(depth, int) else banks
             raise ValueError(f"store {name!r}: depth must be a positive multiple of banks = "
-                             f"{banks}, not {depth!r}; round it up to "
-                             f"{max(banks, -(-int(depth) // banks) * banks) if isinstance(depth, int) else banks}")
+                             f"{banks}, not {depth!r}; round it up to {hint}")
         if style not in ("auto", "block", "ultra"):
             raise ValueError(f"store {name!r}: style must be 'auto', 'block' or 'ultra', "
                              f"not {style!r}")
@@ -104,6 +105,7 @@ class BankedStore(wiring.Component):
             impl = "memory" if bank_depth <= MEMORY_MAX_BANK_DEPTH else "verilog"
         self._style = style
         self._impl = impl
+        self._MustUse__silence = False
         rb = self.row_bits
         super().__init__({
             "r_en": In(1).array(banks), "r_addr": In(rb).array(banks),
