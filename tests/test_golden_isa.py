@@ -1,0 +1,212 @@
+"""Encoding, decoding, assembly and validation of the sequencer ISA (golden/isa.py)."""
+
+import numpy as np
+import pytest
+
+from ttrain.golden.contract import Descriptor, View
+from ttrain.golden.isa import (
+    ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE, ERR_STORE, ELEMENTWISE_OPS,
+    GATHER_OPS, MNEMONICS, OPCODES, REDUCE_OPS, STORE_IDS, WORDS, Barrier, Contract,
+    Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce, Region, Update,
+    assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
+
+STORES = sorted(STORE_IDS)
+
+
+def rview(rng, batch=False, cs=None, rs=None):
+    return View(STORES[rng.integers(len(STORES))], int(rng.integers(0, 2**32)),
+                int(rng.integers(0, 2**32)) if rs is None else rs,
+                int(rng.integers(0, 2**32)) if cs is None else cs,
+                int(rng.integers(0, 2**32)) if batch else 0)
+
+
+def rdim(rng):
+    return int(rng.integers(1, 2**16))
+
+
+def rstep(rng):
+    return tuple(int(s) for s in rng.integers(0, 4, 3))
+
+
+def random_instr(rng, kind):
+    if kind == "end":
+        return End()
+    if kind == "barrier":
+        return Barrier()
+    if kind == "endloop":
+        return EndLoop()
+    if kind == "loop":
+        return Loop(int(rng.integers(1, 2**32)), tuple(int(v) for v in rng.integers(0, 2**32, 3)))
+    if kind == "contract":
+        d = Descriptor(rdim(rng), rdim(rng), rdim(rng), rview(rng, True), rview(rng, True),
+                       rview(rng, True), bool(rng.integers(2)), rdim(rng))
+        return Contract(d, rstep(rng))
+    if kind in ELEMENTWISE_OPS:
+        nsrc = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}[kind]
+        st = rstep(rng)
+        st = tuple(s if i <= nsrc else 0 for i, s in enumerate(st))
+        imm = int(rng.integers(0, 2**32)) if kind in ("scale", "addi", "fill") else 0
+        return Elementwise(kind, rdim(rng), rdim(rng), rview(rng),
+                           rview(rng) if nsrc >= 1 else None, rview(rng) if nsrc >= 2 else None,
+                           imm, st)
+    if kind in ("rsum", "rmax"):
+        st = rstep(rng)[:2] + (0,)
+        return Reduce(kind[1:], rdim(rng), rdim(rng), rview(rng, cs=0), rview(rng),
+                      bool(rng.integers(2)), st)
+    if kind in GATHER_OPS:
+        return Gather(kind, rdim(rng), rdim(rng), int(rng.integers(1, 2**32)), rview(rng),
+                      rview(rng), rview(rng, cs=0), rstep(rng))
+    if kind == "update":
+        st = rstep(rng)[:2] + (0,)
+        return Update(rview(rng, cs=1, rs=0), rview(rng, cs=1, rs=0),
+                      int(rng.integers(1, 2**32)), int(rng.integers(0, 2**32)), 0, st)
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", sorted(OPCODES))
+def test_round_trip_every_opcode(kind):
+    rng = np.random.default_rng(sum(map(ord, kind)))
+    for _ in range(25):
+        ins = random_instr(rng, kind)
+        words = encode(ins)
+        assert len(words) == WORDS
+        assert all(0 <= w < 2**32 for w in words)
+        assert words[0] & 0xFF == OPCODES[kind]
+        assert decode(words) == ins
+        text = disassemble(words)
+        assert text.split()[0] == kind
+        assert assemble(text) == words
+
+
+def test_program_round_trip_and_text():
+    rng = np.random.default_rng(5)
+    instrs = [random_instr(rng, k) for k in sorted(OPCODES) for _ in range(3)]
+    words = encode_program(instrs)
+    assert decode_program(words) == instrs
+    assert assemble(disassemble(words)) == words
+
+
+def test_field_positions():
+    """The documented layout: dims in word 2/3, views in words 4..15, stores in word 1."""
+    c = View("scratch", 7, 8, 9, 10)
+    a = View("act", 11, 12, 13, 14)
+    b = View("param", 15, 16, 17, 18)
+    w = encode(Contract(Descriptor(3, 4, 5, a, b, c, True, 6), (1, 2, 3)))
+    assert w[0] == 0x08 | 1 << 8 | (1 | 2 << 2 | 3 << 4) << 16
+    assert w[1] == STORE_IDS["scratch"] | STORE_IDS["act"] << 8 | STORE_IDS["param"] << 16
+    assert w[2] == 3 | 4 << 16 and w[3] == 5 | 6 << 16
+    assert w[4:16] == list(range(7, 19))
+
+
+def test_assembly_syntax_features():
+    text = """
+    # comment line
+    loop count=4 inc=10,0,0
+      scale rows=2 cols=3 d=act@0:3,1+i0 a=act@0:3,1+i0 imm=0.5   # trailing comment
+    endloop
+    update count=8 theta=param@0 grad=grad@0 lr=0.01
+    contract m=2 n=3 k=4 c=scratch@0:3,1,0 a=act@0:4,1 b=param@0:3,1 acc
+    end
+    """
+    ins = decode_program(assemble(text))
+    assert ins[0] == Loop(4, (10, 0, 0))
+    assert ins[1].step == (1, 1, 0) and ins[1].imm == f32_bits(0.5)
+    assert isinstance(ins[2], EndLoop)
+    assert ins[3].lr == f32_bits(0.01) and bits_f32(ins[3].lr) == np.float32(0.01)
+    assert ins[4].desc.accumulate and ins[4].desc.batch == 1
+    assert isinstance(ins[5], End)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("frob x=1", "unknown mnemonic"),
+    ("contract m=1 n=1 k=1 c=act@0:1,1 a=act@0:1,1", "needs field b="),
+    ("contract m=1 n=1 k=1 c=nope@0:1,1 a=act@0:1,1 b=act@0:1,1", "unknown store"),
+    ("copy rows=1 cols=1 d=act@0:1,1 a=act@x", "cannot parse view"),
+    ("end now", "unexpected word"),
+    ("fill rows=1 cols=1 d=act@0:1,1 imm=abc", "neither"),
+    ("barrier count=3", "unknown field"),
+])
+def test_assembler_rejects(text, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        assemble(text)
+
+
+def _words(ins):
+    return list(encode(ins))
+
+
+def test_decode_illegal_opcode():
+    for op in (0x00, 0x05, 0x40, 0x7F, 0xFF):
+        w = [op] + [0] * (WORDS - 1)
+        with pytest.raises(ISAError) as e:
+            decode(w)
+        assert e.value.code == ERR_OPCODE
+    assert set(MNEMONICS) == set(OPCODES.values())
+
+
+@pytest.mark.parametrize("mutate, code", [
+    (lambda w: w.__setitem__(0, w[0] | 1 << 24), ERR_FIELD),           # reserved bits word 0
+    (lambda w: w.__setitem__(1, w[1] | 1 << 24), ERR_FIELD),           # reserved bits word 1
+    (lambda w: w.__setitem__(0, w[0] | 2 << 8), ERR_FIELD),            # undefined flag
+    (lambda w: w.__setitem__(1, w[1] | 9), ERR_STORE),                 # store id 9
+    (lambda w: w.__setitem__(2, w[2] & 0xFFFF0000), ERR_DIM),          # m = 0
+    (lambda w: w.__setitem__(3, w[3] & 0x0000FFFF), ERR_DIM),          # batch = 0
+])
+def test_decode_malformed_contract(mutate, code):
+    ins = Contract(Descriptor(2, 3, 4, View("act", 0, 4, 1), View("param", 0, 3, 1),
+                              View("scratch", 0, 3, 1)))
+    w = _words(ins)
+    mutate(w)
+    with pytest.raises(ISAError) as e:
+        decode(w, pc=7)
+    assert e.value.code == code and e.value.pc == 7
+
+
+def test_decode_malformed_others():
+    cases = []
+    w = _words(End()); w[5] = 1; cases.append((w, ERR_FIELD))
+    w = _words(Elementwise("scale", 1, 1, View("act", 0), View("act", 0), imm=1))
+    w[12] = 3; cases.append((w, ERR_FIELD))                  # unused slot 2 view word
+    w = _words(Elementwise("add", 1, 1, View("act", 0), View("act", 0), View("act", 0)))
+    w[3] = 1; cases.append((w, ERR_FIELD))                   # immediate on add
+    w = _words(Elementwise("add", 1, 1, View("act", 0), View("act", 0), View("act", 0)))
+    w[7] = 1; cases.append((w, ERR_FIELD))                   # batch stride on elementwise
+    w = _words(Update(View("param", 0), View("grad", 0), 4, f32_bits(0.1)))
+    w[0] |= 3 << 8; cases.append((w, ERR_MODE))              # reserved update mode
+    w = _words(Update(View("param", 0), View("grad", 0), 4, f32_bits(0.1)))
+    w[2] = 0; cases.append((w, ERR_DIM))                     # zero count
+    w = _words(Loop(3)); w[2] = 0; cases.append((w, ERR_LOOP))
+    w = _words(Reduce("sum", 2, 2, View("act", 0, 1, 0), View("act", 9, 2, 1)))
+    w[6] = 1; cases.append((w, ERR_FIELD))                   # reduce output col stride
+    for words, code in cases:
+        with pytest.raises(ISAError) as e:
+            decode(words)
+        assert e.value.code == code, (words, e.value)
+
+
+def test_constructor_validation_messages():
+    with pytest.raises(ISAError, match="reserved"):
+        Update(View("param", 0), View("grad", 0), 4, f32_bits(0.1), mode=1)
+    with pytest.raises(ISAError, match="unknown store|use one of"):
+        Elementwise("copy", 1, 1, View("bogus", 0), View("act", 0))
+    with pytest.raises(ValueError, match="leave b as None"):
+        Elementwise("copy", 1, 1, View("act", 0), View("act", 0), View("act", 1))
+    with pytest.raises(ValueError, match="takes no immediate"):
+        Elementwise("add", 1, 1, View("act", 0), View("act", 0), View("act", 1), imm=5)
+    with pytest.raises(ISAError) as e:
+        Contract(Descriptor(0, 1, 1, View("act"), View("act"), View("act")))
+    assert e.value.code == ERR_DIM
+    with pytest.raises(ISAError, match="batch_stride"):
+        Elementwise("copy", 1, 1, View("act", 0, 0, 1, 5), View("act", 0))
+    with pytest.raises(TypeError):
+        encode("end")
+    with pytest.raises(ValueError, match="multiple of"):
+        decode_program([0] * (WORDS + 1))
+
+
+def test_program_memory_map_checked():
+    p = Program([End()], {"act": 10}, {"x": Region("act", 2, 8, (2, 4))})
+    assert p.text() == "end\n"
+    assert Program.from_words(p.words(), {"act": 10}).instructions == [End()]
+    with pytest.raises(ValueError, match="does not fit"):
+        Program([End()], {"act": 10}, {"x": Region("act", 4, 8)})
