@@ -370,7 +370,7 @@ def _ld(cols, pad):
     return cols + 1 if pad and cols % 2 == 0 else cols
 
 
-def tt_linear_step(spec, batch, *, pad=True):
+def tt_linear_step(spec, batch, *, pad=True, stores=None):
     """Return the engine descriptors of one TT-linear training step (``algorithms.md`` §2).
 
     Forward (left and right merges, ``x_l``, ``z_r``), backward (``dz``, ``dx``, ``dr``, ``dl``)
@@ -386,6 +386,11 @@ def tt_linear_step(spec, batch, *, pad=True):
         A TT shape with ``d == 3`` (e.g. the paper's ``[12, 8, 8 | 8, 8, 12]``).
     batch : int
         Rows of X (tokens per step, B).
+    pad : bool
+        Odd leading dimensions for the activations.
+    stores : dict or None
+        Store names to use for the roles ``"param"``, ``"act"`` and ``"scratch"`` (default:
+        the role names). Two roles may share a store.
 
     Returns
     -------
@@ -403,10 +408,15 @@ def tt_linear_step(spec, batch, *, pad=True):
     s1, s2, s3, s4, s5, s6 = spec.modes
     _, r1, r2, r3, r4, r5, _ = spec.ranks
     n_in, n_out = spec.n_in, spec.n_out
-    alloc = {"param": 0, "act": 0, "scratch": 0}
+    names = {"param": "param", "act": "act", "scratch": "scratch", **(stores or {})}
+    if set(names) != {"param", "act", "scratch"}:
+        raise ValueError(f"stores maps the roles 'param', 'act' and 'scratch', got "
+                         f"{sorted(stores)}")
+    alloc = {name: 0 for name in names.values()}
 
-    def mat(store, rows, cols, padded=False):
+    def mat(role, rows, cols, padded=False):
         """Allocate a rows x cols row-major matrix; return its View."""
+        store = names[role]
         ld = _ld(cols, padded and pad)
         view = View(store, alloc[store], ld, 1)
         alloc[store] += rows * ld

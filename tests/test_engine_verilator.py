@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Contraction engine under Verilator: random descriptors and error cases, bit-exact vs golden.
 
 One build (4 lanes, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
@@ -71,7 +72,54 @@ def engine_build():
 
 def test_engine_verilator_random_and_errors(engine_build, tmp_path):
     run_cocotb(engine_build, "tb_engine", test_dir=tmp_path, module_dirs=[COCOTB_DIR],
+               testcase=["random_descriptors", "error_descriptors"],
                extra_env={"ENGINE_CONFIG": json.dumps(CONFIG)})
+
+
+# ---- TT-linear training steps ------------------------------------------------------------
+
+def run_step(build, eng, cfg, jobs, tdir, sizes):
+    """Run ``jobs`` (``[(name, Descriptor)]``) in order on ``build`` (tb_engine's ``bench``
+    test: C checked after each, every word of ``sizes`` at the end). Returns
+    ``({name: cycles}, teardown_crash)``."""
+    import dataclasses
+
+    out = Path(tdir) / "cycles.json"
+    bench = {"out": str(out), "sizes": sizes,
+             "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
+    teardown_crash = False
+    try:
+        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+                   module_dirs=[COCOTB_DIR],
+                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
+                              "ENGINE_BENCH": json.dumps(bench)})
+    except SimulationError:
+        # With megabyte stores the Verilator model sometimes crashes *after* $finish
+        # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as passed
+        # (every word checked) and the cycle file was written before the exit.
+        from cocotb_tools.runner import get_results
+        total, failed = get_results(Path(tdir) / "results.xml")
+        if not (total == 1 and failed == 0 and out.is_file()):
+            raise
+        teardown_crash = True
+    return {r["name"]: r["cycles"] for r in json.loads(out.read_text())}, teardown_crash
+
+
+def test_engine_verilator_tt_step_tiny(engine_build, tmp_path):
+    """Every contraction of a TT-linear training step (tiny preset's attention layer, B = 8),
+    bit-exact, on the shared 4-lane build; cycles never below MACs / lanes."""
+    from ttrain.golden.config import get_config
+    from ttrain.golden.contract import tt_linear_step
+
+    eng = make_engine(CONFIG)
+    _, jobs = tt_linear_step(get_config("tiny").attention, 8,
+                             stores={"param": "s", "act": "f", "scratch": "a"})
+    jobs = [(n, eng.best_orientation(d)) for n, d in jobs]
+    cycles, crash = run_step(engine_build, eng, CONFIG, jobs, tmp_path, eng.store_sizes)
+    assert not crash
+    assert set(cycles) == {n for n, _ in jobs}
+    for name, desc in jobs:
+        assert eng.ideal_cycles(desc) <= cycles[name], name
 
 
 # ---- benchmark: one TT-linear training step of the paper's 768x768 layer -----------------
@@ -92,10 +140,8 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     ``{"config": ..., "entries": [...], "total": ...}`` (``architecture.md`` "Measurement"
     shape; one entry per contraction and per step total). Writes it to ``out_json`` if given.
     """
-    import dataclasses
     import tempfile
     import time
-    from pathlib import Path
 
     from ttrain.golden.config import TTSpec
     from ttrain.golden.contract import BATCH_DEPENDENT, tt_linear_step
@@ -121,27 +167,10 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     for name, (sizes, jobs) in steps.items():
         tdir = Path(test_dir or tempfile.mkdtemp(prefix="engine-bench-")) / name
         tdir.mkdir(parents=True, exist_ok=True)
-        out = tdir / "cycles.json"
-        bench = {"out": str(out), "sizes": {s: eng.store_sizes[s] for s in sizes},
-                 "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
         t1 = time.time()
-        teardown_crash = False
-        try:
-            run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
-                       module_dirs=[COCOTB_DIR],
-                       extra_env={"ENGINE_CONFIG": json.dumps(cfg),
-                                  "ENGINE_BENCH": json.dumps(bench)})
-        except SimulationError:
-            # With megabyte stores the Verilator model sometimes crashes *after* $finish
-            # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as
-            # passed (every word checked) and the cycle file was written before the exit.
-            from cocotb_tools.runner import get_results
-            total, failed = get_results(tdir / "results.xml")
-            if not (total == 1 and failed == 0 and out.is_file()):
-                raise
-            teardown_crash = True
+        cycles, teardown_crash = run_step(build, eng, cfg, jobs, tdir,
+                                          {st: eng.store_sizes[st] for st in sizes})
         sim_s = time.time() - t1
-        cycles = {r["name"]: r["cycles"] for r in json.loads(out.read_text())}
         tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
         batch_dep = dict(tot)
         for jname, desc in jobs:

@@ -8,7 +8,7 @@ from ttrain.golden.config import TTSpec
 from ttrain.golden.contract import (
     BATCH_DEPENDENT, ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE,
     ERROR_STORE, Descriptor, View, check_descriptor, contract, random_descriptor,
-    tt_linear_step, view_addresses)
+    tt_linear_step, validate, view_addresses)
 from ttrain.golden.tt import tt_linear_backward, tt_linear_forward
 
 
@@ -219,3 +219,14 @@ def test_tt_linear_step_descriptors_compute_the_tt_backward(ranks):
         np.testing.assert_allclose(got, dcores[k], rtol=1e-10, atol=1e-10, err_msg=name)
     with pytest.raises(ValueError, match="d = 3"):
         tt_linear_step(TTSpec((2, 2), (2, 2), (1, 2, 2, 2, 1)), 4)
+
+
+def test_tt_linear_step_store_mapping():
+    spec = TTSpec((2, 3, 2), (3, 2, 2), (1, 2, 3, 4, 3, 2, 1))
+    sizes, jobs = tt_linear_step(spec, 4, stores={"param": "x", "act": "x", "scratch": "x"})
+    assert list(sizes) == ["x"]
+    for _, desc in jobs:                      # legal, and C never overlaps A or B
+        assert {desc.a.store, desc.b.store, desc.c.store} == {"x"}
+        validate(desc, sizes)
+    with pytest.raises(ValueError, match="roles"):
+        tt_linear_step(spec, 4, stores={"weights": "x"})

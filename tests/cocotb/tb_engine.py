@@ -1,4 +1,4 @@
-"""cocotb tests of the contraction engine under Verilator (run from tests/test_engine_verilator.py).
+"""cocotb tests of the contraction engine under Verilator (run by test_engine_verilator.py).
 
 The engine's parameters come from ``$ENGINE_CONFIG`` (JSON: ``lanes``, ``stores`` as
 ``[[name, depth, style, impl], ...]``, ``seed``, ``n_random``, ``max_mn``, ``max_k``); the
@@ -7,10 +7,10 @@ elaboration) only to encode descriptors and host beats. Expected values come fro
 :func:`ttrain.golden.contract.contract`; every word of every store is read back through the
 host port after every descriptor, with random stalls on both host streams.
 
-``$ENGINE_BENCH`` (JSON: ``{"out": path, "sizes": {store: words}, "jobs": [{"name", "desc":
-{...}}, ...]}``) switches to the benchmark test, which runs the listed descriptors in order on a
-random image, checks C after each and every word at the end, and writes the measured cycles to
-``out``.
+The ``bench`` test (run it alone, ``testcase="bench"``) reads ``$ENGINE_BENCH`` (JSON:
+``{"out": path, "sizes": {store: words}, "jobs": [{"name", "desc": {...}}, ...]}``) and runs
+the listed descriptors in order on a random image, checks C after each and every word at the
+end, and writes the measured cycles to ``out``.
 """
 
 import json
@@ -158,8 +158,6 @@ def compare(got, want, what):
 @cocotb.test()
 async def random_descriptors(dut):
     """Random shapes, strides, transposes, batches and accumulate; every store word checked."""
-    if os.environ.get("ENGINE_BENCH"):
-        return
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"])
     await tb.start()
@@ -190,8 +188,6 @@ async def random_descriptors(dut):
 @cocotb.test()
 async def error_descriptors(dut):
     """Illegal descriptors raise the error code, change no word; the next one runs."""
-    if os.environ.get("ENGINE_BENCH"):
-        return
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"] + 1)
     await tb.start()
@@ -233,10 +229,7 @@ async def error_descriptors(dut):
 async def bench(dut):
     """Run the descriptors of $ENGINE_BENCH in order, check C's words after each and every
     word of every store at the end, and record the measured cycles."""
-    spec = os.environ.get("ENGINE_BENCH")
-    if not spec:
-        return
-    spec = json.loads(spec)
+    spec = json.loads(os.environ["ENGINE_BENCH"])
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"], stall=False)
     await tb.start()
