@@ -316,6 +316,10 @@ class ContractionEngine(wiring.Component):
         Width of ``m``, ``n``, ``k`` and ``batch`` (limit ``2**dim_bits - 1``).
     fetch_depth : int
         A and B vectors fetched ahead (at least 2 = double buffering).
+    mul_unit, add_unit : class or None
+        FP32 multiplier / adder components (default :class:`~ttrain.rtl.fp32.FP32Mul` /
+        :class:`~ttrain.rtl.fp32.FP32Add`): ``i``/``o`` streams as those and a ``latency``
+        property; the latencies set the pipeline and the minimum ``slots``.
 
     Members
     -------
