@@ -247,8 +247,9 @@ def test_pipeline_signature_and_errors():
 class SweeperHarness(wiring.Component):
     """A :class:`RegionSweeper` attached to two ``lib.memory`` stores (test harness)."""
 
-    def __init__(self, params, grads):
-        self.sweeper = RegionSweeper(param_depth=len(params), grad_depth=len(grads))
+    def __init__(self, params, grads, fifo_depth=None):
+        self.sweeper = RegionSweeper(param_depth=len(params), grad_depth=len(grads),
+                                     fifo_depth=fifo_depth)
         self.pdata = memory.MemoryData(shape=32, depth=len(params), init=params.tolist())
         self.gdata = memory.MemoryData(shape=32, depth=len(grads), init=grads.tolist())
         super().__init__({})
@@ -265,13 +266,15 @@ class SweeperHarness(wiring.Component):
         return m
 
 
-def test_sweeper_regions_word_for_word():
+# fifo_depth=3 makes the pipeline refuse pairs, which exercises the read-hold (skid) path.
+@pytest.mark.parametrize("fifo_depth", [None, 3])
+def test_sweeper_regions_word_for_word(fifo_depth):
     rng = np.random.default_rng(5)
     theta, grad, _ = update_operands(300, seed=6)
     params, grads = theta[:72].copy(), grad[100:160].copy()   # stores of different sizes
     commands = [(3, 40, _b(0.01)), (0, 0, _b(1.0)), (50, 10, PZERO), (55, 6, _b(0.5)),
                 (59, 2, _b(2.0)), (43, 7, NAN), (0, 1, _b(-0.25))]
-    top = SweeperHarness(params, grads)
+    top = SweeperHarness(params, grads, fifo_depth)
     sw = top.sweeper
     seen = []
 
@@ -311,8 +314,12 @@ def test_sweeper_regions_word_for_word():
         want_p, want_g, want_err = sweep_region(want_p, want_g, base, length, lr)
         assert bool(error) == want_err, (base, length)
         assert not busy
-        if not want_err:
+        if want_err or length == 0:
+            assert cycles == 1
+        elif fifo_depth is None:
             assert cycles == sw.cycles(length)
+        else:                                           # at most 3 pairs per 14 cycles
+            assert cycles >= sw.cycles(length) + (length - 1) // 3 * (sw.latency + 1 - 3) - 2
     assert seen[-2][1] == 0 and seen[3][1] == 1         # 55 + 6 > 60 words of grads
     np.testing.assert_array_equal(got["p"], want_p)
     np.testing.assert_array_equal(got["g"], want_g)
