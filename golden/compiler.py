@@ -20,10 +20,15 @@ edges leaving ``S``; it is stored with those edges in the planner's chain order
 (``b, i_1, r_1, ..., r_{2d-1}, j_d``), row-major, except ``X``, ``T``, ``Y``, ``dY``, ``dX``
 whose batch row is padded to an odd leading dimension (bank-conflict-free columns, as in
 ``golden.contract.tt_linear_step``). A pairwise step contracts the edges its operands share
-(``K``) and keeps the others (``M`` from the first operand, ``N`` from the second). Each group
-must be addressable with one stride in every tensor that holds it (its edges adjacent in
-storage); then the step is one ``CONTRACT`` with ``m = |M|``, ``n = |N|``, ``k = |K|`` and
-views whose strides are the groups' innermost strides. The descriptor is oriented so that the
+(``K``) and keeps the others (``M`` from the first operand, ``N`` from the second). A group is
+addressable with one stride in a tensor when its edges are adjacent in storage; then the step
+is one ``CONTRACT`` with ``m = |M|``, ``n = |N|``, ``k = |K|`` and views whose strides are the
+groups' innermost strides. When a free group (``M`` or ``N``) is not, it is split into a batch
+part and a matrix part (the descriptor's ``batch``); when ``K`` is not, C is first filled with
+``-0.0`` and a ``LOOP`` over the outer part of ``K`` runs an accumulating ``CONTRACT`` whose A
+and B bases step by the outer stride: per output the sum then runs outer-major over ``k`` from
+``-0.0``, i.e. exactly the order of one longer contraction. The bi-directional flow needs
+neither; ``left_to_right`` and ``dp_best`` use both. The descriptor is oriented so that the
 longer of ``m``/``n`` is ``n`` (C's columns, the engine's lanes); per output the products and
 their order over ``k`` do not depend on the orientation, so the words are the same.
 
@@ -43,8 +48,8 @@ import numpy as np
 
 from .config import TTSpec
 from .contract import Descriptor, View
-from .isa import (Barrier, Contract, Elementwise, End, Program, Reduce, Region, Update,
-                  f32_bits)
+from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Loop, Program, Reduce, Region,
+                  Update, f32_bits)
 from .planner import TTNetwork, bidirectional_tree, left_to_right_tree, dp_best_tree, \
     order_plan, plan_layer
 
@@ -224,8 +229,8 @@ def _head(instrs, alloc, n_out, batch, loss_scale):
         instrs.append(Elementwise("scale", batch, n_out, dyv, dyv, imm=f32_bits(loss_scale)))
 
 
-def _descriptor(m, n, k, a, b, c):
-    d = Descriptor(m, n, k, a, b, c)
+def _descriptor(m, n, k, a, b, c, batch=1, accumulate=False):
+    d = Descriptor(m, n, k, a, b, c, accumulate, batch)
     return d.transposed() if m > n else d
 
 
@@ -347,21 +352,31 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
             mask |= 1 if part == "X" else 1 << int(part[1:])
         return kind, mask
 
-    def group(step, tname, st, es):
+    def mergeable(st, es):
+        return all(st[e] == st[f] * dims[f] for e, f in zip(es, es[1:]))
+
+    def group(st, es):
+        """(size, stride) of edge group ``es`` in a tensor with strides ``st`` (or None)."""
         es = [e for e in es if dims[e] > 1]
         if not es:
             return 1, 0
-        for e, f in zip(es, es[1:]):
-            if st[e] != st[f] * dims[f]:
-                raise ValueError(
-                    f"order {order!r}, step {step.name}: the edges "
-                    f"{[net.edge_names[x] for x in es]} of {tname} are not adjacent in storage, "
-                    f"so the step is not one contraction descriptor; use order='bidirectional'")
+        if not mergeable(st, es):
+            return None
         return prod(dims[e] for e in es), st[es[-1]]
 
-    def view(tname, st, region, g_rows, g_cols):
-        r = alloc.regions[region]
-        return View(r.store, r.base, g_rows[1], g_cols[1])
+    def split(es, st1, st2):
+        """Split a free group into (batch part, matrix part), each one stride in both."""
+        es = [e for e in es if dims[e] > 1]
+        for p in range(1, len(es)):
+            for outer, inner in ((es[:p], es[p:]), (es[p:], es[:p])):
+                if all(mergeable(st, part) for st in (st1, st2) for part in (outer, inner)):
+                    return outer, inner
+        return None
+
+    def fail(step, what):
+        raise ValueError(
+            f"order {order!r}, step {step.name}: {what}, so the step is not one contraction "
+            f"descriptor; use order='bidirectional'")
 
     instrs = []
 
@@ -375,13 +390,55 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         M, N, K = sorted(ea - eb), sorted(eb - ea), sorted(ea & eb)
         if set(edges_of(mc)) != set(M) | set(N):
             raise AssertionError(f"step {step.name}: output edges do not match")
-        gaM, gaK = group(step, step.operands[0], sa, M), group(step, step.operands[0], sa, K)
-        gbK, gbN = group(step, step.operands[1], sb, K), group(step, step.operands[1], sb, N)
-        gcM, gcN = group(step, step.output, sc, M), group(step, step.output, sc, N)
-        a = view(step.operands[0], sa, ra, gaM, gaK)
-        b = view(step.operands[1], sb, rb, gbK, gbN)
-        c = view(step.output, sc, rc, gcM, gcN)
-        instrs.append(Contract(_descriptor(gaM[0], gbN[0], gaK[0], a, b, c)))
+        gk_a, gk_b = group(sa, K), group(sb, K)
+        k_outer = None
+        if gk_a is None or gk_b is None:
+            # loop over the outer summed edges, accumulating (same per-output order)
+            parts = split(K, sa, sb)
+            if parts is None:
+                fail(step, f"its summed edges {[net.edge_names[e] for e in K]} are not "
+                           f"adjacent in storage")
+            k_outer, inner = parts
+            gk_a, gk_b = group(sa, inner), group(sb, inner)
+        batch, bs = 1, {"a": 0, "b": 0, "c": 0}
+        gm = [group(sa, M), group(sc, M)]
+        gn = [group(sb, N), group(sc, N)]
+        for free, g, (s1, n1), (s2, n2) in ((M, gm, (sa, "a"), (sc, "c")),
+                                            (N, gn, (sb, "b"), (sc, "c"))):
+            if None not in g:
+                continue
+            parts = split(free, s1, s2) if batch == 1 else None
+            if parts is None:
+                fail(step, f"its free edges {[net.edge_names[e] for e in free]} are not "
+                           f"adjacent in storage")
+            outer, inner = parts
+            batch = prod(dims[e] for e in outer)
+            bs[n1], bs[n2] = group(s1, outer)[1], group(s2, outer)[1]
+            g[0], g[1] = group(s1, inner), group(s2, inner)
+        (m, a_rs), (_, c_rs) = gm
+        (n, b_cs), (_, c_cs) = gn
+        k = gk_a[0]
+
+        def at(region, rs, cs, bstride):
+            r = alloc.regions[region]
+            return View(r.store, r.base, rs, cs, bstride)
+
+        a = at(ra, a_rs, gk_a[1], bs["a"])
+        b = at(rb, gk_b[1], b_cs, bs["b"])
+        c = at(rc, c_rs, c_cs, bs["c"])
+        if k_outer is None:
+            instrs.append(Contract(_descriptor(m, n, k, a, b, c, batch)))
+            return
+        if batch != 1:
+            fail(step, "it needs both a batch and a split sum")
+        count = prod(dims[e] for e in k_outer)
+        inc = (group(sa, k_outer)[1], group(sb, k_outer)[1], 0)
+        desc = _descriptor(m, n, k, a, b, c, 1, accumulate=True)
+        swapped = m > n                     # _descriptor put B in slot 1
+        instrs.append(Elementwise("fill", m, n, c, imm=f32_bits(-0.0)))
+        instrs.append(Loop(count, inc))
+        instrs.append(Contract(desc, (0, 2, 1) if swapped else (0, 1, 2)))
+        instrs.append(EndLoop())
 
     for step in plan.steps:
         if step.phase == "forward":

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .contract import View, check_descriptor, contract, validate, view_addresses
-from .isa import (ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM, ERR_INDEX, ERR_LOOP,
-                  ERR_NO_END, ERR_NONE, ERR_OVERLAP, ERR_STORE, ERROR_CODES, Barrier,
+from .contract import check_descriptor, contract, validate, view_addresses
+from .isa import (ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_INDEX, ERR_LOOP,
+                  ERR_NO_END, ERR_NONE, ERR_OVERLAP, ERR_STORE, Barrier,
                   Contract, Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce,
                   Update, bits_f32, decode_program)
 from .numerics import fp32_add, fp32_max, fp32_mul, fp32_sub, fp32_sum
@@ -448,4 +448,3 @@ def run(program, image, *, raise_errors=False):
     return work, stats
 
 
-ERROR_NAMES = dict(ERROR_CODES)

@@ -31,7 +31,6 @@ same codes. :class:`ISAError` (a ``ValueError``) carries ``.code`` and, where kn
 """
 
 import re
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from ttrain.golden.config import TTSpec, get_config
-from ttrain.golden.compiler import ORDERS, compile_dense, compile_tt_linear
+from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.interpreter import run
 from ttrain.golden.isa import Contract, Update, assemble, decode_program
-from ttrain.golden.planner import order_plan, bidirectional_tree
+from ttrain.golden.planner import bidirectional_tree, order_plan, plan_layer
 from ttrain.golden.tt import init_tt_cores, tt_linear_backward, tt_linear_forward
 
 SPECS = [
@@ -60,11 +60,13 @@ def close(got, want, rtol=2e-5):
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.in_modes}x{s.out_modes}")
-@pytest.mark.parametrize("scale", [1.0, 0.25])
-def test_interpreter_matches_fast_path(spec, scale):
+@pytest.mark.parametrize("scale, order", [(1.0, "bidirectional"), (0.25, "bidirectional"),
+                                          (1.0, "left_to_right"), (0.5, "dp_best")])
+def test_interpreter_matches_fast_path(spec, scale, order):
     B = 5
     cores, bias, x, t = problem(spec, B, seed=len(spec.ranks))
-    cl = compile_tt_linear(spec, B, lr=0.1, loss_scale=scale, update=False)
+    cl = compile_tt_linear(spec, B, lr=0.1, loss_scale=scale, update=False, order=order)
+    assert cl.order == order
     out, st = run(cl.program, cl.initial_image(cores + [bias], x, t))
     assert st.ok, st.message
     y, dy, dx, grads = fast_step(spec, cores, bias, x, t, scale)
@@ -74,9 +76,8 @@ def test_interpreter_matches_fast_path(spec, scale):
     for g, w in zip(cl.grads(out), grads):
         assert g.shape == w.shape
         assert close(g, w)
-    # the contraction work is the planner's
-    plan = order_plan(spec, B, bidirectional_tree(spec.d))
-    assert st.macs == plan.macs
+    # the contraction work is exactly the planner's for that order
+    assert st.macs == plan_layer(spec, B).orders[order].macs
     # parameters are untouched without UPDATE
     for p, w in zip(cl.params(out), cores + [bias]):
         assert np.array_equal(p, w)
@@ -220,8 +221,10 @@ def test_compiler_rejects_bad_arguments():
                          + [np.zeros(6, np.float32)], np.zeros((3, 6)), np.zeros((4, 6)))
 
 
-@pytest.mark.parametrize("name", ["paper-l1", "paper-l1-r10"])
-def test_paper_layer_one_step(name):
+@pytest.mark.parametrize("name, order", [("paper-l1", "bidirectional"),
+                                         ("paper-l1-r10", "bidirectional"),
+                                         ("paper-l1", "best")])
+def test_paper_layer_one_step(name, order):
     """The paper's 768x768 attention layer, B = 32: compile and interpret one step
     (timing recorded in docs/isa.md, not asserted)."""
     spec = get_config(name).attention
@@ -232,11 +235,16 @@ def test_paper_layer_one_step(name):
     x = rng.standard_normal((B, spec.n_in)).astype(np.float32)
     t = rng.standard_normal((B, spec.n_out)).astype(np.float32)
     t0 = time.perf_counter()
-    cl = compile_tt_linear(spec, B, lr=1e-3, update=False)
+    cl = compile_tt_linear(spec, B, lr=1e-3, update=False, order=order)
     out, st = run(cl.program, cl.initial_image(cores + [bias], x, t))
     elapsed = time.perf_counter() - t0
     assert st.ok
-    print(f"{name}: compile + interpret one step {elapsed:.2f} s, {st.macs} MACs")
+    plan = plan_layer(spec, B)
+    assert st.macs == plan.orders[cl.order].macs
+    if order == "best":
+        assert cl.order == plan.best
+    print(f"{name} {cl.order}: compile + interpret one step {elapsed:.2f} s, {st.macs} MACs, "
+          f"{st.instructions} instructions")
     y, dy, dx, grads = fast_step(spec, cores, bias, x, t)
     assert close(cl.read(out, "y"), y, 1e-4)
     assert close(cl.read(out, "dx"), dx, 1e-4)

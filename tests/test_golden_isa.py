@@ -6,7 +6,7 @@ import pytest
 from ttrain.golden.contract import Descriptor, View
 from ttrain.golden.isa import (
     ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE, ERR_STORE, ELEMENTWISE_OPS,
-    GATHER_OPS, MNEMONICS, OPCODES, REDUCE_OPS, STORE_IDS, WORDS, Barrier, Contract,
+    GATHER_OPS, MNEMONICS, OPCODES, STORE_IDS, WORDS, Barrier, Contract,
     Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce, Region, Update,
     assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
 
