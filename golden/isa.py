@@ -776,9 +776,9 @@ def assemble(text):
             nsrc = _EW_SOURCES[mnem]
             a, s1 = tview("a") if nsrc >= 1 else (None, 0)
             b, s2 = tview("b") if nsrc >= 2 else (None, 0)
-            imm = _parse_imm(fields.pop("imm"), lineno) if mnem in _EW_IMM else 0
-            if mnem in _EW_IMM and imm is None:
+            if mnem in _EW_IMM and "imm" not in fields:
                 raise ValueError(f"line {lineno}: {mnem} needs imm=")
+            imm = _parse_imm(fields.pop("imm"), lineno) if mnem in _EW_IMM else 0
             instr = Elementwise(mnem, rows, cols, d, a, b, imm, (s0, s1, s2))
         elif mnem in ("rsum", "rmax"):
             rows, cols = take("rows"), take("cols")
@@ -795,8 +795,10 @@ def assemble(text):
             if lr is None:
                 raise ValueError(f"line {lineno}: update needs lr=")
             mode = take("mode", int, 0)
-            th = View(th.store, th.base)
-            g = View(g.store, g.base)
+            for nm, v in (("theta", th), ("grad", g)):
+                if (v.row_stride, v.col_stride, v.batch_stride) != (0, 1, 0):
+                    raise ValueError(f"line {lineno}: update {nm} is a contiguous region; "
+                                     f"write it as store@base without strides")
             instr = Update(th, g, count, lr, mode, (s0, s1, 0))
         if fields:
             raise ValueError(f"line {lineno}: unknown field(s) {sorted(fields)} for {mnem}")

@@ -125,6 +125,9 @@ def test_assembly_syntax_features():
     ("end now", "unexpected word"),
     ("fill rows=1 cols=1 d=act@0:1,1 imm=abc", "neither"),
     ("barrier count=3", "unknown field"),
+    ("update count=2 theta=param@0:4,1 grad=grad@0 lr=0.1", "contiguous region"),
+    ("update count=2 theta=param@0 grad=grad@0", "needs lr="),
+    ("scale rows=1 cols=1 d=act@0:1,1 a=act@0:1,1", "needs imm="),
 ])
 def test_assembler_rejects(text, match):
     with pytest.raises((ValueError, TypeError), match=match):
