@@ -18,15 +18,18 @@ a NaN or infinite gradient with ``lr = 0`` gives NaN (``0 * inf``).
 update applied to ``[base, base + length)`` of a parameter store and a gradient store, all
 other words untouched, and an error (no write at all) if the region does not fit both stores.
 
-Integer (int8 round-and-clamp) updates are a reserved hook, not implemented in RTL yet; the
-planned interface is in ``docs/update-pipeline.md``.
+Integer mode (int8 weights of the quantized ZO/LRT training, ``docs/algorithms.md`` section
+4): :func:`int_sgd_update` is ``saturate(theta - round_shift(lr_mult * g, shift, mode), bits)``
+in exact integer arithmetic, the learning rate being the fixed-point number
+``lr_mult / 2**shift``. Golden of :class:`ttrain.rtl.update.IntUpdatePipeline`.
 """
 
 import numpy as np
 
-from .numerics import bits_to_f32, f32_to_bits, fp32_mul, fp32_sub
+from .numerics import (Rounding, bits_to_f32, f32_to_bits, fp32_mul, fp32_sub, round_shift,
+                       saturate)
 
-__all__ = ["sgd_update", "sgd_update_bits", "sweep_region"]
+__all__ = ["sgd_update", "sgd_update_bits", "sweep_region", "int_sgd_update"]
 
 
 def _is_bits(x):
@@ -115,3 +118,44 @@ def sweep_region(params, grads, base, length, lr):
     region = slice(base, base + length)
     params[region], grads[region] = sgd_update_bits(params[region], grads[region], lr)
     return params, grads, False
+
+
+def int_sgd_update(theta, grad, lr_mult, shift, *, bits=8, mode=Rounding.HALF_EVEN):
+    """Return integer SGD-updated parameters ``saturate(theta - round_shift(lr_mult * grad,
+    shift, mode), bits)``.
+
+    Parameters
+    ----------
+    theta : array_like of int
+        Parameters, signed ``bits``-bit integers.
+    grad : array_like of int
+        Gradients (any int64 integers; the RTL takes ``grad_bits``-bit ones).
+    lr_mult : int or array_like of int
+        Learning-rate multiplier (signed); ``|lr_mult * grad|`` must stay below ``2**63``.
+    shift : int or array_like of int
+        Right shift in ``[0, 63]``: the learning rate is ``lr_mult / 2**shift``.
+    bits : int
+        Width of the signed parameters (8 for int8).
+    mode : Rounding or str
+        Rounding of the scaled step (default half to even).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64`` new parameters in ``[-2**(bits-1), 2**(bits-1) - 1]``.
+
+    Raises
+    ------
+    ValueError
+        If a parameter does not fit in ``bits`` signed bits, or a product overflows int64.
+    """
+    theta = np.asarray(theta)
+    if not np.array_equal(saturate(theta, bits), theta):
+        raise ValueError(f"theta holds values outside signed {bits}-bit integers; saturate "
+                         "or requantize the parameters first")
+    g = np.asarray(grad).astype(np.int64)
+    m = np.asarray(lr_mult).astype(np.int64)
+    if np.any(np.abs(g.astype(object) * m.astype(object)) >= 2 ** 63):
+        raise ValueError("lr_mult * grad overflows int64; use a smaller multiplier")
+    step = round_shift(g * m, shift, mode)
+    return saturate(theta.astype(np.int64) - step, bits)

@@ -11,16 +11,21 @@ counter admits a pair only while the output FIFO is sure to have room for it whe
 store through synchronous memory ports (:class:`amaranth.lib.memory.ReadPort` /
 :class:`~amaranth.lib.memory.WritePort` signatures), runs the pairs through an
 :class:`UpdatePipeline` and writes the new parameters and zeroed gradients back.
+
+:class:`IntUpdatePipeline` is the integer mode (int8 weights): ``theta' = saturate(theta -
+round_shift(lr_mult * g, shift, mode), bits)``, golden :func:`ttrain.golden.update.int_sgd_update`.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..golden.numerics import Rounding
 from .fp32 import FP32Add, FP32Mul
 
-__all__ = ["UpdateOperands", "UpdateResult", "UpdatePipeline", "RegionSweeper"]
+__all__ = ["UpdateOperands", "UpdateResult", "UpdatePipeline", "RegionSweeper",
+           "IntUpdatePipeline"]
 
 #: Input pair of the pipeline; ``theta`` is the least significant field (bits 0-31).
 UpdateOperands = data.StructLayout({"theta": 32, "grad": 32})
@@ -301,4 +306,117 @@ class RegionSweeper(wiring.Component):
             m.d.sync += [w_addr.eq(w_addr + 1), w_left.eq(w_left - 1)]
             with m.If(w_left == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+        return m
+
+
+class IntUpdatePipeline(wiring.Component):
+    """Integer SGD update: ``theta' = saturate(theta - round_shift(lr_mult * g, shift), bits)``.
+
+    Golden: :func:`ttrain.golden.update.int_sgd_update` with the same ``bits`` and ``mode``.
+    The learning rate is the fixed-point value ``lr_mult / 2**shift``; both ports are sampled
+    with every accepted pair. The cleared gradient comes out as 0.
+
+    Latency :attr:`latency` = 3 cycles, one pair per cycle. Back-pressure stalls the whole
+    pipeline (no FP units inside): ``i.ready = ~o.valid | o.ready``.
+
+    Stages: ``s1`` product ``g * lr_mult`` (``grad_bits + mult_bits`` bits, signed); ``s2``
+    ``q = product >> shift`` (floor) and the rounding increment from the remainder ``r``
+    (``2r`` compared with ``2**shift``, as in :func:`~ttrain.golden.numerics.round_shift`);
+    ``s3`` ``theta - (q + inc)`` clamped to ``bits`` signed bits.
+
+    Parameters
+    ----------
+    bits : int
+        Signed parameter width (2..32; 8 for int8).
+    grad_bits : int
+        Signed gradient width (2..48).
+    mult_bits : int
+        Signed ``lr_mult`` width (2..32).
+    mode : Rounding or str
+        Rounding mode (a :class:`~ttrain.golden.numerics.Rounding` member or its name).
+
+    Members
+    -------
+    i : ``In(stream.Signature(StructLayout({"theta": signed(bits), "grad": signed(grad_bits)})))``
+        ``theta`` is the least significant field.
+    lr_mult : ``In(signed(mult_bits))``
+    shift : ``In(range(grad_bits + mult_bits))``
+    o : ``Out(stream.Signature(<same layout as i>))``
+        New parameter and a zero gradient.
+    """
+
+    def __init__(self, *, bits=8, grad_bits=32, mult_bits=16, mode=Rounding.HALF_EVEN):
+        for name, value, lo, hi in (("bits", bits, 2, 32), ("grad_bits", grad_bits, 2, 48),
+                                    ("mult_bits", mult_bits, 2, 32)):
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise TypeError(f"IntUpdatePipeline {name} must be an integer in [{lo}, {hi}], "
+                                f"not {value!r}")
+        if isinstance(mode, str) and mode.upper() in Rounding.__members__:
+            mode = Rounding[mode.upper()]
+        if not isinstance(mode, Rounding):
+            raise ValueError(f"IntUpdatePipeline mode must be a Rounding member or one of "
+                             f"{', '.join(Rounding.__members__)}, not {mode!r}")
+        self._bits, self._grad_bits, self._mult_bits, self._mode = bits, grad_bits, mult_bits, mode
+        layout = data.StructLayout({"theta": signed(bits), "grad": signed(grad_bits)})
+        super().__init__({
+            "i": In(stream.Signature(layout)),
+            "lr_mult": In(signed(mult_bits)),
+            "shift": In(range(grad_bits + mult_bits)),
+            "o": Out(stream.Signature(layout)),
+        })
+
+    bits = property(lambda self: self._bits, doc="Signed parameter width.")
+    mode = property(lambda self: self._mode, doc="Rounding mode.")
+    latency = property(lambda self: 3, doc="Cycles from an accepted pair to its result.")
+
+    def elaborate(self, platform):
+        m = Module()
+        pw = self._grad_bits + self._mult_bits
+        en = Signal()
+        m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+
+        s1_valid, s2_valid = Signal(), Signal()
+        s1_product = Signal(signed(pw), reset_less=True)
+        s1_theta = Signal(signed(self._bits), reset_less=True)
+        s1_shift = Signal.like(self.shift, reset_less=True)
+        s2_q = Signal(signed(pw), reset_less=True)
+        s2_inc = Signal(reset_less=True)
+        s2_theta = Signal(signed(self._bits), reset_less=True)
+
+        # s2 combinational: floor quotient, remainder, rounding increment.
+        q = Signal(signed(pw))
+        r = Signal(pw)
+        twice_r = Signal(pw + 1)
+        unit = Signal(pw + 1)
+        m.d.comb += [
+            q.eq(s1_product >> s1_shift),
+            r.eq((s1_product - (q << s1_shift))[:pw]),
+            twice_r.eq(Cat(Const(0, 1), r)),
+            unit.eq(Const(1, pw + 1) << s1_shift),
+        ]
+        above, tie, nonzero = twice_r > unit, twice_r == unit, r != 0
+        negative = s1_product < 0
+        inc = {
+            Rounding.FLOOR: Const(0, 1),
+            Rounding.CEIL: nonzero,
+            Rounding.TRUNC: nonzero & negative,
+            Rounding.HALF_UP: above | tie,
+            Rounding.HALF_AWAY: above | (tie & ~negative),
+            Rounding.HALF_EVEN: above | (tie & q[0]),
+        }[self._mode]
+
+        # s3 combinational: subtract and clamp.
+        lo, hi = -(1 << (self._bits - 1)), (1 << (self._bits - 1)) - 1
+        diff = Signal(signed(pw + 2))
+        m.d.comb += diff.eq(s2_theta - (s2_q + s2_inc))
+
+        with m.If(en):
+            m.d.sync += [
+                s1_valid.eq(self.i.valid), s2_valid.eq(s1_valid), self.o.valid.eq(s2_valid),
+                s1_product.eq(self.i.payload.grad * self.lr_mult),
+                s1_theta.eq(self.i.payload.theta), s1_shift.eq(self.shift),
+                s2_q.eq(q), s2_inc.eq(inc), s2_theta.eq(s1_theta),
+                self.o.payload.theta.eq(Mux(diff < lo, lo, Mux(diff > hi, hi, diff))),
+            ]
+        m.d.comb += self.o.payload.grad.eq(0)
         return m

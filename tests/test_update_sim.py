@@ -323,3 +323,137 @@ def test_sweeper_regions_word_for_word(fifo_depth):
     assert seen[-2][1] == 0 and seen[3][1] == 1         # 55 + 6 > 60 words of grads
     np.testing.assert_array_equal(got["p"], want_p)
     np.testing.assert_array_equal(got["g"], want_g)
+
+
+# -- integer mode ---------------------------------------------------------------------------------
+
+MODES = ["FLOOR", "CEIL", "TRUNC", "HALF_UP", "HALF_AWAY", "HALF_EVEN"]
+
+
+def _reference_int_update(theta, grad, mult, shift, bits, mode):
+    """Independent scalar reference with Python's exact integers and Fractions."""
+    from fractions import Fraction
+    import math
+    x = Fraction(int(grad) * int(mult), 2 ** int(shift))
+    fl = math.floor(x)
+    frac = x - fl
+    step = {"FLOOR": fl, "CEIL": math.ceil(x), "TRUNC": math.trunc(x),
+            "HALF_UP": fl + (frac >= Fraction(1, 2)),
+            "HALF_AWAY": (fl + (frac >= Fraction(1, 2))) if x >= 0
+            else -math.floor(-x + Fraction(1, 2)),
+            "HALF_EVEN": fl + (frac > Fraction(1, 2) or (frac == Fraction(1, 2) and fl % 2 == 1))
+            }[mode]
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return min(max(int(theta) - step, lo), hi)
+
+
+def int_operands(count, seed, bits=8, grad_bits=32, mult_bits=16):
+    """Return ``(theta, grad, mult, shift)`` int64 arrays: extremes, exact ties, random."""
+    rng = np.random.default_rng(seed)
+    tlo, thi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    glo, ghi = -(1 << (grad_bits - 1)), (1 << (grad_bits - 1)) - 1
+    mlo, mhi = -(1 << (mult_bits - 1)), (1 << (mult_bits - 1)) - 1
+    pw = grad_bits + mult_bits
+    theta = rng.integers(tlo, thi + 1, count)
+    grad = rng.integers(glo, ghi + 1, count) >> rng.integers(0, grad_bits, count)
+    mult = rng.integers(mlo, mhi + 1, count) >> rng.integers(0, mult_bits, count)
+    shift = rng.integers(0, pw, count)
+    # A third are exact ties: mult = 1, grad = k * 2**s + 2**(s-1) (either sign of k).
+    t = np.arange(count) % 3 == 0
+    s = rng.integers(1, grad_bits - 4, count)            # |k * 2**s| < 2**(grad_bits - 2)
+    k = rng.integers(-8, 8, count)
+    grad[t] = (k[t] << s[t]) + (1 << (s[t] - 1))
+    mult[t], shift[t] = 1, s[t]
+    ext = [(thi, glo, mlo, 0), (tlo, glo, mlo, 0), (tlo, ghi, mhi, 0), (thi, glo, mhi, pw - 1),
+           (tlo, glo, mlo, pw - 1), (0, ghi, mhi, pw - 1), (0, -1, 1, 1), (0, 1, 1, 1),
+           (0, 3, 1, 1), (0, -3, 1, 1), (thi, 0, mhi, 5), (tlo, 1, -1, 0)]
+    for j, e in enumerate(ext[:count]):
+        theta[j], grad[j], mult[j], shift[j] = e
+    assert (glo <= grad).all() and (grad <= ghi).all() and (mlo <= mult).all() \
+        and (mult <= mhi).all()
+    return theta, grad, mult, shift
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_golden_int_update_matches_exact_reference(mode):
+    theta, grad, mult, shift = int_operands(3000, seed=MODES.index(mode))
+    from ttrain.golden.update import int_sgd_update
+    got = int_sgd_update(theta, grad, mult, shift, bits=8, mode=mode)
+    want = [_reference_int_update(*row, 8, mode) for row in zip(theta, grad, mult, shift)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_golden_int_update_errors():
+    from ttrain.golden.update import int_sgd_update
+    with pytest.raises(ValueError, match="outside signed 8-bit"):
+        int_sgd_update([128], [1], 1, 0)
+    with pytest.raises(ValueError, match="overflows int64"):
+        int_sgd_update([0], [2 ** 62], 4, 0)
+
+
+def run_int_pipeline(dut, theta, grad, mult, shift, *, in_gap, out_stall, seed):
+    rng = np.random.default_rng(seed)
+    n = len(theta)
+    got = []
+
+    async def producer(ctx):
+        for k in range(n):
+            while rng.random() < in_gap:
+                ctx.set(dut.i.valid, 0)
+                ctx.set(dut.lr_mult, int(rng.integers(-2 ** 15, 2 ** 15)))
+                await ctx.tick()
+            ctx.set(dut.i.payload, {"theta": int(theta[k]), "grad": int(grad[k])})
+            ctx.set(dut.lr_mult, int(mult[k]))
+            ctx.set(dut.shift, int(shift[k]))
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        cycles = 0
+        while len(got) < n:
+            ready = int(rng.random() >= out_stall)
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid and ready:
+                assert payload.grad == 0
+                got.append(payload.theta)
+            cycles += 1
+            assert cycles < 20 * n + 100
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(producer)
+    sim.add_testbench(consumer)
+    sim.run()
+    return np.array(got, dtype=np.int64)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_int_pipeline_matches_golden(mode):
+    from ttrain.golden.update import int_sgd_update
+    from ttrain.rtl.update import IntUpdatePipeline
+    theta, grad, mult, shift = int_operands(400, seed=10 + MODES.index(mode))
+    dut = IntUpdatePipeline(mode=mode)
+    got = run_int_pipeline(dut, theta, grad, mult, shift, in_gap=0.2, out_stall=0.3, seed=1)
+    np.testing.assert_array_equal(got, int_sgd_update(theta, grad, mult, shift, mode=mode))
+
+
+def test_int_pipeline_other_widths_and_throughput():
+    from ttrain.golden.update import int_sgd_update
+    from ttrain.rtl.update import IntUpdatePipeline
+    theta, grad, mult, shift = int_operands(300, seed=20, bits=16, grad_bits=24, mult_bits=8)
+    dut = IntUpdatePipeline(bits=16, grad_bits=24, mult_bits=8, mode="half_away")
+    got = run_int_pipeline(dut, theta, grad, mult, shift, in_gap=0.0, out_stall=0.0, seed=2)
+    np.testing.assert_array_equal(
+        got, int_sgd_update(theta, grad, mult, shift, bits=16, mode="HALF_AWAY"))
+
+
+def test_int_pipeline_parameter_errors():
+    from ttrain.rtl.update import IntUpdatePipeline
+    with pytest.raises(TypeError, match=r"bits must be an integer in \[2, 32\], not 1"):
+        IntUpdatePipeline(bits=1)
+    with pytest.raises(TypeError, match="grad_bits must be an integer"):
+        IntUpdatePipeline(grad_bits=64)
+    with pytest.raises(ValueError, match="mode must be a Rounding member or one of"):
+        IntUpdatePipeline(mode="nearest")

@@ -29,7 +29,7 @@ if str(_HERE) not in sys.path:                      # when run as a script
 from test_update_sim import assert_update_equal, update_operands  # noqa: E402
 
 from ttrain.golden.update import sweep_region  # noqa: E402
-from ttrain.rtl.update import RegionSweeper, UpdatePipeline  # noqa: E402
+from ttrain.rtl.update import IntUpdatePipeline, RegionSweeper, UpdatePipeline  # noqa: E402
 from ttrain.testbench.verilator import (TESTBENCH_DIR, build_verilator,  # noqa: E402
                                         lint_verilator, run_cocotb)
 
@@ -178,6 +178,7 @@ def test_lint_components():
     assert lint_verilator(UpdatePipeline(), name="update_pipeline", flags=LINT_FLAGS) == ""
     assert lint_verilator(RegionSweeper(param_depth=PDEPTH, grad_depth=GDEPTH),
                           name="region_sweeper", flags=LINT_FLAGS) == ""
+    assert lint_verilator(IntUpdatePipeline(), name="int_update_pipeline") == ""
 
 
 def test_lint_wrappers():
