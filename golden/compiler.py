@@ -82,9 +82,14 @@ def _check_float(name, v):
 
 
 class _Alloc:
-    def __init__(self):
+    """Bump allocator per store; with ``reuse`` the scratch store keeps a first-fit free list."""
+
+    def __init__(self, reuse=False):
         self.top = {"param": 0, "grad": 0, "act": 0, "scratch": 0}
+        self.high = dict(self.top)     # high-water marks = store sizes
         self.regions = {}
+        self.reuse = reuse
+        self.holes = []            # free scratch (base, size), sorted, coalesced
 
     def region(self, name, store, shape, ld=None):
         shape = tuple(int(s) for s in shape)
@@ -92,10 +97,37 @@ class _Alloc:
             size, rs = prod(shape), 0
         else:
             size, rs = shape[0] * ld, ld
-        r = Region(store, self.top[store], max(size, 1), shape, rs)
-        self.top[store] += r.size
+        size = max(size, 1)
+        base = None
+        if store == "scratch" and self.reuse:
+            for h, (hb, hs) in enumerate(self.holes):
+                if hs >= size:
+                    base = hb
+                    self.holes[h] = (hb + size, hs - size)
+                    if hs == size:
+                        del self.holes[h]
+                    break
+        if base is None:
+            base = self.top[store]
+            self.top[store] += size
+            self.high[store] = max(self.high[store], self.top[store])
+        r = Region(store, base, size, shape, rs)
         self.regions[name] = r
         return r
+
+    def free(self, name):
+        """Return a scratch region's words to the free list (its map entry stays)."""
+        r = self.regions[name]
+        holes = sorted(self.holes + [(r.base, r.size)])
+        merged = []
+        for b, n in holes:
+            if merged and merged[-1][0] + merged[-1][1] == b:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((b, n))
+        if merged and merged[-1][0] + merged[-1][1] == self.top["scratch"]:
+            self.top["scratch"] = merged.pop()[0]
+        self.holes = merged
 
 
 @dataclass
@@ -235,7 +267,7 @@ def _descriptor(m, n, k, a, b, c, batch=1, accumulate=False):
 
 
 def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale=1.0,
-                      update=True, pad=True):
+                      update=True, pad=True, reuse_scratch=False):
     """Compile one training step of a TT-linear layer with bias.
 
     Parameters
@@ -254,6 +286,11 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         Emit the UPDATEs (with ``False`` the gradients stay in the grad store for inspection).
     pad : bool
         Odd leading dimensions for X, T, Y, dY, dX.
+    reuse_scratch : bool
+        Give a scratch tensor's words to later tensors after its last reader (first fit).
+        Smaller scratch store (close to the planner's ``peak_live_words``), but later writes
+        then depend on earlier reads (write-after-read) and the memory-map entries of dead
+        tensors overlap live ones: read intermediates back only with ``False`` (the default).
 
     Returns
     -------
@@ -281,7 +318,7 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         tree = tree[0]
     plan = order_plan(spec, batch, tree, order)
 
-    alloc = _Alloc()
+    alloc = _Alloc(reuse=bool(reuse_scratch))
     pnames = [f"core{k + 1}" for k in range(2 * d)] + ["bias"]
     for k, shape in enumerate(spec.core_shapes):
         alloc.region(f"core{k + 1}", "param", shape)
@@ -440,15 +477,24 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         instrs.append(Contract(desc, (0, 2, 1) if swapped else (0, 1, 2)))
         instrs.append(EndLoop())
 
-    for step in plan.steps:
-        if step.phase == "forward":
-            emit(step)
-    _head(instrs, alloc, spec.n_out, batch, loss_scale)
-    for step in plan.steps:
-        if step.phase == "backward":
-            emit(step)
+    last_read = {}
+    for i, step in enumerate(plan.steps):
+        for op in step.operands:
+            last_read[op] = i
+    phases = [s.phase for s in plan.steps]
+    if phases != sorted(phases, key=("forward", "backward").index):
+        raise AssertionError("planner steps are not forward-then-backward")
+
+    for i, step in enumerate(plan.steps):
+        if step.phase == "backward" and (i == 0 or plan.steps[i - 1].phase == "forward"):
+            _head(instrs, alloc, spec.n_out, batch, loss_scale)
+        emit(step)
+        for op in set(step.operands):
+            name = tensors[parse(op)][0]
+            if alloc.reuse and last_read[op] == i and alloc.regions[name].store == "scratch":
+                alloc.free(name)
     _tail(instrs, alloc, pnames, lr, update, spec.n_out, batch, alloc.regions["dy"])
-    program = Program(instrs, {k: v for k, v in alloc.top.items() if v}, dict(alloc.regions))
+    program = Program(instrs, {k: v for k, v in alloc.high.items() if v}, dict(alloc.regions))
     return CompiledLayer(program, "tt", spec, spec.n_in, spec.n_out, batch, order, pnames)
 
 
@@ -484,5 +530,5 @@ def compile_dense(n_in, n_out, batch, *, lr=0.01, loss_scale=1.0, update=True, p
     instrs.append(Contract(_descriptor(n_in, n_out, batch, mat("x").T, mat("dy"),
                                        View("grad", gw.base, n_out, 1))))
     _tail(instrs, alloc, pnames, lr, update, n_out, batch, regs["dy"])
-    program = Program(instrs, {k: v for k, v in alloc.top.items() if v}, dict(alloc.regions))
+    program = Program(instrs, {k: v for k, v in alloc.high.items() if v}, dict(alloc.regions))
     return CompiledLayer(program, "dense", None, n_in, n_out, batch, "dense", pnames)

@@ -288,3 +288,22 @@ def test_forward_words_follow_the_documented_orders():
     dz = mm(dy, right.T)
     dx = mm(dz, left.T)
     assert np.array_equal(cl.read(out, "dx").view(np.uint32), dx.view(np.uint32))
+
+
+@pytest.mark.parametrize("order", ["bidirectional", "left_to_right", "dp_best"])
+def test_scratch_reuse_same_results_smaller_store(order):
+    spec = SPECS[2]
+    B = 5
+    cores, bias, x, t = problem(spec, B, seed=8)
+    plain = compile_tt_linear(spec, B, order=order, lr=0.05)
+    reuse = compile_tt_linear(spec, B, order=order, lr=0.05, reuse_scratch=True)
+    peak = plan_layer(spec, B).orders[order].peak_live_words
+    assert peak <= reuse.program.store_sizes["scratch"] < plain.program.store_sizes["scratch"]
+    img_a = plain.initial_image(cores + [bias], x, t)
+    img_b = reuse.initial_image(cores + [bias], x, t)
+    for _ in range(2):
+        img_a, st_a = run(plain.program, img_a)
+        img_b, st_b = run(reuse.program, img_b)
+        assert st_a.ok and st_b.ok
+        for store in ("param", "grad", "act"):
+            assert np.array_equal(img_a[store], img_b[store])
