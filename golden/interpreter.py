@@ -391,7 +391,7 @@ def _execute(instr, image, stats):
     # End, Barrier, Loop, EndLoop: no data effect
 
 
-def run(program, image, *, raise_errors=False):
+def run(program, image, *, raise_errors=False, trace=None):
     """Run a program on a memory image, bit-exactly.
 
     Parameters
@@ -401,6 +401,10 @@ def run(program, image, *, raise_errors=False):
         Store name -> 1-d ``uint32`` array. Not modified.
     raise_errors : bool
         Raise :class:`ISAError` on an error instead of reporting it in ``stats``.
+    trace : callable or None
+        Called as ``trace(pc, instr, image)`` after every executed instruction (``instr`` with
+        its loop-stepped bases; ``image`` is the live working image: copy what you keep). For
+        comparing a simulator against the interpreter instruction by instruction.
 
     Returns
     -------
@@ -411,6 +415,8 @@ def run(program, image, *, raise_errors=False):
     if not isinstance(image, dict):
         raise TypeError(f"image must be a dict store name -> uint32 array, not "
                         f"{type(image).__name__}")
+    if trace is not None and not callable(trace):
+        raise TypeError(f"trace must be a callable(pc, instr, image) or None, not {trace!r}")
     sizes = {}
     for name, words in image.items():
         words = np.asarray(words)
@@ -445,6 +451,8 @@ def run(program, image, *, raise_errors=False):
         stats.instructions += 1
         key = _mnemonic(ins)
         stats.by_op[key] = stats.by_op.get(key, 0) + 1
+        if trace is not None:
+            trace(pc, ins, work)
     return work, stats
 
 

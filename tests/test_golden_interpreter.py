@@ -280,3 +280,25 @@ def test_errors_leave_image_unchanged_and_next_program_runs(case, code):
     out2, st2 = run([good, End()], img)
     assert st2.ok
     assert np.array_equal(f32(out2, "act", 0, 4), f32(img, "act", 0, 4) * np.float32(3))
+
+
+def test_trace_sees_every_dynamic_instruction():
+    rng = np.random.default_rng(12)
+    img = image(rng, special=False)
+    body = Elementwise("addi", 1, 2, View("act", 0, 0, 1), View("act", 0, 0, 1),
+                       imm=f32_bits(1.0), step=(1, 1, 0))
+    program = prog(Loop(3, (2, 0, 0)), body, EndLoop())
+    seen = []
+
+    def trace(pc, ins, work):
+        seen.append((pc, getattr(ins, "d", None), work["act"][:6].copy()))
+
+    out, st = run(program, img, trace=trace)
+    assert st.ok and len(seen) == st.instructions == 6
+    assert [pc for pc, _, _ in seen] == [0, 1, 1, 1, 2, 3]
+    assert [v.base for _, v, _ in seen[1:4]] == [0, 2, 4]
+    # after the second body iteration words 0..3 are done, 4..5 not yet
+    assert np.array_equal(seen[2][2][:4], out["act"][:4])
+    assert np.array_equal(seen[2][2][4:6], img["act"][4:6])
+    with pytest.raises(TypeError, match="callable"):
+        run(program, img, trace=3)
