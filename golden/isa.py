@@ -169,13 +169,17 @@ def _check_view(name, view, batch=False):
                                   "instruction has no batch: set it to 0")
 
 
-def _steps(steps, n=3):
+def _steps(steps, n=3, used=3):
     steps = tuple(steps)
     if len(steps) != n:
         raise ValueError(f"step must have {n} entries (one per operand slot), got {steps}")
     for s in steps:
         _int("step", s, 0, 3)
-    return steps
+    if any(steps[used:]):
+        raise ISAError(ERR_FIELD, f"step {steps} selects an increment for an unused operand "
+                                  f"slot; only the first {used} slot(s) are used: set the "
+                                  f"others to 0")
+    return tuple(int(s) for s in steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +289,7 @@ class Elementwise:
         _int("Elementwise.imm", self.imm)
         if self.op not in _EW_IMM and self.imm:
             raise ValueError(f"Elementwise {self.op} takes no immediate; leave imm at 0")
-        object.__setattr__(self, "step", _steps(self.step))
+        object.__setattr__(self, "step", _steps(self.step, used=nsrc + 1))
 
     @property
     def views(self):
@@ -323,7 +327,7 @@ class Reduce:
         if not isinstance(self.accumulate, (bool, np.bool_)):
             raise TypeError(f"Reduce.accumulate must be a bool, not {self.accumulate!r}")
         object.__setattr__(self, "accumulate", bool(self.accumulate))
-        object.__setattr__(self, "step", _steps(self.step))
+        object.__setattr__(self, "step", _steps(self.step, used=2))
 
     @property
     def views(self):
@@ -402,7 +406,7 @@ class Update:
         if self.mode != UPDATE_SGD:
             raise ISAError(ERR_MODE, f"Update.mode {self.mode} is reserved (integer round/"
                                      f"clamp and max-norm rules come later); use mode 0 (SGD)")
-        object.__setattr__(self, "step", _steps(self.step))
+        object.__setattr__(self, "step", _steps(self.step, used=2))
 
     @property
     def views(self):

@@ -201,6 +201,10 @@ def test_constructor_validation_messages():
     assert e.value.code == ERR_DIM
     with pytest.raises(ISAError, match="batch_stride"):
         Elementwise("copy", 1, 1, View("act", 0, 0, 1, 5), View("act", 0))
+    with pytest.raises(ISAError, match="unused operand"):
+        Elementwise("fill", 1, 1, View("act", 0), imm=0, step=(0, 1, 0))
+    with pytest.raises(ISAError, match="unused operand"):
+        Update(View("param", 0), View("grad", 0), 4, 0, step=(1, 1, 2))
     with pytest.raises(TypeError):
         encode("end")
     with pytest.raises(ValueError, match="multiple of"):
