@@ -302,3 +302,20 @@ def test_trace_sees_every_dynamic_instruction():
     assert np.array_equal(seen[2][2][4:6], img["act"][4:6])
     with pytest.raises(TypeError, match="callable"):
         run(program, img, trace=3)
+
+
+def test_update_agrees_with_the_update_pipeline_golden():
+    """UPDATE equals golden.update.sgd_update_bits (the update pipeline's reference) on raw
+    random bit patterns: NaNs with payloads, infinities, zeros, subnormals included."""
+    from ttrain.golden.update import sgd_update_bits
+
+    rng = np.random.default_rng(13)
+    n = 90
+    for lr_bits in (f32_bits(0.01), f32_bits(-3.0), 0x00000001, 0x7F800000, 0x7FA00001, 0):
+        img = {s: rng.integers(0, 2**32, size, dtype=np.uint64).astype(np.uint32)
+               for s, size in SIZES.items()}
+        out, st = run(prog(Update(View("param", 3), View("grad", 2), n, lr_bits)), img)
+        assert st.ok
+        want_t, want_g = sgd_update_bits(img["param"][3:3 + n], img["grad"][2:2 + n], lr_bits)
+        assert np.array_equal(out["param"][3:3 + n], want_t)
+        assert np.array_equal(out["grad"][2:2 + n], want_g)
