@@ -228,18 +228,18 @@ def _check_write(dst, drows, dcols, reads, name):
                                         "use the identical view (in place) or disjoint words")
 
 
-def _check(instr, sizes):
+def _check(instr, sizes, max_dim=None):
     """Raise :class:`ISAError` if ``instr`` (effective addresses) is illegal on ``sizes``."""
     name = _mnemonic(instr)
     if isinstance(instr, Contract):
-        code = check_descriptor(instr.desc, sizes)
+        code = check_descriptor(instr.desc, sizes, max_dim=max_dim)
         if code:
             try:
-                validate(instr.desc, sizes)
+                validate(instr.desc, sizes, max_dim=max_dim)
             except ValueError as e:
                 raise ISAError(code, str(e)) from None
         try:
-            validate(instr.desc, sizes)
+            validate(instr.desc, sizes, max_dim=max_dim)
         except ValueError as e:
             raise ISAError(ERR_OVERLAP, str(e)) from None
     elif isinstance(instr, Elementwise):
@@ -272,7 +272,7 @@ def _check(instr, sizes):
                                         f"{instr.grad.base} ({n} words) overlap")
 
 
-def check_program(program, store_sizes):
+def check_program(program, store_sizes, *, max_dim=None):
     """Run the check pass only; return ``(code, pc, message)`` (code 0 when legal).
 
     Parameters
@@ -280,12 +280,15 @@ def check_program(program, store_sizes):
     program : Program, list of instructions or flat word list
     store_sizes : dict
         Store name -> words.
+    max_dim : int or None
+        The contraction engine's limit on m, n, k and batch (``2**dim_bits - 1``); a CONTRACT
+        above it is error 2. ``None``: only the 16-bit fields limit them.
     """
     try:
         instrs = _instructions(program)
         for pc, ins in dynamic_stream(instrs):
             try:
-                _check(ins, store_sizes)
+                _check(ins, store_sizes, max_dim)
             except ISAError as e:
                 e.pc = pc
                 raise
@@ -391,7 +394,7 @@ def _execute(instr, image, stats):
     # End, Barrier, Loop, EndLoop: no data effect
 
 
-def run(program, image, *, raise_errors=False, trace=None):
+def run(program, image, *, raise_errors=False, trace=None, max_dim=None):
     """Run a program on a memory image, bit-exactly.
 
     Parameters
@@ -405,6 +408,8 @@ def run(program, image, *, raise_errors=False, trace=None):
         Called as ``trace(pc, instr, image)`` after every executed instruction (``instr`` with
         its loop-stepped bases; ``image`` is the live working image: copy what you keep). For
         comparing a simulator against the interpreter instruction by instruction.
+    max_dim : int or None
+        The engine's dimension limit, as in :func:`check_program`.
 
     Returns
     -------
@@ -433,7 +438,7 @@ def run(program, image, *, raise_errors=False, trace=None):
         if raise_errors:
             raise
         return work, stats
-    code, pc, msg = check_program(instrs, sizes)
+    code, pc, msg = check_program(instrs, sizes, max_dim=max_dim)
     if code:
         stats.error, stats.error_pc, stats.message = code, pc, msg
         if raise_errors:

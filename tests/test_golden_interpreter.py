@@ -11,7 +11,7 @@ import pytest
 from ttrain.golden.contract import Descriptor, View, contract, random_descriptor
 from ttrain.golden.interpreter import check_program, run
 from ttrain.golden.isa import (
-    ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_INDEX, ERR_LOOP, ERR_NO_END, ERR_OPCODE,
+    ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM, ERR_INDEX, ERR_LOOP, ERR_NO_END, ERR_OPCODE,
     ERR_OVERLAP, ERR_STORE, WORDS, Barrier, Contract, Elementwise, End, EndLoop, Gather,
     ISAError, Loop, Program, Reduce, Update, encode_program, f32_bits)
 
@@ -319,3 +319,13 @@ def test_update_agrees_with_the_update_pipeline_golden():
         want_t, want_g = sgd_update_bits(img["param"][3:3 + n], img["grad"][2:2 + n], lr_bits)
         assert np.array_equal(out["param"][3:3 + n], want_t)
         assert np.array_equal(out["grad"][2:2 + n], want_g)
+
+
+def test_engine_dimension_limit():
+    rng = np.random.default_rng(14)
+    img = image(rng, special=False)
+    c = Contract(Descriptor(2, 3, 9, View("act", 0, 9, 1), View("param", 0, 3, 1),
+                            View("scratch", 0, 3, 1)))
+    assert run(prog(c), img, max_dim=9)[1].ok
+    out, st = run(prog(c), img, max_dim=8)
+    assert st.error == ERR_DIM and _unchanged(out, img)
