@@ -7,7 +7,7 @@ with fixed wiring (``docs/isa.md`` has the tables):
 =======  ==================================================================================
 word     contents
 =======  ==================================================================================
-0        ``opcode[7:0]``, ``flags[15:8]``, ``step[23:16]`` (2 bits per operand slot), ``[31:24]`` 0
+0        ``opcode[7:0]``, ``flags[15:8]``, ``step[21:16]`` (2 bits per slot), ``[31:22]`` 0
 1        store id of slot 0 ``[7:0]``, slot 1 ``[15:8]``, slot 2 ``[23:16]``, ``[31:24]`` 0
 2        ``m`` / rows ``[15:0]``, ``n`` / cols ``[31:16]`` (UPDATE: count, LOOP: count, 32 bits)
 3        ``k [15:0]``, ``batch [31:16]`` (CONTRACT) or a 32-bit immediate (FP32 bits / rows)
@@ -503,8 +503,9 @@ def decode(words, pc=None):
     stepw = w[0] >> 16 & 0xFF
     step = (stepw & 3, stepw >> 2 & 3, stepw >> 4 & 3)
     try:
-        if w[0] >> 24 or w[1] >> 24:
-            raise ISAError(ERR_FIELD, "bits [31:24] of words 0 and 1 are reserved: clear them")
+        if w[0] >> 22 or w[1] >> 24:
+            raise ISAError(ERR_FIELD, "bits [31:22] of word 0 and [31:24] of word 1 are "
+                                      "reserved: clear them")
         if op not in MNEMONICS:
             raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (special functions "
                                        f"0x40..0x7f are reserved for a later issue)")

@@ -149,6 +149,7 @@ def test_decode_illegal_opcode():
 
 @pytest.mark.parametrize("mutate, code", [
     (lambda w: w.__setitem__(0, w[0] | 1 << 24), ERR_FIELD),           # reserved bits word 0
+    (lambda w: w.__setitem__(0, w[0] | 1 << 22), ERR_FIELD),           # reserved step bits
     (lambda w: w.__setitem__(1, w[1] | 1 << 24), ERR_FIELD),           # reserved bits word 1
     (lambda w: w.__setitem__(0, w[0] | 2 << 8), ERR_FIELD),            # undefined flag
     (lambda w: w.__setitem__(1, w[1] | 9), ERR_STORE),                 # store id 9
@@ -217,3 +218,24 @@ def test_program_memory_map_checked():
     assert Program.from_words(p.words(), {"act": 10}).instructions == [End()]
     with pytest.raises(ValueError, match="does not fit"):
         Program([End()], {"act": 10}, {"x": Region("act", 4, 8)})
+
+
+def test_no_bit_is_silently_ignored():
+    """Flip any single bit of a legal word: decode either rejects it with an ISAError or gives
+    an instruction that encodes back to exactly the flipped words (no bit is dropped)."""
+    rng = np.random.default_rng(17)
+    rejected = accepted = 0
+    for kind in sorted(OPCODES):
+        ins = random_instr(rng, kind)
+        words = encode(ins)
+        for bit in range(32 * WORDS):
+            w = list(words)
+            w[bit // 32] ^= 1 << (bit % 32)
+            try:
+                got = decode(w)
+            except ISAError:
+                rejected += 1
+                continue
+            accepted += 1
+            assert encode(got) == w, (kind, bit)
+    assert rejected and accepted
