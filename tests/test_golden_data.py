@@ -19,14 +19,15 @@ def _lines(name):
 
 @pytest.fixture(scope="module")
 def atis():
-    return load_dataset(ATIS, get_config("small"))
+    # room for every train word (867 + 3 specials) and every sentence (max 46 words)
+    return load_dataset(ATIS, seq_len=48, vocab_size=1024)
 
 
 def test_atis_counts_match_readme(atis):
     assert [atis.size(s) for s in ("train", "dev", "test")] == [4478, 500, 893]
     assert atis.n_intents == 22 and atis.intent_labels[0] == "UNK"
     assert atis.n_slots == 122 and atis.slot_labels[:2] == ["PAD", "UNK"]
-    # README: 867 train words; + 3 specials fits the small preset's 1024 TTM rows untruncated
+    # README: 867 train words (+ 3 specials)
     assert atis.vocab_size == 867 + len(SPECIAL_TOKENS)
     assert atis.vocab[:3] == list(SPECIAL_TOKENS) and (PAD, UNK, CLS) == (0, 1, 2)
 
@@ -202,3 +203,12 @@ def test_batches_seeded_and_complete():
         ds.batch("valid")
     assert np.array_equal(ds.encode("flights to " + ds.vocab[5]),
                           [CLS, ds.vocab.index("flights"), ds.vocab.index("to"), 5, 0, 0, 0, 0])
+
+
+def test_atis_with_small_preset():
+    small = get_config("small")
+    ds = load_dataset(ATIS, small)
+    assert ds.seq_len == small.seq_len and ds.vocab_size == small.vocab
+    train = ds.batch("train")
+    lengths = np.array([len(w) for w in ds.raw["train"].words])
+    assert np.array_equal(train["mask"].sum(1), np.minimum(lengths, small.seq_len - 1) + 1)
