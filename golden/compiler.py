@@ -32,6 +32,12 @@ neither; ``left_to_right`` and ``dp_best`` use both. The descriptor is oriented 
 longer of ``m``/``n`` is ``n`` (C's columns, the engine's lanes); per output the products and
 their order over ``k`` do not depend on the orientation, so the words are the same.
 
+With ``sample_loop=True`` the steps that carry the sample index ``b`` (plus bias and loss) run
+as one ``LOOP`` over the ``B`` samples, one row per iteration (the LOOP's increments are the
+rows' strides); batch-independent steps run before it (merges, environments) or after it (core
+gradients). Sums over ``b`` (``dR``, ``dL``, the bias gradient) accumulate across iterations
+after a ``-0.0`` fill, so every word equals the batched program's.
+
 Memory map: store ``param`` holds the cores (``core1`` .. ``core{2d}``, shapes
 ``spec.core_shapes``) then ``bias``; ``grad`` holds their gradients at the same offsets
 (``grad_core1`` ..., ``grad_bias``); ``act`` holds ``x``, ``target``, ``y``, ``dy``, ``dx``;
@@ -234,12 +240,13 @@ def _lr_for(lr, name):
     return _check_float("lr", lr)
 
 
-def _tail(instrs, alloc, pnames, lr, update, n_out, batch, dy_region):
+def _tail(instrs, alloc, pnames, lr, update, n_out, batch, dy_region, bias_grad=True):
     """Bias gradient, barrier, updates, end."""
     dy = dy_region
     gb = alloc.regions["grad_bias"]
-    instrs.append(Reduce("sum", n_out, batch, View("grad", gb.base, 1, 0),
-                         View("act", dy.base, 1, dy.row_stride)))
+    if bias_grad:
+        instrs.append(Reduce("sum", n_out, batch, View("grad", gb.base, 1, 0),
+                             View("act", dy.base, 1, dy.row_stride)))
     instrs.append(Barrier())
     if update:
         for name in pnames:
@@ -249,16 +256,25 @@ def _tail(instrs, alloc, pnames, lr, update, n_out, batch, dy_region):
     instrs.append(End())
 
 
-def _head(instrs, alloc, n_out, batch, loss_scale):
-    """Bias add and loss gradient."""
+def _head(instrs, alloc, n_out, batch, loss_scale, sel=None):
+    """Bias add and loss gradient; with ``sel`` (a LOOP step select for the activations' row
+    stride) one row per loop iteration, plus the bias gradient ``db = fp32_add(db, dy_row)``."""
     y, t, dy = alloc.regions["y"], alloc.regions["target"], alloc.regions["dy"]
     b = alloc.regions["bias"]
+    rows = batch if sel is None else 1
+    s = 0 if sel is None else sel
     yv = View("act", y.base, y.row_stride, 1)
-    instrs.append(Elementwise("add", batch, n_out, yv, yv, View("param", b.base, 0, 1)))
+    bias = View("param", b.base, 0, 1)
+    instrs.append(Elementwise("add", rows, n_out, yv, yv, bias, step=(s, s, 0)))
     dyv = View("act", dy.base, dy.row_stride, 1)
-    instrs.append(Elementwise("sub", batch, n_out, dyv, yv, View("act", t.base, t.row_stride, 1)))
+    instrs.append(Elementwise("sub", rows, n_out, dyv, yv, View("act", t.base, t.row_stride, 1),
+                              step=(s, s, s)))
     if loss_scale != 1.0:
-        instrs.append(Elementwise("scale", batch, n_out, dyv, dyv, imm=f32_bits(loss_scale)))
+        instrs.append(Elementwise("scale", rows, n_out, dyv, dyv, imm=f32_bits(loss_scale),
+                                  step=(s, s, 0)))
+    if sel is not None:
+        gb = View("grad", alloc.regions["grad_bias"].base, 0, 1)
+        instrs.append(Elementwise("add", 1, n_out, gb, gb, dyv, step=(0, 0, s)))
 
 
 def _descriptor(m, n, k, a, b, c, batch=1, accumulate=False):
@@ -267,7 +283,7 @@ def _descriptor(m, n, k, a, b, c, batch=1, accumulate=False):
 
 
 def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale=1.0,
-                      update=True, pad=True, reuse_scratch=False):
+                      update=True, pad=True, reuse_scratch=False, sample_loop=False):
     """Compile one training step of a TT-linear layer with bias.
 
     Parameters
@@ -291,6 +307,12 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         Smaller scratch store (close to the planner's ``peak_live_words``), but later writes
         then depend on earlier reads (write-after-read) and the memory-map entries of dead
         tensors overlap live ones: read intermediates back only with ``False`` (the default).
+    sample_loop : bool
+        Run the batch-dependent steps (those that carry the token index ``b``; for the
+        bi-directional flow ``x_l``, ``z_r``, bias, loss, ``dz``, ``dr``, ``dx``, ``dl``) as one
+        ``LOOP`` over the ``B`` samples, one row per iteration (bases stepped by the rows' strides),
+        with the sums over ``b`` (``dR``, ``dL``, bias gradient) accumulated across iterations
+        after a ``-0.0`` fill. Every word equals the batched program's (same per-output orders).
 
     Returns
     -------
@@ -416,8 +438,21 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
             f"descriptor; use order='bidirectional'")
 
     instrs = []
+    incs = {}          # sample loop: row stride -> increment index
 
-    def emit(step):
+    def sel(stride):
+        """LOOP step select (1..3) of a per-sample row stride; 0 for no stride."""
+        if stride is None:
+            return 0
+        if stride not in incs:
+            if len(incs) == 3:
+                raise ValueError(f"sample_loop needs more than 3 distinct row strides "
+                                 f"({sorted(incs)} and {stride}); use sample_loop=False")
+            incs[stride] = len(incs)
+        return incs[stride] + 1
+
+    def emit(step, sample=False, out=None, fills=None):
+        out = instrs if out is None else out
         (ka, ma), (kb, mb) = parse(step.operands[0]), parse(step.operands[1])
         kc, mc = parse(step.output)
         ra, sa = tensor(ka, ma, False)
@@ -427,6 +462,10 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         M, N, K = sorted(ea - eb), sorted(eb - ea), sorted(ea & eb)
         if set(edges_of(mc)) != set(M) | set(N):
             raise AssertionError(f"step {step.name}: output edges do not match")
+        summed_b = False
+        if sample:          # one sample (row of edge b) per loop iteration
+            summed_b = 0 in K
+            M, N, K = ([e for e in g if e != 0] for g in (M, N, K))
         gk_a, gk_b = group(sa, K), group(sb, K)
         k_outer = None
         if gk_a is None or gk_b is None:
@@ -463,6 +502,15 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         a = at(ra, a_rs, gk_a[1], bs["a"])
         b = at(rb, gk_b[1], b_cs, bs["b"])
         c = at(rc, c_rs, c_cs, bs["c"])
+        if sample:
+            if k_outer is not None or batch != 1:
+                fail(step, "without its sample index it still needs a batch or split sum")
+            desc = _descriptor(m, n, k, a, b, c, 1, accumulate=summed_b)
+            s_c, s_a, s_b = sel(sc.get(0)), sel(sa.get(0)), sel(sb.get(0))
+            if summed_b:
+                fills.append(Elementwise("fill", m, n, c, imm=f32_bits(-0.0)))
+            out.append(Contract(desc, (s_c, s_b, s_a) if m > n else (s_c, s_a, s_b)))
+            return
         if k_outer is None:
             instrs.append(Contract(_descriptor(m, n, k, a, b, c, batch)))
             return
@@ -477,23 +525,67 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         instrs.append(Contract(desc, (0, 2, 1) if swapped else (0, 1, 2)))
         instrs.append(EndLoop())
 
-    last_read = {}
-    for i, step in enumerate(plan.steps):
-        for op in step.operands:
-            last_read[op] = i
     phases = [s.phase for s in plan.steps]
     if phases != sorted(phases, key=("forward", "backward").index):
         raise AssertionError("planner steps are not forward-then-backward")
+    steps = plan.steps
+    schedule = list(range(len(steps)))          # emission order (plan order)
+    loop_steps = set()
+    if sample_loop:
+        # steps that carry the sample index b run in one loop; batch-independent steps run
+        # before it (merges, environments) unless they read a loop result (core gradients)
+        dep = [any(net.edges(parse(t)[1]) & 1 for t in st.operands + (st.output,))
+               for st in steps]
+        late, pre, loop, post = set(), [], [], []
+        for i, st in enumerate(steps):
+            if dep[i]:
+                loop.append(i)
+                late.add(st.output)
+            elif any(op in late for op in st.operands):
+                post.append(i)
+                late.add(st.output)
+            else:
+                pre.append(i)
+        post_out = {steps[i].output for i in post}
+        if any(op in post_out for i in loop for op in steps[i].operands):
+            raise ValueError(f"order {order!r}: a step inside the sample loop reads a result "
+                             f"that needs the whole loop; use sample_loop=False")
+        schedule = pre + loop + post
+        loop_steps = set(loop)
+    last_read = {}
+    for pos, i in enumerate(schedule):
+        for op in steps[i].operands:
+            last_read[op] = pos
 
-    for i, step in enumerate(plan.steps):
-        if step.phase == "backward" and (i == 0 or plan.steps[i - 1].phase == "forward"):
-            _head(instrs, alloc, spec.n_out, batch, loss_scale)
-        emit(step)
+    # bias and loss go right before the first backward step that needs dY (inside the loop)
+    head_at = next(i for i in schedule if steps[i].phase == "backward"
+                   and (not sample_loop or i in loop_steps))
+    body, fills, pending = [], [], []
+    for pos, i in enumerate(schedule):
+        step = steps[i]
+        in_loop = i in loop_steps
+        if i == head_at:
+            if sample_loop and not in_loop:
+                raise ValueError(f"order {order!r}: the loss is not inside the sample loop; use "
+                                 f"sample_loop=False")
+            _head(body if in_loop else instrs, alloc, spec.n_out, batch, loss_scale,
+                  sel(ld_out) if in_loop else None)
+        emit(step, in_loop, body, fills)
         for op in set(step.operands):
             name = tensors[parse(op)][0]
-            if alloc.reuse and last_read[op] == i and alloc.regions[name].store == "scratch":
+            if alloc.reuse and last_read[op] == pos and alloc.regions[name].store == "scratch":
+                # inside the loop a region is rewritten every iteration: free after the loop
+                (pending.append if in_loop else alloc.free)(name)
+        if in_loop and (pos + 1 == len(schedule) or schedule[pos + 1] not in loop_steps):
+            gb = alloc.regions["grad_bias"]
+            fills.append(Elementwise("fill", 1, spec.n_out, View("grad", gb.base, 0, 1),
+                                     imm=f32_bits(-0.0)))
+            inc = sorted(incs, key=incs.get) + [0] * (3 - len(incs))
+            instrs.extend(fills + [Loop(batch, tuple(inc))] + body + [EndLoop()])
+            for name in pending:
                 alloc.free(name)
-    _tail(instrs, alloc, pnames, lr, update, spec.n_out, batch, alloc.regions["dy"])
+    _tail(instrs, alloc, pnames, lr, update, spec.n_out, batch, alloc.regions["dy"],
+          bias_grad=not sample_loop)
     program = Program(instrs, {k: v for k, v in alloc.high.items() if v}, dict(alloc.regions))
     return CompiledLayer(program, "tt", spec, spec.n_in, spec.n_out, batch, order, pnames)
 

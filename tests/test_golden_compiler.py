@@ -307,3 +307,35 @@ def test_scratch_reuse_same_results_smaller_store(order):
         assert st_a.ok and st_b.ok
         for store in ("param", "grad", "act"):
             assert np.array_equal(img_a[store], img_b[store])
+
+
+@pytest.mark.parametrize("spec, order", [(SPECS[1], "bidirectional"), (SPECS[2], "bidirectional"),
+                                         (SPECS[3], "bidirectional"), (SPECS[4], "bidirectional"),
+                                         (SPECS[2], "dp_best")],
+                         ids=lambda v: getattr(v, "in_modes", v))
+def test_sample_loop_is_bit_identical_to_batched(spec, order):
+    """One LOOP over the samples (a row per iteration, sums over b accumulated across
+    iterations after a -0.0 fill) gives every param/grad/act word of the batched program."""
+    from ttrain.golden.isa import EndLoop, Loop
+
+    B = 5
+    cores, bias, x, t = problem(spec, B, seed=9)
+    batched = compile_tt_linear(spec, B, order=order, lr=0.03, loss_scale=0.5)
+    looped = compile_tt_linear(spec, B, order=order, lr=0.03, loss_scale=0.5, sample_loop=True)
+    loops = [i for i in looped.program.instructions if isinstance(i, Loop)]
+    assert len(loops) == 1 and loops[0].count == B
+    assert sum(isinstance(i, EndLoop) for i in looped.program.instructions) == 1
+    img_a = batched.initial_image(cores + [bias], x, t)
+    img_b = looped.initial_image(cores + [bias], x, t)
+    for _ in range(2):
+        img_a, st_a = run(batched.program, img_a)
+        img_b, st_b = run(looped.program, img_b)
+        assert st_a.ok and st_b.ok
+        assert st_a.macs == st_b.macs
+        for store in ("param", "grad", "act"):
+            assert np.array_equal(img_a[store], img_b[store]), store
+
+
+def test_sample_loop_rejected_when_it_does_not_fit():
+    with pytest.raises(ValueError, match="distinct row strides"):
+        compile_tt_linear(SPECS[2], 5, order="left_to_right", sample_loop=True)
