@@ -292,9 +292,12 @@ def test_sweeper_regions_word_for_word(fifo_depth):
             ctx.set(sw.base, 0)
             cycles = 1
             while not ctx.get(sw.done):
+                # A start while busy must be ignored (and must not relatch base/length/lr).
+                ctx.set(sw.start, cycles == 5)
                 await ctx.tick()
                 cycles += 1
                 assert cycles < 400
+            ctx.set(sw.start, 0)
             seen.append((cycles, ctx.get(sw.error), ctx.get(sw.busy)))
 
     got = {}
