@@ -26,15 +26,18 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:                      # when run as a script
     sys.path.insert(0, str(_HERE))
 
-from test_update_sim import assert_update_equal, update_operands  # noqa: E402
+from test_update_sim import assert_update_equal, int_operands, update_operands  # noqa: E402
 
-from ttrain.golden.update import sweep_region  # noqa: E402
+from ttrain.golden.update import int_sgd_update, sweep_region  # noqa: E402
 from ttrain.rtl.update import IntUpdatePipeline, RegionSweeper, UpdatePipeline  # noqa: E402
 from ttrain.testbench.verilator import (TESTBENCH_DIR, build_verilator,  # noqa: E402
                                         lint_verilator, run_cocotb)
 
 COCOTB_DIR = _HERE / "cocotb"
 STREAM_TB = TESTBENCH_DIR / "update_stream_tb.v"
+INT_STREAM_TB = TESTBENCH_DIR / "update_int_stream_tb.v"
+#: Integer configuration under Verilator (the simulator tests cover every rounding mode).
+INT_CONFIG = {"bits": 8, "grad_bits": 32, "mult_bits": 16, "mode": "HALF_EVEN"}
 SWEEP_TB = TESTBENCH_DIR / "update_sweep_tb.v"
 #: Most triples one stream run takes (the wrapper's memory depth).
 DEPTH = 1 << 18
@@ -102,6 +105,38 @@ def stream_pipeline(theta, grad, lr, *, work_dir, gap=4, stall=6, max_cycles=Non
         np.uint32)
 
 
+def stream_int_pipeline(theta, grad, mult, shift, *, work_dir, gap=4, stall=6, timeout=300):
+    """Run integer pairs through :class:`IntUpdatePipeline` (:data:`INT_CONFIG`) under
+    Verilator; return ``(theta', grad')`` as int64 arrays."""
+    count = len(theta)
+    if not 1 <= count <= 1 << 16:
+        raise ValueError(f"stream between 1 and 65536 pairs per run, not {count}")
+    bits, gb = INT_CONFIG["bits"], INT_CONFIG["grad_bits"]
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    operands, results = work_dir / "operands.hex", work_dir / "results.hex"
+    m32 = 0xFFFFFFFF
+    _write_hex(operands, [(int(s) & m32) << 96 | (int(m) & m32) << 64 | (int(g) & m32) << 32
+                          | (int(t) & m32) for t, g, m, s in zip(theta, grad, mult, shift)], 32)
+    build = build_verilator(
+        IntUpdatePipeline(**INT_CONFIG), name="int_update_pipeline",
+        extra_sources=[INT_STREAM_TB], toplevel="update_int_stream_tb",
+        defines={"DUT": "int_update_pipeline"},
+        parameters={"BITS": bits, "GRAD_BITS": gb, "MULT_BITS": INT_CONFIG["mult_bits"]})
+    run_cocotb(build, "tb_update", testcase="stream", test_dir=work_dir,
+               module_dirs=[COCOTB_DIR], timeout=timeout,
+               extra_env={"UPDATE_EXPECT": count, "UPDATE_TIMEOUT_CYCLES": 20 * count + 1000},
+               plusargs=[f"+OPERANDS={operands}", f"+RESULTS={results}", f"+PAIRS={count}",
+                         f"+GAP={gap}", f"+STALL={stall}"])
+
+    def signed(value, width):
+        return value - (1 << width) if value >> (width - 1) else value
+
+    words = _read_hex(results, count)
+    return (np.array([signed(w & ((1 << bits) - 1), bits) for w in words], np.int64),
+            np.array([signed(w >> bits, gb) for w in words], np.int64))
+
+
 def sweep_commands(params, grads, commands, *, work_dir, timeout=120):
     """Run sweep ``commands`` (``(base, length, lr)``) on the stores under Verilator.
 
@@ -144,6 +179,15 @@ def test_stream_full_throughput(tmp_path):
     got_theta, got_grad = stream_pipeline(theta, grad, lr, work_dir=tmp_path, gap=0, stall=0,
                                           max_cycles=len(theta) + latency + 2)
     assert_update_equal(got_theta, got_grad, theta, grad, lr)
+
+
+def test_int_stream_with_backpressure(tmp_path):
+    theta, grad, mult, shift = int_operands(50_000, seed=15)
+    got_theta, got_grad = stream_int_pipeline(theta, grad, mult, shift, work_dir=tmp_path)
+    want = int_sgd_update(theta, grad, mult, shift, bits=INT_CONFIG["bits"],
+                          mode=INT_CONFIG["mode"])
+    np.testing.assert_array_equal(got_theta, want)
+    assert not got_grad.any()
 
 
 def _b(x):
@@ -191,6 +235,9 @@ def test_lint_wrappers():
                           top="update_sweep_tb", defines={"DUT": "region_sweeper"},
                           parameters={"PDEPTH": PDEPTH, "GDEPTH": GDEPTH},
                           flags=LINT_FLAGS) == ""
+    assert lint_verilator(IntUpdatePipeline(**INT_CONFIG), name="int_update_pipeline",
+                          extra_sources=[INT_STREAM_TB], top="update_int_stream_tb",
+                          defines={"DUT": "int_update_pipeline"}) == ""
 
 
 def main(argv=None):
