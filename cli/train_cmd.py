@@ -23,6 +23,8 @@ def register(sub):
                    help="sentences per SGD step (default: the config's batch; 1 = the paper)")
     p.add_argument("--schedule", choices=("constant", "linear"),
                    help="learning-rate schedule (default: the config's)")
+    p.add_argument("--clip", type=float, metavar="X",
+                   help="clip the gradient's global L2 norm to X (default: the config's, if any)")
     p.add_argument("--slot-head", action="store_true",
                    help="also train the per-token slot head and report slot F1")
     p.add_argument("--out", metavar="DIR",
@@ -41,6 +43,8 @@ def run(args):
         raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
     if args.lr is not None and not args.lr > 0:
         raise ValueError(f"--lr must be positive, got {args.lr}")
+    if args.clip is not None and not args.clip > 0:
+        raise ValueError(f"--clip must be a positive gradient norm, got {args.clip}")
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.data is not None:
@@ -55,10 +59,12 @@ def run(args):
     slot_head = True if args.slot_head else None
     result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
                    batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
-                   progress=not args.no_progress, schedule=args.schedule, log=print)
+                   progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
+                   log=print)
     t = result["cfg"]
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
-          f"({result['schedule']}), {result['epochs']} epochs, seed {result['seed']}, "
+          f"({result['schedule']}), clip {result['clip']}, word dropout "
+          f"{result['word_dropout']:g}, {result['epochs']} epochs, seed {result['seed']}, "
           f"{result['seconds']:.1f} s")
     dev, test = result["dev"], result["test"]
     print(f"best dev epoch {result['best_epoch']}: dev intent accuracy "

@@ -14,6 +14,7 @@ from ttrain.main import main
     (["--config", "tiny", "--lr", "0"], "--lr must be positive"),
     (["--config", "tiny", "--lr", "-0.1"], "--lr must be positive"),
     (["--config", "tiny", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--config", "tiny", "--clip", "0"], "--clip must be a positive gradient norm"),
     (["--config", "tiny", "--data", "/nonexistent/atis"], "is not a directory"),
     (["--config", "nope"], "unknown config 'nope'; choose one of: tiny"),
 ])
@@ -32,7 +33,7 @@ def test_config_is_required(capsys):
 def test_short_run_on_built_in_data(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--config", "tiny", "--epochs", "2", "--batch-size", "16",
-                 "--lr", "0.2", "--no-progress", "--out", str(out)]) == 0
+                 "--lr", "0.2", "--clip", "1", "--no-progress", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "generated(seed=0): 1200/200/200 train/dev/test sentences" in text
     assert len(re.findall(r"^epoch +\d+/2 ", text, re.M)) == 2
@@ -40,6 +41,7 @@ def test_short_run_on_built_in_data(tmp_path, capsys):
     assert m and 0 <= float(m.group(2)) <= 100
     ck = load_checkpoint(out / "best.npz")
     assert ck["cfg"].name == "tiny" and ck["meta"]["batch_size"] == 16
+    assert ck["meta"]["clip"] == 1.0 and "clip 1.0" in text
     assert f"{100 * ck['meta']['test']['intent_acc']:.2f}%" == m.group(2) + "%"
     assert (out / "curves.png").is_file() and (out / "history.json").is_file()
 
