@@ -1,4 +1,4 @@
-"""Parameter-update pipeline: SGD on streamed (parameter, gradient) word pairs, and a region sweeper.
+"""Parameter-update pipeline: SGD on streamed (parameter, gradient) pairs, and a region sweeper.
 
 Golden: :mod:`ttrain.golden.update` (``theta' = fp32_sub(theta, fp32_mul(lr, g))``, ``g' = +0``).
 
