@@ -1,0 +1,334 @@
+"""Elementwise / reduce / gather unit of the sequencer (the ISA's vector instructions).
+
+Executes one decoded instruction at a time over strided store views, bit-exactly as
+:func:`ttrain.golden.interpreter.run`:
+
+* elementwise ``add``, ``sub``, ``mul``, ``scale``, ``addi`` (one :class:`~ttrain.rtl.fp32.FP32Add`
+  or :class:`~ttrain.rtl.fp32.FP32Mul` rounding each; ``sub`` flips bit 31 of ``b``, which is
+  :func:`ttrain.golden.numerics.fp32_sub` by definition), ``copy`` and ``fill`` (words moved
+  unchanged);
+* row reductions ``rsum`` (sequential ``fp32_add`` from ``-0.0``, or from the old ``d[i]`` with
+  ``accumulate``) and ``rmax`` (sequential :class:`~ttrain.rtl.fp32.FP32Compare` maximum from
+  ``a[i, 0]``, or from the old ``d[i]``);
+* ``gather`` (``d[r, c] = table[idx[r], c]``) and ``scatter_add``
+  (``table[idx[r], c] += a[r, c]`` in index-list order). Every index is checked against
+  ``table_rows`` *before* anything is written; an index outside the table ends the instruction
+  with error :data:`ttrain.golden.isa.ERR_INDEX` and no store word changed.
+
+The unit does not check address ranges, store ids or field legality: the sequencer does that
+before it issues an instruction (``golden.interpreter.check_program`` semantics).
+
+Micro-architecture: one element at a time (read operand(s), one FP unit pass, write), which
+keeps reads strictly after the previous element's write (in-place views, repeated scatter
+indices and reduction accumulators are then trivially correct). Throughput is about
+``latency + 4`` cycles per element for arithmetic ops and 3 for moves; see
+``docs/sequencer.md``.
+
+Memory interface: one read request per cycle (``rd_en``, ``rd_store``, ``rd_addr``) answered by
+``rd_data`` exactly one cycle later (the banked stores' timing), and one write per cycle
+(``wr_en``, ``wr_store``, ``wr_addr``, ``wr_data``). The unit never reads and writes in the same
+cycle.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, REDUCE_OPS, STORE_IDS,
+                          Elementwise, Gather, Reduce)
+from .fp32 import FP32Add, FP32Compare, FP32Mul
+
+__all__ = ["VectorUnit", "VectorView", "VectorCommand", "VECTOR_OPCODES", "vector_command"]
+
+#: Opcodes the unit executes (the ISA's elementwise, reduce and gather opcodes).
+VECTOR_OPCODES = (tuple(ELEMENTWISE_OPS.values()) + tuple(REDUCE_OPS.values())
+                  + tuple(GATHER_OPS.values()))
+
+#: One operand slot: store id and the strided view (addresses are 32-bit words).
+VectorView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32})
+
+#: A decoded vector instruction (fields as in ``golden/isa.py``; ``imm`` doubles as
+#: ``table_rows`` for gather/scatter_add; slot order 0 = written, 1, 2 = read).
+VectorCommand = data.StructLayout({
+    "op": 8, "accumulate": 1, "rows": 16, "cols": 16, "imm": 32,
+    "v0": VectorView, "v1": VectorView, "v2": VectorView,
+})
+
+_NEG_ZERO = 0x80000000
+
+
+def _view_fields(view):
+    if view is None:
+        return {"store": 0, "base": 0, "row": 0, "col": 0}
+    return {"store": STORE_IDS[view.store], "base": view.base, "row": view.row_stride,
+            "col": view.col_stride}
+
+
+def vector_command(instr):
+    """Return the :data:`VectorCommand` field dict of a golden vector instruction.
+
+    Parameters
+    ----------
+    instr : golden.isa.Elementwise, Reduce or Gather
+        The instruction, with its loop-stepped bases already applied.
+
+    Returns
+    -------
+    dict
+        Field values for ``VectorCommand.const(...)``.
+    """
+    if isinstance(instr, Elementwise):
+        return {"op": ELEMENTWISE_OPS[instr.op], "accumulate": 0, "rows": instr.rows,
+                "cols": instr.cols, "imm": instr.imm, "v0": _view_fields(instr.d),
+                "v1": _view_fields(instr.a), "v2": _view_fields(instr.b)}
+    if isinstance(instr, Reduce):
+        return {"op": REDUCE_OPS[instr.op], "accumulate": int(instr.accumulate),
+                "rows": instr.rows, "cols": instr.cols, "imm": 0, "v0": _view_fields(instr.d),
+                "v1": _view_fields(instr.a), "v2": _view_fields(None)}
+    if isinstance(instr, Gather):
+        return {"op": GATHER_OPS[instr.op], "accumulate": 0, "rows": instr.rows,
+                "cols": instr.cols, "imm": instr.table_rows, "v0": _view_fields(instr.dst),
+                "v1": _view_fields(instr.src), "v2": _view_fields(instr.index)}
+    raise TypeError(f"vector_command takes an Elementwise, Reduce or Gather instruction, not "
+                    f"{type(instr).__name__}; CONTRACT/UPDATE go to their own units")
+
+
+class VectorUnit(wiring.Component):
+    """Elementwise / reduce / gather unit (one instruction at a time).
+
+    Golden: the Elementwise, Reduce and Gather cases of
+    :func:`ttrain.golden.interpreter.run`.
+
+    Parameters
+    ----------
+    addr_bits : int
+        Width of ``rd_addr``/``wr_addr`` (word address inside a store), 1..32. Addresses are
+        computed in 32 bits and truncated.
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(VectorCommand))``
+        Instructions; ``ready`` while idle.
+    busy : ``Out(1)``
+        High from the accepted command to ``done``.
+    done : ``Out(1)``
+        One-cycle pulse at the end of an instruction; ``error`` is valid with it.
+    error : ``Out(4)``
+        0, or :data:`ttrain.golden.isa.ERR_INDEX` (nothing was written).
+    rd_en, rd_store, rd_addr : ``Out(1)``, ``Out(2)``, ``Out(addr_bits)``
+        Read request; ``rd_data`` (``In(32)``) must hold the word one cycle later.
+    wr_en, wr_store, wr_addr, wr_data : ``Out(1)``, ``Out(2)``, ``Out(addr_bits)``, ``Out(32)``
+        Write request.
+    elements : ``Out(32)``
+        Elements processed so far (``rows * cols`` per instruction, as the interpreter's
+        ``stats.elementwise``; wraps), for the host's counters.
+    """
+
+    def __init__(self, *, addr_bits=32):
+        if isinstance(addr_bits, bool) or not isinstance(addr_bits, int) \
+                or not 1 <= addr_bits <= 32:
+            raise ValueError(f"VectorUnit addr_bits must be an int in 1..32, not {addr_bits!r};"
+                             f" use ceil(log2(largest store words))")
+        self._addr_bits = addr_bits
+        super().__init__({
+            "cmd": In(stream.Signature(VectorCommand)),
+            "busy": Out(1), "done": Out(1), "error": Out(4),
+            "rd_en": Out(1), "rd_store": Out(2), "rd_addr": Out(addr_bits), "rd_data": In(32),
+            "wr_en": Out(1), "wr_store": Out(2), "wr_addr": Out(addr_bits), "wr_data": Out(32),
+            "elements": Out(32),
+        })
+
+    addr_bits = property(lambda self: self._addr_bits, doc="Word address width.")
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.add = add = FP32Add()
+        m.submodules.mul = mul = FP32Mul()
+        m.submodules.cmp = cmp = FP32Compare(latency=1)
+
+        c = Signal(VectorCommand)
+        op = c.op
+        ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
+        is_sum = op == REDUCE_OPS["sum"]
+        is_max = op == REDUCE_OPS["max"]
+        is_red = is_sum | is_max
+        is_gather = op == GATHER_OPS["gather"]
+        is_scatter = op == GATHER_OPS["scatter_add"]
+        is_idx = is_gather | is_scatter
+        two_src = ew["add"] | ew["sub"] | ew["mul"]
+        use_add = ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter
+        use_mul = ew["mul"] | ew["scale"]
+        arith = use_add | use_mul | is_max
+
+        i = Signal(16)            # row
+        j = Signal(16)            # column
+        rb = [Signal(32, name=f"rb{s}") for s in range(3)]     # row start addresses
+        ad = [Signal(32, name=f"ad{s}") for s in range(3)]     # element addresses
+        tab = Signal(32)          # gather/scatter table element address
+        x = Signal(32)
+        y = Signal(32)
+        acc = Signal(32)
+        res = Signal(32)
+        err = Signal(4)
+        views = [c.v0, c.v1, c.v2]
+
+        # The table is slot 1 for gather, slot 0 for scatter_add.
+        tview = Signal(VectorView)
+        m.d.comb += tview.eq(Mux(is_gather, c.v1, c.v0))
+
+        # first operand address: the table for gather ops, the accumulator's d for reduce
+        # start, else slot 1
+        x_store = Mux(is_idx, tview.store, c.v1.store)
+        x_addr = Mux(is_idx, tab, ad[1])
+        # second operand: slot 2 for two-source ops, slot 1 (a) for scatter_add
+        y_store = Mux(is_scatter, c.v1.store, c.v2.store)
+        y_addr = Mux(is_scatter, ad[1], ad[2])
+
+        last_col = j == c.cols - 1
+        last_row = i == c.rows - 1
+
+        m.d.comb += [self.busy.eq(~self.cmd.ready), self.error.eq(err)]
+        m.d.sync += [self.done.eq(0)]
+
+        # FP unit inputs (driven in EXEC)
+        unit_a = Signal(32)
+        unit_b = Signal(32)
+        m.d.comb += [
+            add.i.payload.a.eq(unit_a), add.i.payload.b.eq(unit_b),
+            mul.i.payload.a.eq(unit_a), mul.i.payload.b.eq(unit_b),
+            cmp.i.payload.a.eq(unit_a), cmp.i.payload.b.eq(unit_b),
+        ]
+        with m.If(is_red):
+            m.d.comb += [unit_a.eq(acc), unit_b.eq(x)]
+        with m.Elif(ew["sub"]):
+            m.d.comb += [unit_a.eq(x), unit_b.eq(y ^ _NEG_ZERO)]
+        with m.Elif(ew["scale"] | ew["addi"]):
+            m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
+        with m.Else():
+            m.d.comb += [unit_a.eq(x), unit_b.eq(y)]
+        unit_valid = Mux(is_max, cmp.o.valid, Mux(use_mul, mul.o.valid, add.o.valid))
+        unit_out = Mux(is_max, cmp.o.payload.max, Mux(use_mul, mul.o.payload, add.o.payload))
+
+        def start_row_addrs(next_rb):
+            """Set ad[s] = rb[s] = next_rb[s]."""
+            for s in range(3):
+                m.d.sync += [rb[s].eq(next_rb[s]), ad[s].eq(next_rb[s])]
+
+        with m.FSM(name="vec"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(self.cmd.payload), i.eq(0), j.eq(0), err.eq(0)]
+                    start_row_addrs([v.base for v in
+                                     (self.cmd.payload.v0, self.cmd.payload.v1,
+                                      self.cmd.payload.v2)])
+                    p = self.cmd.payload
+                    with m.If((p.op == GATHER_OPS["gather"]) | (p.op == GATHER_OPS["scatter_add"])):
+                        m.next = "CHK_RD"
+                    with m.Else():
+                        m.next = "ROW"
+
+            # ---- index pre-pass: every idx < table_rows, before any write -----------------
+            with m.State("CHK_RD"):
+                m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v2.store),
+                             self.rd_addr.eq(rb[2])]
+                m.next = "CHK_CMP"
+            with m.State("CHK_CMP"):
+                with m.If(self.rd_data >= c.imm):
+                    m.d.sync += [err.eq(ERR_INDEX), self.done.eq(1)]
+                    m.next = "IDLE"
+                with m.Elif(last_row):
+                    m.d.sync += [i.eq(0), rb[2].eq(c.v2.base), ad[2].eq(c.v2.base)]
+                    m.next = "ROW"
+                with m.Else():
+                    m.d.sync += [i.eq(i + 1), rb[2].eq(rb[2] + c.v2.row)]
+                    m.next = "CHK_RD"
+
+            # ---- row start --------------------------------------------------------------
+            with m.State("ROW"):
+                with m.If(is_idx):
+                    m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v2.store),
+                                 self.rd_addr.eq(rb[2])]
+                    m.next = "ROW_IDX"
+                with m.Elif(is_red & c.accumulate):
+                    m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v0.store),
+                                 self.rd_addr.eq(rb[0])]
+                    m.next = "ROW_ACC"
+                with m.Else():
+                    m.d.sync += acc.eq(_NEG_ZERO)
+                    m.next = "RD1"
+            with m.State("ROW_IDX"):
+                m.d.sync += tab.eq(tview.base + (self.rd_data * tview.row)[:32])
+                m.next = "RD1"
+            with m.State("ROW_ACC"):
+                m.d.sync += acc.eq(self.rd_data)
+                m.next = "RD1"
+
+            # ---- one element ------------------------------------------------------------
+            with m.State("RD1"):
+                with m.If(ew["fill"]):
+                    m.d.sync += res.eq(c.imm)
+                    m.next = "WRITE"
+                with m.Else():
+                    m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(x_store),
+                                 self.rd_addr.eq(x_addr)]
+                    m.next = "RD2"
+            with m.State("RD2"):
+                m.d.sync += [x.eq(self.rd_data), res.eq(self.rd_data)]
+                with m.If(two_src | is_scatter):
+                    m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(y_store),
+                                 self.rd_addr.eq(y_addr)]
+                    m.next = "RD3"
+                with m.Elif(is_max & (j == 0) & ~c.accumulate):
+                    # rmax starts from a[i, 0] itself
+                    m.d.sync += acc.eq(self.rd_data)
+                    m.next = "NEXT"
+                with m.Elif(arith):
+                    m.next = "EXEC"
+                with m.Else():                   # copy, gather: the word unchanged
+                    m.next = "WRITE"
+            with m.State("RD3"):
+                m.d.sync += y.eq(self.rd_data)
+                m.next = "EXEC"
+            with m.State("EXEC"):
+                m.d.comb += [add.i.valid.eq(use_add), mul.i.valid.eq(use_mul),
+                             cmp.i.valid.eq(is_max)]
+                m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(unit_valid):
+                    with m.If(is_red):
+                        m.d.sync += acc.eq(unit_out)
+                        m.next = "NEXT"
+                    with m.Else():
+                        m.d.sync += res.eq(unit_out)
+                        m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += [self.wr_en.eq(1),
+                             self.wr_store.eq(c.v0.store),
+                             self.wr_addr.eq(Mux(is_scatter, tab, ad[0])),
+                             self.wr_data.eq(res)]
+                m.next = "NEXT"
+            with m.State("NEXT"):
+                m.d.sync += self.elements.eq(self.elements + 1)
+                with m.If(~last_col):
+                    m.d.sync += [j.eq(j + 1), tab.eq(tab + tview.col)]
+                    for s in range(3):
+                        m.d.sync += ad[s].eq(ad[s] + views[s].col)
+                    m.next = "RD1"
+                with m.Elif(is_red):
+                    m.next = "RED_WRITE"
+                with m.Else():
+                    m.next = "ROW_END"
+            with m.State("RED_WRITE"):
+                m.d.comb += [self.wr_en.eq(1), self.wr_store.eq(c.v0.store),
+                             self.wr_addr.eq(rb[0]), self.wr_data.eq(acc)]
+                m.next = "ROW_END"
+            with m.State("ROW_END"):
+                with m.If(last_row):
+                    m.d.sync += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [i.eq(i + 1), j.eq(0)]
+                    start_row_addrs([rb[s] + views[s].row for s in range(3)])
+                    m.next = "ROW"
+        return m
