@@ -10,6 +10,8 @@ Executes one decoded instruction at a time over strided store views, bit-exactly
 * row reductions ``rsum`` (sequential ``fp32_add`` from ``-0.0``, or from the old ``d[i]`` with
   ``accumulate``) and ``rmax`` (sequential :class:`~ttrain.rtl.fp32.FP32Compare` maximum from
   ``a[i, 0]``, or from the old ``d[i]``);
+* UPDATE (``theta = fp32_sub(theta, fp32_mul(lr, g))``, then ``g = +0``; ``rows`` 1, ``cols``
+  = count, ``imm`` = lr), so a second instance serves as the sequencer's update unit;
 * ``gather`` (``d[r, c] = table[idx[r], c]``) and ``scatter_add``
   (``table[idx[r], c] += a[r, c]`` in index-list order). Every index is checked against
   ``table_rows`` *before* anything is written; an index outside the table ends the instruction
@@ -34,15 +36,15 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, REDUCE_OPS, STORE_IDS,
-                          Elementwise, Gather, Reduce)
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS,
+                          STORE_IDS, Elementwise, Gather, Reduce, Update)
 from .fp32 import FP32Add, FP32Compare, FP32Mul
 
 __all__ = ["VectorUnit", "VectorView", "VectorCommand", "VECTOR_OPCODES", "vector_command"]
 
 #: Opcodes the unit executes (the ISA's elementwise, reduce and gather opcodes).
 VECTOR_OPCODES = (tuple(ELEMENTWISE_OPS.values()) + tuple(REDUCE_OPS.values())
-                  + tuple(GATHER_OPS.values()))
+                  + tuple(GATHER_OPS.values()) + (OP_UPDATE,))
 
 #: One operand slot: store id and the strided view (addresses are 32-bit words).
 VectorView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32})
@@ -50,7 +52,7 @@ VectorView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32})
 #: A decoded vector instruction (fields as in ``golden/isa.py``; ``imm`` doubles as
 #: ``table_rows`` for gather/scatter_add; slot order 0 = written, 1, 2 = read).
 VectorCommand = data.StructLayout({
-    "op": 8, "accumulate": 1, "rows": 16, "cols": 16, "imm": 32,
+    "op": 8, "accumulate": 1, "rows": 16, "cols": 32, "imm": 32,
     "v0": VectorView, "v1": VectorView, "v2": VectorView,
 })
 
@@ -69,7 +71,7 @@ def vector_command(instr):
 
     Parameters
     ----------
-    instr : golden.isa.Elementwise, Reduce or Gather
+    instr : golden.isa.Elementwise, Reduce, Gather or Update
         The instruction, with its loop-stepped bases already applied.
 
     Returns
@@ -89,8 +91,12 @@ def vector_command(instr):
         return {"op": GATHER_OPS[instr.op], "accumulate": 0, "rows": instr.rows,
                 "cols": instr.cols, "imm": instr.table_rows, "v0": _view_fields(instr.dst),
                 "v1": _view_fields(instr.src), "v2": _view_fields(instr.index)}
-    raise TypeError(f"vector_command takes an Elementwise, Reduce or Gather instruction, not "
-                    f"{type(instr).__name__}; CONTRACT/UPDATE go to their own units")
+    if isinstance(instr, Update):
+        return {"op": OP_UPDATE, "accumulate": 0, "rows": 1, "cols": instr.count,
+                "imm": instr.lr, "v0": _view_fields(instr.theta), "v1": _view_fields(instr.grad),
+                "v2": _view_fields(None)}
+    raise TypeError(f"vector_command takes an Elementwise, Reduce, Gather or Update "
+                    f"instruction, not {type(instr).__name__}; CONTRACT goes to the engine")
 
 
 class VectorUnit(wiring.Component):
@@ -147,6 +153,7 @@ class VectorUnit(wiring.Component):
         m.submodules.cmp = cmp = FP32Compare(latency=1)
 
         c = Signal(VectorCommand)
+        phase = Signal()          # UPDATE: 0 = lr * g, 1 = theta - that
         op = c.op
         ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
         is_sum = op == REDUCE_OPS["sum"]
@@ -158,10 +165,13 @@ class VectorUnit(wiring.Component):
         two_src = ew["add"] | ew["sub"] | ew["mul"]
         use_add = ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter
         use_mul = ew["mul"] | ew["scale"]
-        arith = use_add | use_mul | is_max
+        is_upd = op == OP_UPDATE
+        arith = use_add | use_mul | is_max | is_upd
+        mul_now = use_mul | (is_upd & ~phase)
+        add_now = use_add | (is_upd & phase)
 
         i = Signal(16)            # row
-        j = Signal(16)            # column
+        j = Signal(32)            # column
         rb = [Signal(32, name=f"rb{s}") for s in range(3)]     # row start addresses
         ad = [Signal(32, name=f"ad{s}") for s in range(3)]     # element addresses
         tab = Signal(32)          # gather/scatter table element address
@@ -181,8 +191,9 @@ class VectorUnit(wiring.Component):
         x_store = Mux(is_idx, tview.store, c.v1.store)
         x_addr = Mux(is_idx, tab, ad[1])
         # second operand: slot 2 for two-source ops, slot 1 (a) for scatter_add
-        y_store = Mux(is_scatter, c.v1.store, c.v2.store)
-        y_addr = Mux(is_scatter, ad[1], ad[2])
+        # (UPDATE: x = g from slot 1, y = theta from slot 0)
+        y_store = Mux(is_scatter, c.v1.store, Mux(is_upd, c.v0.store, c.v2.store))
+        y_addr = Mux(is_scatter, ad[1], Mux(is_upd, ad[0], ad[2]))
 
         last_col = j == c.cols - 1
         last_row = i == c.rows - 1
@@ -200,14 +211,18 @@ class VectorUnit(wiring.Component):
         ]
         with m.If(is_red):
             m.d.comb += [unit_a.eq(acc), unit_b.eq(x)]
+        with m.Elif(is_upd & ~phase):
+            m.d.comb += [unit_a.eq(c.imm), unit_b.eq(x)]
+        with m.Elif(is_upd):
+            m.d.comb += [unit_a.eq(y), unit_b.eq(res ^ _NEG_ZERO)]
         with m.Elif(ew["sub"]):
             m.d.comb += [unit_a.eq(x), unit_b.eq(y ^ _NEG_ZERO)]
         with m.Elif(ew["scale"] | ew["addi"]):
             m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
         with m.Else():
             m.d.comb += [unit_a.eq(x), unit_b.eq(y)]
-        unit_valid = Mux(is_max, cmp.o.valid, Mux(use_mul, mul.o.valid, add.o.valid))
-        unit_out = Mux(is_max, cmp.o.payload.max, Mux(use_mul, mul.o.payload, add.o.payload))
+        unit_valid = Mux(is_max, cmp.o.valid, Mux(mul_now, mul.o.valid, add.o.valid))
+        unit_out = Mux(is_max, cmp.o.payload.max, Mux(mul_now, mul.o.payload, add.o.payload))
 
         def start_row_addrs(next_rb):
             """Set ad[s] = rb[s] = next_rb[s]."""
@@ -218,7 +233,8 @@ class VectorUnit(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [c.eq(self.cmd.payload), i.eq(0), j.eq(0), err.eq(0)]
+                    m.d.sync += [c.eq(self.cmd.payload), i.eq(0), j.eq(0), err.eq(0),
+                                 phase.eq(0)]
                     start_row_addrs([v.base for v in
                                      (self.cmd.payload.v0, self.cmd.payload.v1,
                                       self.cmd.payload.v2)])
@@ -275,7 +291,7 @@ class VectorUnit(wiring.Component):
                     m.next = "RD2"
             with m.State("RD2"):
                 m.d.sync += [x.eq(self.rd_data), res.eq(self.rd_data)]
-                with m.If(two_src | is_scatter):
+                with m.If(two_src | is_scatter | is_upd):
                     m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(y_store),
                                  self.rd_addr.eq(y_addr)]
                     m.next = "RD3"
@@ -291,7 +307,7 @@ class VectorUnit(wiring.Component):
                 m.d.sync += y.eq(self.rd_data)
                 m.next = "EXEC"
             with m.State("EXEC"):
-                m.d.comb += [add.i.valid.eq(use_add), mul.i.valid.eq(use_mul),
+                m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),
                              cmp.i.valid.eq(is_max)]
                 m.next = "WAIT"
             with m.State("WAIT"):
@@ -299,6 +315,9 @@ class VectorUnit(wiring.Component):
                     with m.If(is_red):
                         m.d.sync += acc.eq(unit_out)
                         m.next = "NEXT"
+                    with m.Elif(is_upd & ~phase):
+                        m.d.sync += [res.eq(unit_out), phase.eq(1)]
+                        m.next = "EXEC"
                     with m.Else():
                         m.d.sync += res.eq(unit_out)
                         m.next = "WRITE"
@@ -307,6 +326,14 @@ class VectorUnit(wiring.Component):
                              self.wr_store.eq(c.v0.store),
                              self.wr_addr.eq(Mux(is_scatter, tab, ad[0])),
                              self.wr_data.eq(res)]
+                m.d.sync += phase.eq(0)
+                with m.If(is_upd):
+                    m.next = "WRITE_G"
+                with m.Else():
+                    m.next = "NEXT"
+            with m.State("WRITE_G"):              # UPDATE clears the gradient word
+                m.d.comb += [self.wr_en.eq(1), self.wr_store.eq(c.v1.store),
+                             self.wr_addr.eq(ad[1]), self.wr_data.eq(0)]
                 m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.sync += self.elements.eq(self.elements + 1)

@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
-from ttrain.golden.isa import (ERR_INDEX, STORE_IDS, Elementwise, End, Gather, Reduce,
+from ttrain.golden.isa import (ERR_INDEX, STORE_IDS, Elementwise, End, Gather, Reduce, Update,
                                f32_bits)
 from ttrain.rtl.vector import VectorCommand, VectorUnit, vector_command
 
@@ -120,6 +120,11 @@ def _random_instr(rng, kind):
             d = View(d.store, d.base, d.row_stride if d.row_stride else 1, 0)
             ins = Reduce(kind, rows, cols, d, _view(rng, rows, cols),
                          accumulate=bool(rng.random() < 0.5))
+        elif kind == "update":
+            n = int(rng.integers(1, 9))
+            th, g = STORES[int(rng.integers(0, 2))], STORES[int(rng.integers(0, 4))]
+            ins = Update(View(th, int(rng.integers(0, SIZE - n + 1))),
+                         View(g, int(rng.integers(0, SIZE - n + 1))), n, imm)
         else:
             tr = int(rng.integers(1, 6))
             idx = _view(rng, rows, 1)
@@ -145,7 +150,7 @@ def _set_indices(rng, ins, image, valid=True):
 
 
 KINDS = ["add", "sub", "mul", "scale", "addi", "copy", "fill", "sum", "max", "gather",
-         "scatter_add"]
+         "scatter_add", "update"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -213,7 +218,7 @@ def test_vector_unit_parameters_rejected():
         VectorUnit(addr_bits=0)
     with pytest.raises(ValueError, match="addr_bits"):
         VectorUnit(addr_bits=40)
-    with pytest.raises(TypeError, match="Elementwise, Reduce or Gather"):
+    with pytest.raises(TypeError, match="Elementwise, Reduce, Gather or Update"):
         vector_command(End())
     assert STORE_IDS == {s: i for i, s in enumerate(STORES)}
 
@@ -232,7 +237,7 @@ def _golden_code(words):
 def _legal_words(rng):
     """Encoded random legal instructions of every opcode."""
     from ttrain.golden.contract import random_descriptor
-    from ttrain.golden.isa import (Barrier, Contract, EndLoop, Loop, Update, encode)
+    from ttrain.golden.isa import (Barrier, Contract, EndLoop, Loop, encode)
     sizes = {s: SIZE for s in STORES}
     out = [encode(End()), encode(Barrier()), encode(EndLoop()),
            encode(Loop(int(rng.integers(1, 9)), (1, 2, 3))),
