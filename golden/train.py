@@ -16,8 +16,10 @@ the best dev epoch (intent accuracy, ties to the lower dev loss) and returns the
 ``out_dir`` it writes ``best.npz`` (see :func:`save_checkpoint`), ``history.json`` and
 ``curves.png`` (loss and accuracy per epoch).
 
-Defaults for ``epochs``, ``lr``, ``schedule``, ``warmup`` and ``clip`` come from the config
-(``cfg.epochs``, ``cfg.lr``, ``cfg.extra``).
+Optional, all outside the update rule: global-norm gradient clipping (``clip``), word dropout
+to ``[UNK]`` on training batches (``word_dropout``), class-rebalanced epochs (``balance``) and
+tail averaging of the iterates (``average``). Defaults for ``epochs``, ``lr``, ``batch_size``
+and these come from the config (``cfg.epochs``, ``cfg.lr``, ``cfg.batch``, ``cfg.extra``).
 """
 
 import dataclasses
