@@ -22,16 +22,19 @@ golden's priority order when several fields are wrong (the first check the golde
   ``ERR_FIELD``; slots 0, 1 store; count 0 -> ``ERR_DIM``; mode != 0 -> ``ERR_MODE``.
 """
 
-from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE,
-                          ERR_STORE, GATHER_OPS, MNEMONICS, OP_BARRIER, OP_CONTRACT, OP_END,
-                          OP_ENDLOOP, OP_LOOP, OP_UPDATE, REDUCE_OPS, STORE_NAMES, WORDS)
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
+                          ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE, ERR_STORE,
+                          GATHER_OPS, MNEMONICS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP,
+                          OP_LOOP, OP_UPDATE, REDUCE_OPS, STORE_IDS, STORE_NAMES, WORDS)
 from ..golden.isa import _EW_IMM, _EW_SOURCES
+from .vector import VectorCommand
 
-__all__ = ["InstructionDecoder", "CLASS_NAMES"]
+__all__ = ["InstructionDecoder", "CLASS_NAMES", "Sequencer", "ContractCommand",
+           "ContractView"]
 
 #: Instruction classes reported by :class:`InstructionDecoder` (one-hot ``cls`` bits).
 CLASS_NAMES = ("end", "barrier", "loop", "endloop", "contract", "elementwise", "reduce",
@@ -180,4 +183,424 @@ class InstructionDecoder(wiring.Component):
                 (bad_store(0), ERR_STORE), (bad_store(1), ERR_STORE),
                 (w[2] == 0, ERR_DIM),
                 (flags != 0, ERR_MODE)])
+        return m
+
+
+# ============================================================================================
+# the sequencer
+
+#: View of a CONTRACT operand as the sequencer hands it to the engine adapter.
+ContractView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32, "batch": 32})
+#: A CONTRACT with loop-stepped bases (``m`` is the least significant field).
+ContractCommand = data.StructLayout({"m": 16, "n": 16, "k": 16, "batch": 16, "accumulate": 1,
+                                     "a": ContractView, "b": ContractView, "c": ContractView})
+
+_WIDE = 72          # address arithmetic width (no wrap for 32-bit fields and 2**32 iterations)
+_UNITS = ("engine", "vector", "update")
+
+
+class Sequencer(wiring.Component):
+    """Instruction memory, check pass, fetch/loop/dispatch and scoreboard of the trainer.
+
+    Golden: :func:`ttrain.golden.interpreter.run` (what the program does, in which order, and
+    which error code and pc a bad program reports), except for the golden-only overlap check
+    (``ERR_OVERLAP``), which the sequencer does not make (the compiler never emits it).
+
+    A run (``start`` pulse) has three passes over the instruction memory:
+
+    1. *static*: decode every one of the ``length`` instructions (first malformed word ->
+       its :class:`InstructionDecoder` code), then the LOOP/ENDLOOP/END structure up to the
+       first END (``ERR_LOOP``, ``ERR_NO_END`` with pc = ``length``);
+    2. *check*: walk the dynamic stream (loop bodies once per iteration, bases stepped by the
+       loop increments) and check every operand's last address against its store
+       (``ERR_A_RANGE``/``ERR_B_RANGE``/``ERR_C_RANGE``) and CONTRACT dimensions against
+       ``max_dim`` (``ERR_DIM``), in the golden's order;
+    3. *execute*: walk again and issue each instruction to its unit (CONTRACT -> engine,
+       elementwise/reduce/gather -> vector, UPDATE -> update) as soon as that unit is idle and
+       the instruction's address intervals do not conflict (RAW, WAR, WAW) with the instruction
+       in flight on another unit; BARRIER and END wait for every unit; a gather/scatter runs
+       alone (its index error must stop everything after it). A unit error (``ERR_INDEX``)
+       stops the run with that instruction's pc.
+
+    An error in pass 1 or 2 means no instruction was issued, so no store word changed.
+
+    Parameters
+    ----------
+    store_sizes : dict
+        Words of each store of :data:`ttrain.golden.isa.STORE_IDS` (all four).
+    imem_depth : int
+        Instructions the instruction memory holds (power of two not required).
+    max_dim : int or None
+        The engine's limit on m, n, k and batch (``None``: the 16-bit fields only).
+    overlap : bool
+        Allow instructions on different units to run concurrently (else strictly one at a
+        time, e.g. when the units share one memory port).
+
+    Members
+    -------
+    imem_we, imem_addr, imem_data : ``In(1)``, ``In(range(16 * imem_depth))``, ``In(32)``
+        Host write of instruction word ``imem_addr`` (instruction ``imem_addr // 16``, word
+        ``imem_addr % 16``); only while idle.
+    length : ``In(range(imem_depth + 1))``
+        Instructions in the program, sampled at ``start``.
+    start : ``In(1)``
+        Start pulse (ignored while busy).
+    busy, done, error : ``Out(1)``
+        ``done`` and ``error`` hold until the next ``start``.
+    error_code : ``Out(4)``, error_pc : ``Out(32)``
+        Code and instruction index of the error.
+    cycles, executed : ``Out(32)``
+        Cycles of the last run; dynamic instructions executed (as ``Stats.instructions``).
+    busy_engine, busy_vector, busy_update : ``Out(32)``
+        Cycles each unit had an instruction in flight during the last run.
+    eng : ``Out(stream.Signature(ContractCommand))``, eng_done : ``In(1)``
+    vec : ``Out(stream.Signature(VectorCommand))``, vec_done : ``In(1)``, vec_error : ``In(4)``
+    upd : ``Out(stream.Signature(VectorCommand))``, upd_done : ``In(1)``
+        Unit command streams; ``*_done`` pulses once per finished command.
+    """
+
+    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True):
+        if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
+            raise ValueError(f"store_sizes must give the words of every store "
+                             f"{sorted(STORE_IDS)}, not {store_sizes!r}")
+        for k, v in store_sizes.items():
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 32:
+                raise ValueError(f"store_sizes[{k!r}] = {v!r}: give a positive word count "
+                                 f"up to 2**32")
+        if isinstance(imem_depth, bool) or not isinstance(imem_depth, int) or imem_depth < 1:
+            raise ValueError(f"imem_depth must be a positive int (instructions), not "
+                             f"{imem_depth!r}")
+        if max_dim is not None and (isinstance(max_dim, bool) or not isinstance(max_dim, int)
+                                    or not 1 <= max_dim <= 0xFFFF):
+            raise ValueError(f"max_dim must be None or an int in 1..65535, not {max_dim!r}")
+        self._sizes = dict(store_sizes)
+        self._depth = imem_depth
+        self._max_dim = max_dim
+        self._overlap = bool(overlap)
+        super().__init__({
+            "imem_we": In(1), "imem_addr": In(range(16 * imem_depth)), "imem_data": In(32),
+            "length": In(range(imem_depth + 1)), "start": In(1),
+            "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(4),
+            "error_pc": Out(32), "cycles": Out(32), "executed": Out(32),
+            "busy_engine": Out(32), "busy_vector": Out(32), "busy_update": Out(32),
+            "eng": Out(stream.Signature(ContractCommand)), "eng_done": In(1),
+            "vec": Out(stream.Signature(VectorCommand)), "vec_done": In(1), "vec_error": In(4),
+            "upd": Out(stream.Signature(VectorCommand)), "upd_done": In(1),
+        })
+
+    imem_depth = property(lambda self: self._depth, doc="Instruction memory depth.")
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dec = dec = InstructionDecoder()
+
+        # ---- instruction memory: 16 word columns, one instruction per row ----------------
+        pc = Signal(range(self._depth + 1))
+        rdata = []
+        for i in range(WORDS):
+            mem = memory.Memory(shape=32, depth=self._depth, init=[])
+            m.submodules[f"imem{i}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=())
+            m.d.comb += [wp.en.eq(self.imem_we & (self.imem_addr % WORDS == i) & ~self.busy),
+                         wp.addr.eq(self.imem_addr // WORDS), wp.data.eq(self.imem_data),
+                         rp.addr.eq(pc)]
+            rdata.append(rp)
+        fetch = Signal()
+        for rp in rdata:
+            m.d.comb += rp.en.eq(fetch)
+        m.d.comb += dec.word.eq(Cat(*[rp.data for rp in rdata]))
+        w = [rp.data for rp in rdata]
+        cls = {name: dec.cls[i] for i, name in enumerate(CLASS_NAMES)}
+        op = dec.op
+        step = dec.step
+
+        # ---- loop state and effective bases ----------------------------------------------
+        in_loop = Signal()
+        loop_pc = Signal(range(self._depth + 1))
+        loop_count = Signal(32)
+        loop_iter = Signal(32)
+        inc = [Signal(32, name=f"inc{i}") for i in range(3)]
+        off = [Signal(64, name=f"off{i}") for i in range(3)]
+        base = []
+        for s in range(3):
+            b = Signal(_WIDE, name=f"base{s}")
+            sel = step[s]
+            m.d.comb += b.eq(w[4 + 4 * s] + Mux(sel == 0, 0,
+                                               Mux(sel == 1, off[0],
+                                                   Mux(sel == 2, off[1], off[2]))))
+            base.append(b)
+
+        # ---- per-slot extents (batch, rows, cols) and roles ------------------------------
+        rows, cols = w[2][0:16], w[2][16:32]
+        k, batch = w[3][0:16], w[3][16:32]
+        ext = [[Signal(32, name=f"ext{s}_{d}") for d in "brc"] for s in range(3)]
+        used = [Signal(name=f"used{s}") for s in range(3)]
+        write = [Signal(name=f"write{s}") for s in range(3)]
+        is_scatter = op == GATHER_OPS["scatter_add"]
+
+        def set_ext(s, b, r, c):
+            m.d.comb += [ext[s][0].eq(b), ext[s][1].eq(r), ext[s][2].eq(c)]
+
+        m.d.comb += write[0].eq(1)
+        with m.If(cls["contract"]):
+            set_ext(0, batch, rows, cols)     # C: m x n
+            set_ext(1, batch, rows, k)        # A: m x k
+            set_ext(2, batch, k, cols)        # B: k x n
+            m.d.comb += [u.eq(1) for u in used]
+        with m.Elif(cls["elementwise"]):
+            for s in range(3):
+                set_ext(s, 1, rows, cols)
+            nsrc_ge1 = 0
+            nsrc_ge2 = 0
+            for name, code in ELEMENTWISE_OPS.items():
+                if _EW_SOURCES[name] >= 1:
+                    nsrc_ge1 = nsrc_ge1 | (op == code)
+                if _EW_SOURCES[name] >= 2:
+                    nsrc_ge2 = nsrc_ge2 | (op == code)
+            m.d.comb += [used[0].eq(1), used[1].eq(nsrc_ge1), used[2].eq(nsrc_ge2)]
+        with m.Elif(cls["reduce"]):
+            set_ext(0, 1, rows, 1)
+            set_ext(1, 1, rows, cols)
+            m.d.comb += [used[0].eq(1), used[1].eq(1)]
+        with m.Elif(cls["gather"]):
+            set_ext(0, 1, Mux(is_scatter, w[3], rows), cols)
+            set_ext(1, 1, Mux(is_scatter, rows, w[3]), cols)
+            set_ext(2, 1, rows, 1)
+            m.d.comb += [u.eq(1) for u in used]
+        with m.Elif(cls["update"]):
+            set_ext(0, 1, 1, w[2])
+            set_ext(1, 1, 1, w[2])
+            m.d.comb += [used[0].eq(1), used[1].eq(1), write[1].eq(1)]
+
+        last = []
+        in_range = []
+        sizes = Array([Const(self._sizes[STORE_NAMES[i]], 33) for i in range(len(STORE_IDS))])
+        for s in range(3):
+            lst = Signal(_WIDE, name=f"last{s}")
+            bs, rs, cs = w[7 + 4 * s], w[5 + 4 * s], w[6 + 4 * s]
+            m.d.comb += lst.eq(base[s] + (ext[s][0] - 1) * bs + (ext[s][1] - 1) * rs
+                               + (ext[s][2] - 1) * cs)
+            ok = Signal(name=f"in_range{s}")
+            m.d.comb += ok.eq(lst < sizes[dec.store[s][0:2]])
+            last.append(lst)
+            in_range.append(ok)
+        range_code = Signal(4)
+        dims_big = 0
+        if self._max_dim is not None:
+            for d in (rows, cols, k, batch):
+                dims_big = dims_big | (d > self._max_dim)
+        with m.If(cls["contract"]):
+            _first(m, range_code, [(dims_big, ERR_DIM), (~in_range[1], ERR_A_RANGE),
+                                   (~in_range[2], ERR_B_RANGE), (~in_range[0], ERR_C_RANGE)])
+        with m.Else():
+            _first(m, range_code, [(used[0] & ~in_range[0], ERR_C_RANGE),
+                                   (used[1] & ~in_range[1], ERR_A_RANGE),
+                                   (used[2] & ~in_range[2], ERR_B_RANGE)])
+
+        # ---- scoreboard ------------------------------------------------------------------
+        unit_of = Signal(2)      # 0 engine, 1 vector, 2 update
+        m.d.comb += unit_of.eq(Mux(cls["contract"], 0, Mux(cls["update"], 2, 1)))
+        inflight = [Signal(name=f"inflight_{u}") for u in _UNITS]
+        rec = [[{"valid": Signal(name=f"r{u}_{s}_v"), "write": Signal(name=f"r{u}_{s}_w"),
+                 "store": Signal(2, name=f"r{u}_{s}_st"), "lo": Signal(_WIDE, name=f"r{u}_{s}_lo"),
+                 "hi": Signal(_WIDE, name=f"r{u}_{s}_hi")} for s in range(3)] for u in range(3)]
+        conflict = [Signal(name=f"conflict_{u}") for u in _UNITS]   # with unit u's record
+        for u in range(3):
+            c = 0
+            for s in range(3):
+                for t in range(3):
+                    r = rec[u][t]
+                    c = c | (used[s] & r["valid"] & (dec.store[s][0:2] == r["store"])
+                             & (write[s] | r["write"]) & (base[s] <= r["hi"])
+                             & (r["lo"] <= last[s]))
+            m.d.comb += conflict[u].eq(inflight[u] & c)
+        any_inflight = inflight[0] | inflight[1] | inflight[2]
+        can_issue = Signal()
+        others_ok = []
+        for u in range(3):
+            ok = ~inflight[u]
+            for v in range(3):
+                if v != u:
+                    ok = ok & ~conflict[v] & (~inflight[v] if not self._overlap else 1)
+            others_ok.append(ok)
+        m.d.comb += can_issue.eq(Mux(cls["gather"], ~any_inflight,
+                                     Mux(unit_of == 0, others_ok[0],
+                                         Mux(unit_of == 1, others_ok[1], others_ok[2]))))
+
+        dones = [self.eng_done, self.vec_done, self.upd_done]
+        issued = [Signal(name=f"issued_{u}") for u in _UNITS]
+        for u in range(3):
+            with m.If(issued[u]):
+                m.d.sync += inflight[u].eq(1)
+                for s in range(3):
+                    m.d.sync += [rec[u][s]["valid"].eq(used[s]), rec[u][s]["write"].eq(write[s]),
+                                 rec[u][s]["store"].eq(dec.store[s][0:2]),
+                                 rec[u][s]["lo"].eq(base[s]), rec[u][s]["hi"].eq(last[s])]
+            with m.Elif(dones[u]):
+                m.d.sync += inflight[u].eq(0)
+
+        # ---- unit commands (payloads are valid whenever the word is decoded) -------------
+        def cview(layout_view, s):
+            return [layout_view.store.eq(dec.store[s][0:2]), layout_view.base.eq(base[s]),
+                    layout_view.row.eq(w[5 + 4 * s]), layout_view.col.eq(w[6 + 4 * s])]
+
+        ep = self.eng.payload
+        m.d.comb += [ep.m.eq(rows), ep.n.eq(cols), ep.k.eq(k), ep.batch.eq(batch),
+                     ep.accumulate.eq(dec.flags[0])]
+        for lv, s in ((ep.c, 0), (ep.a, 1), (ep.b, 2)):
+            m.d.comb += cview(lv, s) + [lv.batch.eq(w[7 + 4 * s])]
+        for port in (self.vec, self.upd):
+            p = port.payload
+            m.d.comb += [p.op.eq(op), p.accumulate.eq(dec.flags[0]), p.imm.eq(w[3])]
+            with m.If(cls["update"]):
+                m.d.comb += [p.rows.eq(1), p.cols.eq(w[2])]
+            with m.Else():
+                m.d.comb += [p.rows.eq(rows), p.cols.eq(cols)]
+            for lv, s in ((p.v0, 0), (p.v1, 1), (p.v2, 2)):
+                m.d.comb += cview(lv, s)
+
+        # ---- control ----------------------------------------------------------------------
+        MODE_STATIC, MODE_CHECK, MODE_EXEC = 0, 1, 2
+        mode = Signal(2)
+        length = Signal(range(self._depth + 1))
+        seen_end = Signal()
+        struct_err = Signal()
+        struct_pc = Signal(range(self._depth + 1))
+
+        def fail(code, at):
+            m.d.sync += [self.error.eq(1), self.error_code.eq(code), self.error_pc.eq(at),
+                         self.done.eq(1)]
+
+        def advance():
+            m.d.sync += pc.eq(pc + 1)
+            m.next = "FETCH"
+
+        with m.If(self.busy):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+            m.d.sync += [cnt.eq(cnt + f) for cnt, f in
+                         zip((self.busy_engine, self.busy_vector, self.busy_update), inflight)]
+
+        with m.FSM(name="seq"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [self.busy.eq(1), self.done.eq(0), self.error.eq(0),
+                                 self.error_code.eq(0), self.error_pc.eq(0), pc.eq(0),
+                                 mode.eq(MODE_STATIC), length.eq(self.length),
+                                 seen_end.eq(0), struct_err.eq(0), in_loop.eq(0),
+                                 self.cycles.eq(0), self.executed.eq(0),
+                                 self.busy_engine.eq(0), self.busy_vector.eq(0),
+                                 self.busy_update.eq(0)]
+                    with m.If(self.length == 0):
+                        m.next = "STATIC_DONE"
+                    with m.Else():
+                        m.next = "FETCH"
+            with m.State("FETCH"):
+                m.d.comb += fetch.eq(1)
+                m.next = "DECODE"
+            with m.State("DECODE"):
+                with m.If(mode == MODE_STATIC):
+                    with m.If(dec.error != 0):
+                        fail(dec.error, pc)
+                        m.next = "STOP"
+                    with m.Else():
+                        with m.If(~seen_end & ~struct_err):
+                            with m.If(cls["loop"]):
+                                with m.If(in_loop):
+                                    m.d.sync += [struct_err.eq(1), struct_pc.eq(pc)]
+                                m.d.sync += in_loop.eq(1)
+                            with m.Elif(cls["endloop"]):
+                                with m.If(~in_loop):
+                                    m.d.sync += [struct_err.eq(1), struct_pc.eq(pc)]
+                                m.d.sync += in_loop.eq(0)
+                            with m.Elif(cls["end"]):
+                                with m.If(in_loop):
+                                    m.d.sync += [struct_err.eq(1), struct_pc.eq(pc)]
+                                with m.Else():
+                                    m.d.sync += seen_end.eq(1)
+                        with m.If(pc + 1 == length):
+                            m.next = "STATIC_DONE"
+                        with m.Else():
+                            advance()
+                with m.Else():
+                    exec_mode = mode == MODE_EXEC
+                    with m.If(cls["loop"]):
+                        m.d.sync += [loop_pc.eq(pc), loop_count.eq(w[2]), loop_iter.eq(0),
+                                     in_loop.eq(1)]
+                        m.d.sync += [inc[i].eq(w[4 + i]) for i in range(3)]
+                        m.d.sync += [o.eq(0) for o in off]
+                        with m.If(exec_mode):
+                            m.d.sync += self.executed.eq(self.executed + 1)
+                        advance()
+                    with m.Elif(cls["endloop"]):
+                        with m.If(loop_iter + 1 < loop_count):
+                            m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_pc + 1)]
+                            m.d.sync += [off[i].eq(off[i] + inc[i]) for i in range(3)]
+                            m.next = "FETCH"
+                        with m.Else():
+                            m.d.sync += [o.eq(0) for o in off]
+                            m.d.sync += in_loop.eq(0)
+                            with m.If(exec_mode):
+                                m.d.sync += self.executed.eq(self.executed + 1)
+                            advance()
+                    with m.Elif(cls["barrier"] | cls["end"]):
+                        with m.If(~exec_mode):
+                            with m.If(cls["end"]):
+                                m.d.sync += [mode.eq(MODE_EXEC), pc.eq(0), in_loop.eq(0)]
+                                m.d.sync += [o.eq(0) for o in off]
+                                m.next = "FETCH"
+                            with m.Else():
+                                advance()
+                        with m.Elif(~any_inflight):
+                            m.d.sync += self.executed.eq(self.executed + 1)
+                            with m.If(cls["end"]):
+                                m.d.sync += [self.done.eq(1), self.busy.eq(0)]
+                                m.next = "IDLE"
+                            with m.Else():
+                                advance()
+                    with m.Elif(~exec_mode):
+                        with m.If(range_code != 0):
+                            fail(range_code, pc)
+                            m.next = "STOP"
+                        with m.Else():
+                            advance()
+                    with m.Elif(can_issue):
+                        with m.If(unit_of == 0):
+                            m.d.comb += self.eng.valid.eq(1)
+                            m.d.comb += issued[0].eq(self.eng.ready)
+                        with m.Elif(unit_of == 1):
+                            m.d.comb += self.vec.valid.eq(1)
+                            m.d.comb += issued[1].eq(self.vec.ready)
+                        with m.Else():
+                            m.d.comb += self.upd.valid.eq(1)
+                            m.d.comb += issued[2].eq(self.upd.ready)
+                        with m.If(issued[0] | issued[1] | issued[2]):
+                            m.d.sync += self.executed.eq(self.executed + 1)
+                            with m.If(cls["gather"]):
+                                m.next = "GATHER_WAIT"
+                            with m.Else():
+                                advance()
+            with m.State("GATHER_WAIT"):
+                with m.If(self.vec_done):
+                    with m.If(self.vec_error != 0):
+                        m.d.sync += self.executed.eq(self.executed - 1)
+                        fail(self.vec_error, pc)
+                        m.next = "STOP"
+                    with m.Else():
+                        advance()
+            with m.State("STATIC_DONE"):
+                with m.If(struct_err):
+                    fail(ERR_LOOP, struct_pc)
+                    m.next = "STOP"
+                with m.Elif(~seen_end):
+                    fail(ERR_NO_END, length)
+                    m.next = "STOP"
+                with m.Else():
+                    m.d.sync += [mode.eq(MODE_CHECK), pc.eq(0), in_loop.eq(0)]
+                    m.d.sync += [o.eq(0) for o in off]
+                    m.next = "FETCH"
+            with m.State("STOP"):
+                with m.If(~any_inflight):
+                    m.d.sync += self.busy.eq(0)
+                    m.next = "IDLE"
         return m

@@ -298,3 +298,252 @@ def test_decoder_error_codes_match_golden():
     assert not mism, mism[:10]
     # every error code the decoder can raise appears among the cases
     assert {0, 1, 2, 6, 7, 8, 9}.issubset(set(want)), sorted(set(want))
+
+
+# ---- sequencer ----------------------------------------------------------------------------
+
+class _SeqHarness(Elaboratable):
+    """Sequencer + vector unit + update unit (a second VectorUnit) on four memories; the
+    contraction engine is played by the testbench (golden ``contract`` on the memory words,
+    after a delay), which only tests the sequencing, not the engine."""
+
+    def __init__(self, sizes, imem_depth, overlap=True):
+        from ttrain.rtl.sequencer import Sequencer
+        self.seq = Sequencer(store_sizes=sizes, imem_depth=imem_depth, overlap=overlap)
+        ab = max(1, (max(sizes.values()) - 1).bit_length())
+        self.vec = VectorUnit(addr_bits=ab)
+        self.upd = VectorUnit(addr_bits=ab)
+        self.mems = [memory.Memory(shape=32, depth=sizes[s], init=[]) for s in STORES]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.seq = seq = self.seq
+        m.submodules.vec = vec = self.vec
+        m.submodules.upd = upd = self.upd
+        m.d.comb += [vec.cmd.payload.eq(seq.vec.payload), vec.cmd.valid.eq(seq.vec.valid),
+                     seq.vec.ready.eq(vec.cmd.ready), seq.vec_done.eq(vec.done),
+                     seq.vec_error.eq(vec.error),
+                     upd.cmd.payload.eq(seq.upd.payload), upd.cmd.valid.eq(seq.upd.valid),
+                     seq.upd.ready.eq(upd.cmd.ready), seq.upd_done.eq(upd.done)]
+        for u, unit in enumerate((vec, upd)):
+            rdata = []
+            for s, mem in enumerate(self.mems):
+                if u == 0:
+                    m.submodules[f"mem{s}"] = mem
+                rp = mem.read_port(transparent_for=())
+                wp = mem.write_port()
+                m.d.comb += [rp.en.eq(unit.rd_en & (unit.rd_store == s)),
+                             rp.addr.eq(unit.rd_addr),
+                             wp.en.eq(unit.wr_en & (unit.wr_store == s)),
+                             wp.addr.eq(unit.wr_addr), wp.data.eq(unit.wr_data)]
+                rdata.append(rp.data)
+            last = Signal(2, name=f"last{u}")
+            with m.If(unit.rd_en):
+                m.d.sync += last.eq(unit.rd_store)
+            m.d.comb += unit.rd_data.eq(Mux(last[1], Mux(last[0], rdata[3], rdata[2]),
+                                            Mux(last[0], rdata[1], rdata[0])))
+        return m
+
+
+def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=None):
+    """Load and run each ``(words)`` of ``programs`` in turn on one harness; return a list of
+    ``(image, error_code, error_pc, executed, cycles, busy_engine, busy_vector, busy_update,
+    max_concurrent)``."""
+    from ttrain.golden.contract import Descriptor, contract, view_addresses
+    sizes = {s: len(image[s]) for s in STORES}
+    depth = imem_depth or max(len(p) // 16 for p in programs) + 1
+    h = _SeqHarness(sizes, depth, overlap)
+    seq = h.seq
+    results = []
+    concurrent = [0]
+
+    def read_image(ctx):
+        return {STORES[s]: np.array([ctx.get(mem.data[a]) for a in range(sizes[STORES[s]])],
+                                    dtype=np.uint32) for s, mem in enumerate(h.mems)}
+
+    async def engine(ctx):
+        ctx.set(seq.eng.ready, 1)
+        while True:
+            _, _, valid, p = await ctx.tick().sample(seq.eng.valid, seq.eng.payload)
+            if not valid:
+                continue
+
+            def view(v):
+                return View(STORES[int(v.store)], int(v.base), int(v.row), int(v.col),
+                            int(v.batch))
+
+            desc = Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
+                              bool(p.accumulate), int(p.batch))
+            ctx.set(seq.eng.ready, 0)
+            out = contract(desc, read_image(ctx))
+            for _ in range(engine_delay):
+                await ctx.tick()
+                if ctx.get(h.vec.busy) or ctx.get(h.upd.busy):
+                    concurrent[0] += 1
+            mem = h.mems[STORES.index(desc.c.store)]
+            for a in np.unique(view_addresses(desc.c, desc.batch, desc.m, desc.n)):
+                ctx.set(mem.data[int(a)], int(out[desc.c.store][a]))   # C's words only
+            ctx.set(seq.eng_done, 1)
+            await ctx.tick()
+            ctx.set(seq.eng_done, 0)
+            ctx.set(seq.eng.ready, 1)
+
+    async def host(ctx):
+        for s, mem in enumerate(h.mems):
+            for a, wd in enumerate(image[STORES[s]]):
+                ctx.set(mem.data[a], int(wd))
+        for words in programs:
+            for a, wd in enumerate(words):
+                ctx.set(seq.imem_we, 1)
+                ctx.set(seq.imem_addr, a)
+                ctx.set(seq.imem_data, int(wd))
+                await ctx.tick()
+            ctx.set(seq.imem_we, 0)
+            ctx.set(seq.length, len(words) // 16)
+            ctx.set(seq.start, 1)
+            await ctx.tick()
+            ctx.set(seq.start, 0)
+            concurrent[0] = 0
+            await ctx.tick().until(seq.done & ~seq.busy)
+            results.append((read_image(ctx), ctx.get(seq.error_code), ctx.get(seq.error_pc),
+                            ctx.get(seq.executed), ctx.get(seq.cycles),
+                            ctx.get(seq.busy_engine), ctx.get(seq.busy_vector),
+                            ctx.get(seq.busy_update), concurrent[0]))
+
+    sim = Simulator(h)
+    sim.add_clock(1e-8)
+    sim.add_testbench(engine, background=True)
+    sim.add_testbench(host)
+    sim.run()
+    return results
+
+
+def _tt_layer(seed=21, batch=3, spec_index=1, **kw):
+    from ttrain.golden.compiler import compile_tt_linear
+    from ttrain.golden.config import TTSpec
+    from ttrain.golden.tt import init_tt_cores
+    spec = [TTSpec((4,), (3,), (1, 2, 1)), TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))][spec_index]
+    rng = np.random.default_rng(seed)
+    cores = init_tt_cores(spec, rng, 0.7)
+    bias = (0.1 * rng.standard_normal(spec.n_out)).astype(np.float32)
+    x = rng.standard_normal((batch, spec.n_in)).astype(np.float32)
+    t = rng.standard_normal((batch, spec.n_out)).astype(np.float32)
+    cl = compile_tt_linear(spec, batch, lr=0.05, **kw)
+    return cl, cl.initial_image(cores + [bias], x, t)
+
+
+@pytest.mark.parametrize("sample_loop", [False, True])
+def test_sequencer_tt_layer_steps_bit_exact(sample_loop):
+    cl, img = _tt_layer(sample_loop=sample_loop)
+    words = cl.program.words()
+    steps = 3
+    res = run_sequencer([words] * steps, img)
+    cur = img
+    for step, (got, code, pc, executed, cycles, be, bv, bu, _) in enumerate(res):
+        want, stats = run(cl.program, cur)
+        assert stats.ok and code == 0, (step, code, pc)
+        for s in STORES:
+            bad = np.nonzero(got[s] != want[s])[0]
+            assert bad.size == 0, (step, s, bad[:8])
+        assert executed == stats.instructions
+        assert 0 < be < cycles and 0 < bv < cycles and 0 < bu < cycles
+        assert not np.array_equal(want["param"], cur["param"])   # the step trained
+        cur = want
+
+
+def test_sequencer_overlaps_independent_units():
+    """A contraction and an independent elementwise op run concurrently; a dependent one
+    waits (RAW), and the result is still bit-exact."""
+    from ttrain.golden.contract import Descriptor
+    from ttrain.golden.isa import Barrier, Contract, encode_program
+    rng = np.random.default_rng(3)
+    image = _random_image(rng)
+    for s in STORES:
+        image[s] = rng.standard_normal(SIZE).astype(np.float32).view(np.uint32)
+    mm = Contract(Descriptor(2, 2, 3, View("act", 0, 3, 1), View("act", 8, 2, 1),
+                             View("scratch", 0, 2, 1)))
+    indep = Elementwise("add", 2, 4, View("grad", 0, 4, 1), View("param", 0, 4, 1),
+                        View("param", 16, 4, 1))
+    dep = Elementwise("scale", 2, 2, View("grad", 20, 2, 1), View("scratch", 0, 2, 1),
+                      imm=f32_bits(3.0))
+    prog_overlap = encode_program([mm, indep, End()])
+    prog_dep = encode_program([mm, dep, Barrier(), End()])
+    for prog, expect_overlap in ((prog_overlap, True), (prog_dep, False)):
+        (got, code, _, _, cycles, *_rest, conc), = run_sequencer([prog], image)
+        want, st = run(prog, image)
+        assert code == 0 and st.ok
+        for s in STORES:
+            np.testing.assert_array_equal(got[s], want[s])
+        assert (conc > 0) == expect_overlap, conc
+    # with overlap disabled the independent pair runs one after the other
+    (*_, conc), = run_sequencer([prog_overlap], image, overlap=False)
+    assert conc == 0
+
+
+def _bad_programs(cl):
+    """(name, words) of malformed or out-of-range variants of a compiled program."""
+    from ttrain.golden.isa import Loop, EndLoop, encode, encode_program
+    words = list(cl.program.words())
+    n = len(words) // 16
+    out = []
+    v = list(words)
+    v[16 * 2] = (v[16 * 2] & ~0xFF) | 0x5A                    # illegal opcode at pc 2
+    out.append(("opcode", v))
+    v = list(words)
+    v[16 * 1] |= 1 << 30                                      # reserved bit
+    out.append(("field", v))
+    v = list(words)
+    v[16 * (n - 2) + 1] = (v[16 * (n - 2) + 1] & ~0xFF) | 9  # store id 9
+    out.append(("store", v))
+    v = list(words)                                           # base past the store
+    pcs = [i for i in range(n) if (v[16 * i] & 0xFF) in (0x08, 0x10, 0x30)]
+    v[16 * pcs[-1] + 4] = 0x7FFFFFF0
+    out.append(("range", v))
+    out.append(("no_end", words[:-16]))
+    ins = cl.program.instructions
+    out.append(("loop", encode_program([Loop(2)] + list(ins[:-1]) + [End()])))
+    out.append(("endloop", encode_program(list(ins[:3]) + [EndLoop()] + list(ins[3:]))))
+    out.append(("zero_loop", encode_program(list(ins[:-1]) + [End()])[:16 * (n - 1)]
+                + [0x03] + [0] * 15 + [0x04] + [0] * 15 + encode(End())))
+    return out
+
+
+def test_sequencer_errors_change_nothing_and_next_program_runs():
+    cl, img = _tt_layer(spec_index=0, batch=2)
+    good = cl.program.words()
+    bad = _bad_programs(cl)
+    progs = []
+    for _, words in bad:
+        progs += [words, good]
+    res = run_sequencer(progs, img)
+    cur = img
+    for i, (name, words) in enumerate(bad):
+        want, st = run(words, cur)
+        got, code, pc, *_ = res[2 * i]
+        assert st.error != 0, name
+        assert (code, pc) == (st.error, st.error_pc), (name, code, pc, st.error, st.error_pc)
+        for s in STORES:
+            np.testing.assert_array_equal(got[s], cur[s])      # nothing written
+        want, st = run(good, cur)
+        got, code, *_ = res[2 * i + 1]
+        assert code == 0 and st.ok
+        for s in STORES:
+            np.testing.assert_array_equal(got[s], want[s])
+        cur = want
+
+
+def test_sequencer_index_error_stops_at_the_gather():
+    from ttrain.golden.isa import encode_program
+    rng = np.random.default_rng(5)
+    image = _random_image(rng)
+    first = Elementwise("fill", 1, 4, View("param", 40, 4, 1), imm=f32_bits(2.0))
+    g = Gather("gather", 3, 2, 4, View("act", 0, 2, 1), View("grad", 0, 2, 1),
+               View("scratch", 10, 1, 0))
+    image["scratch"][10:13] = [1, 4, 0]                      # 4 is outside the 4-row table
+    after = Elementwise("fill", 1, 4, View("param", 50, 4, 1), imm=f32_bits(5.0))
+    prog = encode_program([first, g, after, End()])
+    (got, code, pc, executed, *_), = run_sequencer([prog], image)
+    want, st = run(prog, image)
+    assert (code, pc, executed) == (ERR_INDEX, 1, st.instructions) == (st.error, st.error_pc, 1)
+    for s in STORES:
+        np.testing.assert_array_equal(got[s], want[s])
