@@ -1,0 +1,94 @@
+"""``ttrain bench``: cycle-accurate benchmarks under Verilator (speed is measured, not asserted).
+
+``ttrain bench engine``: every contraction of one TT-linear training step of the paper's
+768x768 layer ([12,8,8 | 8,8,12], B = 32, ranks all 10 and [1,12,20,20,20,12,1]) on the
+contraction engine, bit-exact against the golden model, with cycles measured in simulation,
+ideal cycles (MACs / lanes) and utilization. ``ttrain bench fp32``: random operand pairs
+through each FP32 unit (one million by default), compared bit for bit with the golden numerics.
+
+The benchmarks drive the cocotb testbenches of the repository's ``tests/`` folder, so they run
+from a checkout (``make env`` installs it editable). The first engine run builds a
+paper-size Verilator model (about 10 minutes on 2 cores); later runs reuse it.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+
+def _tests_module(name):
+    """Import ``tests/<name>.py`` of the checkout this package was installed from."""
+    root = Path(__file__).resolve().parent.parent
+    path = root / "tests" / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: `ttrain bench` runs the cocotb testbenches of a ttrain checkout; "
+            f"install ttrain from a clone with `make env` (editable) and run it there")
+    for extra in (root / "tests", root / "tests" / "cocotb"):
+        if str(extra) not in sys.path:
+            sys.path.insert(0, str(extra))
+    spec = importlib.util.spec_from_file_location(f"_ttrain_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _print_report(report, as_json):
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    for e in report["entries"]:
+        print(f"{e['name']:32s} macs {e['macs']:>11,} cycles {e['cycles']:>10,} "
+              f"ideal {e['ideal_cycles']:>10,} utilization {e['utilization']:7.2%}")
+
+
+def _engine(args):
+    mod = _tests_module("test_engine_verilator")
+    ranks = tuple(args.ranks.split(","))
+    bad = [r for r in ranks if r not in mod.PAPER_RANKS]
+    if bad:
+        raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(mod.PAPER_RANKS)}")
+    if args.lanes < 1 or args.lanes & (args.lanes - 1):
+        raise ValueError(f"--lanes must be a positive power of two, not {args.lanes}")
+    report = mod.bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks)
+    _print_report(report, args.json)
+    return 0
+
+
+def _fp32(args):
+    mod = _tests_module("test_fp32_verilator")
+    units = mod.UNITS if args.unit == "all" else (args.unit,)
+    if args.pairs < 1:
+        raise ValueError(f"--pairs must be a positive integer, not {args.pairs}")
+    results = [mod.run_fp32_sweep(u, args.pairs, args.seed) for u in units]
+    failed = sum(r["mismatches"] for r in results)
+    if args.json:
+        print(json.dumps({"config": {"pairs": args.pairs, "seed": args.seed},
+                          "entries": results}, indent=1, default=str))
+    else:
+        for r in results:
+            print(f"{r['unit']:8s} pairs {r['pairs']:>10,} mismatches {r['mismatches']} "
+                  f"sim {r['sim_seconds']:.1f} s total {r['total_seconds']:.1f} s")
+    return 1 if failed else 0
+
+
+def register(sub):
+    p = sub.add_parser("bench", help="cycle-accurate benchmarks under Verilator",
+                       description=__doc__.split("\n\n")[1])
+    bsub = p.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    e = bsub.add_parser("engine", help="TT-linear training-step contractions on the engine")
+    e.add_argument("--json", action="store_true", help="print the JSON report")
+    e.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report here")
+    e.add_argument("--lanes", type=int, default=8, help="engine lanes (default 8)")
+    e.add_argument("--slots", type=int, default=16,
+                   help="interleaved output slots per lane (default 16)")
+    e.add_argument("--ranks", default="r10,r20",
+                   help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
+    e.set_defaults(func=_engine)
+    f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")
+    f.add_argument("--unit", default="all", choices=["mul", "add", "compare", "all"])
+    f.add_argument("--pairs", type=int, default=1_000_000, help="pairs per unit (default 1M)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--json", action="store_true", help="print the JSON report")
+    f.set_defaults(func=_fp32)

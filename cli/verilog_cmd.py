@@ -1,0 +1,130 @@
+"""``ttrain verilog``: export a reusable RTL unit as standalone Verilog with a port map.
+
+Each unit is written as ``<out>/<module>.v`` (one module per configuration; Amaranth emits no
+HDL parameters, so the configuration is in the module name) plus ``<out>/<module>.ports.json``
+(every port: name, direction, width; the component's signature metadata) and, for units that
+instantiate the project's RAM template, a copy of ``ttrain_ram.v``. ``--lint`` runs
+``verilator --lint-only -Wall`` with the project's waiver file.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+
+def _engine(lanes, stores):
+    from .rtl.engine import ContractionEngine, StoreSpec
+    return ContractionEngine(lanes=lanes, stores=[StoreSpec(*s) for s in stores])
+
+
+def _units():
+    """Return ``{unit: (description, factory(args) -> (component, module name, extra files))}``."""
+    from .rtl.fp32 import FP32Add, FP32Compare, FP32Mul
+    from .rtl.store import BankedStore, ram_verilog_path
+    from .rtl.update import IntUpdatePipeline, RegionSweeper, UpdatePipeline
+
+    def depth(args):
+        return args.depth
+
+    return {
+        "fp32_mul": ("pipelined FP32 multiplier (latency 6)",
+                     lambda a: (FP32Mul(), "ttrain_fp32_mul", [])),
+        "fp32_add": ("pipelined FP32 adder (latency 6)",
+                     lambda a: (FP32Add(), "ttrain_fp32_add", [])),
+        "fp32_compare": ("FP32 compare / max / min (latency 1)",
+                         lambda a: (FP32Compare(), "ttrain_fp32_compare", [])),
+        "store": ("banked on-chip store (--depth words, --lanes banks, --style)",
+                  lambda a: (BankedStore(depth=depth(a), banks=a.lanes, style=a.style,
+                                         impl="verilog"),
+                             f"ttrain_store_d{depth(a)}_b{a.lanes}_{a.style}",
+                             [ram_verilog_path()])),
+        "engine": ("contraction engine (--lanes lanes; stores f/a/s of --depth words)",
+                   lambda a: (_engine(a.lanes, [["f", depth(a), "block", "memory"],
+                                                ["a", depth(a), "ultra", "verilog"],
+                                                ["s", depth(a), "block", "memory"]]),
+                              f"ttrain_engine_l{a.lanes}_d{depth(a)}", [ram_verilog_path()])),
+        "update": ("SGD update pipeline (theta - lr*g, latency 13)",
+                   lambda a: (UpdatePipeline(), "ttrain_update", [])),
+        "update_int": ("integer SGD update (round + saturate, int8)",
+                       lambda a: (IntUpdatePipeline(), "ttrain_update_int", [])),
+        "sweeper": ("region sweeper: SGD over a parameter/gradient region (--depth words)",
+                    lambda a: (RegionSweeper(param_depth=depth(a)),
+                               f"ttrain_sweeper_d{depth(a)}", [])),
+    }
+
+
+UNIT_NAMES = ["fp32_mul", "fp32_add", "fp32_compare", "store", "engine", "update", "update_int",
+              "sweeper"]
+
+
+def export_unit(unit, out_dir, *, lanes=8, depth=4096, style="block", lint=False):
+    """Write ``unit`` as Verilog + port-map JSON into ``out_dir``; return the written paths."""
+    from .testbench.verilator import component_ports, convert_component, lint_verilator
+
+    units = _units()
+    if unit not in units:
+        raise ValueError(f"unknown unit {unit!r}; choose one of: {', '.join(units)}")
+    if not isinstance(lanes, int) or lanes < 1:
+        raise ValueError(f"--lanes must be a positive integer, not {lanes!r}")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"--depth must be a positive integer, not {depth!r}")
+
+    class _Args:
+        pass
+    args = _Args()
+    args.lanes, args.depth, args.style = lanes, depth, style
+    component, name, extra = units[unit][1](args)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ports = []
+    for pname, (value, direction) in component_ports(component).items():
+        ports.append({"name": pname, "direction": direction.name.lower(), "width": len(value)})
+    ports = [{"name": "clk", "direction": "input", "width": 1},
+             {"name": "rst", "direction": "input", "width": 1}] + ports
+    vfile = out / f"{name}.v"
+    vfile.write_text(convert_component(component, name))
+    written = [vfile]
+    for src in extra:
+        dst = out / Path(src).name
+        shutil.copyfile(src, dst)
+        written.append(dst)
+    meta = {"unit": unit, "module": name, "description": units[unit][0], "ports": ports,
+            "signature": component.metadata.as_json(), "files": [p.name for p in written]}
+    jfile = out / f"{name}.ports.json"
+    jfile.write_text(json.dumps(meta, indent=1) + "\n")
+    written.append(jfile)
+    if lint:
+        # Lint a fresh instance: an Amaranth component is elaborated once per conversion.
+        component = units[unit][1](args)[0]
+        lint_verilator(component, name=name, extra_sources=[Path(p) for p in extra])
+    return written
+
+
+def _run(args):
+    units = list(_units()) if args.unit == "all" else [args.unit]
+    for unit in units:
+        written = export_unit(unit, args.out, lanes=args.lanes, depth=args.depth,
+                              style=args.style, lint=args.lint)
+        lint = ", lint clean (verilator -Wall + waivers)" if args.lint else ""
+        print(f"{unit}: " + ", ".join(str(p) for p in written) + lint)
+    return 0
+
+
+def register(sub):
+    p = sub.add_parser(
+        "verilog", help="export a reusable RTL unit as Verilog with a port-map JSON",
+        description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p.add_argument("--unit", required=True, choices=UNIT_NAMES + ["all"], metavar="NAME",
+                   help="unit to export: " + ", ".join(UNIT_NAMES) + ", or all")
+    p.add_argument("--out", default="build/verilog", metavar="DIR",
+                   help="output directory (default build/verilog)")
+    p.add_argument("--lanes", type=int, default=8, metavar="P",
+                   help="engine lanes / store banks (default 8)")
+    p.add_argument("--depth", type=int, default=4096, metavar="WORDS",
+                   help="store depth in words (store, engine, sweeper; default 4096)")
+    p.add_argument("--style", choices=["block", "ultra", "auto"], default="block",
+                   help="store RAM style: block (BRAM), ultra (URAM) or auto (default block)")
+    p.add_argument("--lint", action="store_true",
+                   help="also run verilator --lint-only -Wall with the project's waivers")
+    p.set_defaults(func=_run)
