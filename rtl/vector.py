@@ -32,7 +32,7 @@ Memory interface: one read request per cycle (``rd_en``, ``rd_store``, ``rd_addr
 cycle.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -110,6 +110,12 @@ class VectorUnit(wiring.Component):
     addr_bits : int
         Width of ``rd_addr``/``wr_addr`` (word address inside a store), 1..32. Addresses are
         computed in 32 bits and truncated.
+    handshake : bool
+        False (default): fixed timing, a read is accepted at once and ``rd_data`` holds the
+        word one cycle later; ``rd_ready``, ``rd_valid``, ``wr_ready`` are ignored. True: a
+        read is accepted in a cycle with ``rd_en & rd_ready``, its word is taken in the first
+        later cycle with ``rd_valid`` (one read outstanding at a time); a write lands in a
+        cycle with ``wr_en & wr_ready`` (for a shared port behind an arbiter or FIFO).
 
     Members
     -------
@@ -122,7 +128,8 @@ class VectorUnit(wiring.Component):
     error : ``Out(4)``
         0, or :data:`ttrain.golden.isa.ERR_INDEX` (nothing was written).
     rd_en, rd_store, rd_addr : ``Out(1)``, ``Out(2)``, ``Out(addr_bits)``
-        Read request; ``rd_data`` (``In(32)``) must hold the word one cycle later.
+        Read request; ``rd_data`` (``In(32)``) holds the word one cycle later (fixed timing)
+        or while ``rd_valid`` (handshake). ``rd_ready``, ``rd_valid``, ``wr_ready``: ``In(1)``.
     wr_en, wr_store, wr_addr, wr_data : ``Out(1)``, ``Out(2)``, ``Out(addr_bits)``, ``Out(32)``
         Write request.
     elements : ``Out(32)``
@@ -130,13 +137,17 @@ class VectorUnit(wiring.Component):
         ``stats.elementwise``; wraps), for the host's counters.
     """
 
-    def __init__(self, *, addr_bits=32):
+    def __init__(self, *, addr_bits=32, handshake=False):
         if isinstance(addr_bits, bool) or not isinstance(addr_bits, int) \
                 or not 1 <= addr_bits <= 32:
             raise ValueError(f"VectorUnit addr_bits must be an int in 1..32, not {addr_bits!r};"
                              f" use ceil(log2(largest store words))")
+        if not isinstance(handshake, bool):
+            raise TypeError(f"VectorUnit handshake must be a bool, not {handshake!r}")
         self._addr_bits = addr_bits
+        self._handshake = handshake
         super().__init__({
+            "rd_ready": In(1), "rd_valid": In(1), "wr_ready": In(1),
             "cmd": In(stream.Signature(VectorCommand)),
             "busy": Out(1), "done": Out(1), "error": Out(4),
             "rd_en": Out(1), "rd_store": Out(2), "rd_addr": Out(addr_bits), "rd_data": In(32),
@@ -153,6 +164,12 @@ class VectorUnit(wiring.Component):
         m.submodules.cmp = cmp = FP32Compare(latency=1)
 
         c = Signal(VectorCommand)
+        if self._handshake:
+            rd_ok, wr_ok, rvalid = self.rd_ready, self.wr_ready, self.rd_valid
+        else:
+            rd_ok, wr_ok = Const(1, 1), Const(1, 1)
+            rvalid = Signal()
+            m.d.sync += rvalid.eq(self.rd_en)
         phase = Signal()          # UPDATE: 0 = lr * g, 1 = theta - that
         op = c.op
         ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
@@ -248,9 +265,12 @@ class VectorUnit(wiring.Component):
             with m.State("CHK_RD"):
                 m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v2.store),
                              self.rd_addr.eq(rb[2])]
-                m.next = "CHK_CMP"
+                with m.If(rd_ok):
+                    m.next = "CHK_CMP"
             with m.State("CHK_CMP"):
-                with m.If(self.rd_data >= c.imm):
+                with m.If(~rvalid):
+                    pass
+                with m.Elif(self.rd_data >= c.imm):
                     m.d.sync += [err.eq(ERR_INDEX), self.done.eq(1)]
                     m.next = "IDLE"
                 with m.Elif(last_row):
@@ -265,20 +285,24 @@ class VectorUnit(wiring.Component):
                 with m.If(is_idx):
                     m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v2.store),
                                  self.rd_addr.eq(rb[2])]
-                    m.next = "ROW_IDX"
+                    with m.If(rd_ok):
+                        m.next = "ROW_IDX"
                 with m.Elif(is_red & c.accumulate):
                     m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v0.store),
                                  self.rd_addr.eq(rb[0])]
-                    m.next = "ROW_ACC"
+                    with m.If(rd_ok):
+                        m.next = "ROW_ACC"
                 with m.Else():
                     m.d.sync += acc.eq(_NEG_ZERO)
                     m.next = "RD1"
             with m.State("ROW_IDX"):
-                m.d.sync += tab.eq(tview.base + (self.rd_data * tview.row)[:32])
-                m.next = "RD1"
+                with m.If(rvalid):
+                    m.d.sync += tab.eq(tview.base + (self.rd_data * tview.row)[:32])
+                    m.next = "RD1"
             with m.State("ROW_ACC"):
-                m.d.sync += acc.eq(self.rd_data)
-                m.next = "RD1"
+                with m.If(rvalid):
+                    m.d.sync += acc.eq(self.rd_data)
+                    m.next = "RD1"
 
             # ---- one element ------------------------------------------------------------
             with m.State("RD1"):
@@ -288,13 +312,15 @@ class VectorUnit(wiring.Component):
                 with m.Else():
                     m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(x_store),
                                  self.rd_addr.eq(x_addr)]
-                    m.next = "RD2"
+                    with m.If(rd_ok):
+                        m.next = "RD2"
             with m.State("RD2"):
-                m.d.sync += [x.eq(self.rd_data), res.eq(self.rd_data)]
-                with m.If(two_src | is_scatter | is_upd):
-                    m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(y_store),
-                                 self.rd_addr.eq(y_addr)]
-                    m.next = "RD3"
+                with m.If(rvalid):
+                    m.d.sync += [x.eq(self.rd_data), res.eq(self.rd_data)]
+                with m.If(~rvalid):
+                    pass
+                with m.Elif(two_src | is_scatter | is_upd):
+                    m.next = "RDY"
                 with m.Elif(is_max & (j == 0) & ~c.accumulate):
                     # rmax starts from a[i, 0] itself
                     m.d.sync += acc.eq(self.rd_data)
@@ -303,9 +329,15 @@ class VectorUnit(wiring.Component):
                     m.next = "EXEC"
                 with m.Else():                   # copy, gather: the word unchanged
                     m.next = "WRITE"
+            with m.State("RDY"):
+                m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(y_store),
+                             self.rd_addr.eq(y_addr)]
+                with m.If(rd_ok):
+                    m.next = "RD3"
             with m.State("RD3"):
-                m.d.sync += y.eq(self.rd_data)
-                m.next = "EXEC"
+                with m.If(rvalid):
+                    m.d.sync += y.eq(self.rd_data)
+                    m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),
                              cmp.i.valid.eq(is_max)]
@@ -326,15 +358,19 @@ class VectorUnit(wiring.Component):
                              self.wr_store.eq(c.v0.store),
                              self.wr_addr.eq(Mux(is_scatter, tab, ad[0])),
                              self.wr_data.eq(res)]
-                m.d.sync += phase.eq(0)
-                with m.If(is_upd):
+                with m.If(~wr_ok):
+                    pass
+                with m.Elif(is_upd):
+                    m.d.sync += phase.eq(0)
                     m.next = "WRITE_G"
                 with m.Else():
+                    m.d.sync += phase.eq(0)
                     m.next = "NEXT"
             with m.State("WRITE_G"):              # UPDATE clears the gradient word
                 m.d.comb += [self.wr_en.eq(1), self.wr_store.eq(c.v1.store),
                              self.wr_addr.eq(ad[1]), self.wr_data.eq(0)]
-                m.next = "NEXT"
+                with m.If(wr_ok):
+                    m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.sync += self.elements.eq(self.elements + 1)
                 with m.If(~last_col):
@@ -349,7 +385,8 @@ class VectorUnit(wiring.Component):
             with m.State("RED_WRITE"):
                 m.d.comb += [self.wr_en.eq(1), self.wr_store.eq(c.v0.store),
                              self.wr_addr.eq(rb[0]), self.wr_data.eq(acc)]
-                m.next = "ROW_END"
+                with m.If(wr_ok):
+                    m.next = "ROW_END"
             with m.State("ROW_END"):
                 with m.If(last_row):
                     m.d.sync += self.done.eq(1)

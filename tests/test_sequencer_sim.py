@@ -23,28 +23,41 @@ SPECIAL = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F80000
 class _Harness(Elaboratable):
     """The vector unit on four ``SIZE``-word memories (one read, one write port each)."""
 
-    def __init__(self):
-        self.dut = VectorUnit(addr_bits=6)
+    def __init__(self, handshake=False):
+        self.dut = VectorUnit(addr_bits=6, handshake=handshake)
         self.mems = [memory.Memory(shape=32, depth=SIZE, init=[]) for _ in STORES]
+        # handshake mode: the testbench drives these at random (port busy / slow answer)
+        self.go_r, self.go_v, self.go_w = Signal(), Signal(), Signal()
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.dut = dut = self.dut
         rdata = []
+        rd_acc = dut.rd_en & self.go_r
+        wr_acc = dut.wr_en & self.go_w
+        pending = Signal()
+        with m.If(rd_acc):
+            m.d.sync += pending.eq(1)
+        with m.Elif(pending & self.go_v):
+            m.d.sync += pending.eq(0)
+        m.d.comb += [dut.rd_ready.eq(self.go_r), dut.wr_ready.eq(self.go_w),
+                     dut.rd_valid.eq(pending & self.go_v)]
         for s, mem in enumerate(self.mems):
             m.submodules[f"mem{s}"] = mem
             rp = mem.read_port(transparent_for=())
             wp = mem.write_port()
-            m.d.comb += [rp.en.eq(dut.rd_en & (dut.rd_store == s)), rp.addr.eq(dut.rd_addr),
-                         wp.en.eq(dut.wr_en & (dut.wr_store == s)), wp.addr.eq(dut.wr_addr),
+            m.d.comb += [rp.en.eq(rd_acc & (dut.rd_store == s)), rp.addr.eq(dut.rd_addr),
+                         wp.en.eq(wr_acc & (dut.wr_store == s)), wp.addr.eq(dut.wr_addr),
                          wp.data.eq(dut.wr_data)]
             rdata.append(rp.data)
         sel = self.dut.rd_store
         last = Signal(2)
-        with m.If(dut.rd_en):
+        with m.If(rd_acc):
             m.d.sync += last.eq(sel)
-        m.d.comb += dut.rd_data.eq(Mux(last[1], Mux(last[0], rdata[3], rdata[2]),
-                                       Mux(last[0], rdata[1], rdata[0])))
+        word = Mux(last[1], Mux(last[0], rdata[3], rdata[2]), Mux(last[0], rdata[1], rdata[0]))
+        if self.dut._handshake:       # data is garbage outside rd_valid
+            word = Mux(dut.rd_valid, word, 0x7F80DEAD)
+        m.d.comb += dut.rd_data.eq(word)
         return m
 
 
@@ -58,10 +71,22 @@ def _random_image(rng):
     return img
 
 
-def simulate(instrs, image):
-    """Run the vector instructions in turn on the harness; return (image, errors, cycles)."""
-    h = _Harness()
+def simulate(instrs, image, stall_seed=None):
+    """Run the vector instructions in turn on the harness; return (image, errors, cycles).
+
+    ``stall_seed``: handshake mode with random read/write stalls and slow read answers."""
+    h = _Harness(handshake=stall_seed is not None)
     dut = h.dut
+    rng = np.random.default_rng(stall_seed)
+
+    async def stalls(ctx):
+        while True:
+            if stall_seed is None:
+                ctx.set(h.go_r, 1), ctx.set(h.go_v, 1), ctx.set(h.go_w, 1)
+            else:
+                for sig in (h.go_r, h.go_v, h.go_w):
+                    ctx.set(sig, int(rng.random() < 0.6))
+            await ctx.tick()
     out = {}
     errors = []
     cycles = []
@@ -87,6 +112,7 @@ def simulate(instrs, image):
 
     sim = Simulator(h)
     sim.add_clock(1e-8)
+    sim.add_testbench(stalls, background=True)
     sim.add_testbench(tb)
     sim.run()
     return out, errors, cycles
@@ -151,6 +177,23 @@ def _set_indices(rng, ins, image, valid=True):
 
 KINDS = ["add", "sub", "mul", "scale", "addi", "copy", "fill", "sum", "max", "gather",
          "scatter_add", "update"]
+
+
+@pytest.mark.parametrize("kind", ["sub", "sum", "max", "scatter_add", "update"])
+def test_vector_handshake_with_stalls(kind):
+    """Handshake mode (shared port): random request stalls and slow read answers."""
+    rng = np.random.default_rng(KINDS.index(kind) + 300)
+    image = _random_image(rng)
+    ins = _random_instr(rng, kind)
+    if isinstance(ins, Gather):
+        _set_indices(rng, ins, image)
+    want, stats = run([ins, End()], image)
+    assert stats.ok
+    got, errors, cycles = simulate([ins], image, stall_seed=KINDS.index(kind))
+    _, _, fixed = simulate([ins], image)
+    assert errors == [0] and cycles[0] > fixed[0]          # the stalls really happened
+    for s in STORES:
+        np.testing.assert_array_equal(got[s], want[s])
 
 
 @pytest.mark.parametrize("kind", KINDS)
