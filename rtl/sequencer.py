@@ -391,8 +391,10 @@ class Sequencer(wiring.Component):
             for d in (rows, cols, k, batch):
                 dims_big = dims_big | (d > self._max_dim)
         with m.If(cls["contract"]):
-            _first(m, range_code, [(dims_big, ERR_DIM), (~in_range[1], ERR_A_RANGE),
-                                   (~in_range[2], ERR_B_RANGE), (~in_range[0], ERR_C_RANGE)])
+            dim_check = [(dims_big, ERR_DIM)] if self._max_dim is not None else []
+            _first(m, range_code, dim_check + [(~in_range[1], ERR_A_RANGE),
+                                               (~in_range[2], ERR_B_RANGE),
+                                               (~in_range[0], ERR_C_RANGE)])
         with m.Else():
             _first(m, range_code, [(used[0] & ~in_range[0], ERR_C_RANGE),
                                    (used[1] & ~in_range[1], ERR_A_RANGE),
