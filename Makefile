@@ -29,7 +29,7 @@ demo: $(STAMP)  ## main job: memory/MAC plan of the tiny preset, then a short tr
 	$(VENV)/bin/ttrain train --config $(CONFIG) --epochs 3
 
 test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m pytest -n 2 -q --durations=10 tests
 
 test-fast: $(STAMP)  ## golden and Amaranth-simulator tests only (no Verilator builds)
 	$(PY) -m pytest -n 2 -q tests -k "not verilator"

@@ -1,3 +1,23 @@
 import os
+from pathlib import Path
 
 os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data(name):
+    """Return the directory of the shared data set ``name`` (``atis`` or ``snips``).
+
+    The data sets are never part of the repository. They are looked up in ``$TTRAIN_SHARED_DATA``,
+    then ``<repository>/../shared/data`` (the layout of the development machines), then
+    ``/work/shared/data`` (where CI's clean clones find them on this machine).
+    """
+    candidates = [Path(p) for p in os.environ.get("TTRAIN_SHARED_DATA", "").split(os.pathsep) if p]
+    candidates += [_REPO.parent / "shared" / "data", Path("/work/shared/data")]
+    for root in candidates:
+        if (root / name / "train.seq.in").is_file():
+            return root / name
+    raise FileNotFoundError(
+        f"data set {name!r} not found in {', '.join(map(str, candidates))}: set "
+        f"TTRAIN_SHARED_DATA to the folder holding {name}/")

@@ -10,7 +10,9 @@ from ttrain.golden.config import get_config
 from ttrain.golden.data import (CLS, PAD, SPECIAL_TOKENS, UNK, build_vocab, first_intent,
                                 generate_dataset, load_dataset)
 
-ATIS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "atis"
+from conftest import shared_data
+
+ATIS = shared_data("atis")
 
 
 def _lines(name):
