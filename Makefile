@@ -11,10 +11,10 @@ CONFIG ?= tiny
 export AMARANTH_USE_YOSYS := builtin
 export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
 
-.PHONY: help env demo test test-fast bench clean distclean
+.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine train-atis clean distclean
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 14
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ env: $(STAMP)  ## create the virtual environment and install ttrain into it
 
 demo: $(STAMP)  ## main job: memory/MAC plan of the tiny preset, then a short training run on built-in data
 	$(VENV)/bin/ttrain plan --config $(CONFIG)
-	$(VENV)/bin/ttrain train --config $(CONFIG) --epochs 3
+	$(VENV)/bin/ttrain train --config $(CONFIG) --epochs 10 --batch-size 8 --lr 0.3 --clip 1
 
 test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
 	$(PY) -m pytest -n 2 -q --durations=10 tests
@@ -36,6 +36,15 @@ test-fast: $(STAMP)  ## golden and Amaranth-simulator tests only (no Verilator b
 
 plan-paper: $(STAMP)  ## memory and MAC plans of the paper-size presets
 	for c in paper-l1 paper-l2 paper-l3 paper-l1-r10; do $(VENV)/bin/ttrain plan --config $$c; done
+
+verilog: $(STAMP)  ## export every reusable RTL unit (Verilog + port map) into build/verilog, linted
+	$(VENV)/bin/ttrain verilog --unit all --out build/verilog --lint
+
+bench-fp32: $(STAMP)  ## one million random pairs per FP32 unit under Verilator
+	$(VENV)/bin/ttrain bench fp32
+
+bench-engine: $(STAMP)  ## TT-linear training step of the paper layer on the engine (Verilator)
+	$(VENV)/bin/ttrain bench engine --out build/bench-engine.json
 
 train-atis: $(STAMP)  ## train the small preset on ATIS (../shared/data/atis)
 	$(VENV)/bin/ttrain train --config small --data ../shared/data/atis
