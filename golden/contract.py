@@ -36,24 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-try:  # the numerics contract lives in golden/numerics.py
-    from .numerics import fp32_add as _fp32_add, fp32_mul as _fp32_mul
-except ImportError:  # pragma: no cover - only before numerics.py exists
-    _CANONICAL_NAN = np.uint32(0x7FC00000)
-
-    def _canon(x):
-        x = np.asarray(x, dtype=np.float32)
-        bits = x.view(np.uint32).copy()
-        bits[np.isnan(x)] = _CANONICAL_NAN
-        return bits.view(np.float32)
-
-    def _fp32_mul(a, b):
-        with np.errstate(all="ignore"):
-            return _canon(np.multiply(a, b, dtype=np.float32))
-
-    def _fp32_add(a, b):
-        with np.errstate(all="ignore"):
-            return _canon(np.add(a, b, dtype=np.float32))
+from .numerics import fp32_add as _fp32_add, fp32_mul as _fp32_mul
 
 __all__ = [
     "View", "Descriptor", "ERROR_CODES", "ERROR_NONE", "ERROR_STORE", "ERROR_DIM",
