@@ -1,0 +1,87 @@
+"""The store port: how a unit other than the contraction engine reads and writes the stores.
+
+The stores of the accelerator live behind the contraction engine's per-bank arbiters
+(:class:`~ttrain.rtl.engine.ContractionEngine`); the vector and update units reach them through
+*store ports*, each a client of those arbiters at a lower priority than the engine's own operand
+fetchers and result writer. A store port moves *beats* of ``width`` words (``width`` = the
+stores' bank count): lane ``w`` of a beat addresses word ``addr + w`` of store ``store``, and
+``mask`` bit ``w`` enables the lane. Because word ``a`` lives in bank ``a % width``, the lanes of
+a beat always hit distinct banks, whatever ``addr`` is (unaligned beats are fine).
+
+Seen from the unit (the signature below, ``Out`` = driven by the unit):
+
+``rd`` : ``Out(stream.Signature(read_request_layout(...)))``
+    Read requests, one beat per transfer.
+``rd_data`` : ``In(stream.Signature(data.ArrayLayout(32, width)))``
+    Read data, one beat per read request, in request order; masked-out lanes read 0. The unit
+    may hold ``ready`` low (the port buffers a few beats and stops accepting reads meanwhile).
+``wr`` : ``Out(stream.Signature(write_request_layout(...)))``
+    Write requests (masked lanes are not written).
+``wr_idle`` : ``In(1)``
+    High when every accepted write has landed. A read request *accepted* in a cycle where
+    ``wr_idle`` is high sees every earlier write; a read accepted while a write is still
+    pending may or may not see it. A unit that reads a word it wrote earlier (reduction
+    accumulators in memory, repeated scatter indices) waits for ``wr_idle`` first.
+
+Reads and writes are independent streams: one read beat and one write beat can be accepted in
+the same cycle. Words of different beats land in acceptance order per stream; a port serves
+one beat at a time per stream, so a full-rate unit sustains one read and one write beat per
+cycle when no engine fetcher competes for the same banks.
+"""
+
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["read_request_layout", "write_request_layout", "StorePortSignature"]
+
+
+def read_request_layout(store_bits, addr_bits, width):
+    """Return the layout of a read request beat (``store`` is the least significant field)."""
+    return data.StructLayout({"store": store_bits, "addr": addr_bits, "mask": width})
+
+
+def write_request_layout(store_bits, addr_bits, width):
+    """Return the layout of a write request beat (``store`` is the least significant field)."""
+    return data.StructLayout({"store": store_bits, "addr": addr_bits, "mask": width,
+                              "data": data.ArrayLayout(32, width)})
+
+
+class StorePortSignature(wiring.Signature):
+    """Signature of a store port, seen from the unit that uses it (see the module docstring).
+
+    Parameters
+    ----------
+    store_bits : int
+        Width of the store id (>= 1).
+    addr_bits : int
+        Width of a word address (>= 1).
+    width : int
+        Words per beat = banks per store (a power of two).
+    """
+
+    def __init__(self, *, store_bits, addr_bits, width):
+        for name, v in (("store_bits", store_bits), ("addr_bits", addr_bits),
+                        ("width", width)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"StorePortSignature {name} must be a positive int, not {v!r}")
+        if width & (width - 1):
+            raise ValueError(f"StorePortSignature width must be a power of two (the stores' "
+                             f"bank count), not {width}")
+        self.store_bits, self.addr_bits, self.width = store_bits, addr_bits, width
+        super().__init__({
+            "rd": Out(stream.Signature(read_request_layout(store_bits, addr_bits, width))),
+            "rd_data": In(stream.Signature(data.ArrayLayout(32, width))),
+            "wr": Out(stream.Signature(write_request_layout(store_bits, addr_bits, width))),
+            "wr_idle": In(1),
+        })
+
+    def __eq__(self, other):
+        return (isinstance(other, StorePortSignature) and self.store_bits == other.store_bits
+                and self.addr_bits == other.addr_bits and self.width == other.width)
+
+    def __hash__(self):
+        return hash((StorePortSignature, self.store_bits, self.addr_bits, self.width))
+
+    def __repr__(self):
+        return (f"StorePortSignature(store_bits={self.store_bits}, "
+                f"addr_bits={self.addr_bits}, width={self.width})")
