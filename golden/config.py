@@ -20,7 +20,11 @@ with a message that says what to change.
 from dataclasses import dataclass, field, replace
 from math import prod
 
-__all__ = ["TTSpec", "TTMSpec", "ModelConfig", "PRESETS", "get_config", "preset_names"]
+__all__ = ["TTSpec", "TTMSpec", "ModelConfig", "PRESETS", "POOLINGS", "get_config",
+           "preset_names"]
+
+#: Pooler inputs: token 0 ([CLS]) or the mean of the real tokens of each sentence.
+POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,11 @@ class ModelConfig:
     lr: float = 0.05
     epochs: int = 10
     description: str = ""
+    # Training-time regularizers and the classifier input (docs/training.md); the defaults
+    # reproduce the original model bit for bit.
+    dropout: float = 0.0          # inverted dropout on hidden states, training steps only
+    label_smoothing: float = 0.0  # intent targets (1 - eps) one-hot + eps / n_intents
+    pooling: str = "cls"          # pooler input: "cls" (token 0) or "mean" (real tokens)
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -236,6 +245,14 @@ class ModelConfig:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not self.ln_eps > 0:
             raise ValueError(f"ln_eps must be positive, got {self.ln_eps!r}")
+        for name in ("dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value < 1:
+                raise ValueError(f"{name} must be a number in [0, 1) (0 = off), got {value!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {list(POOLINGS)} (\"cls\" = token 0, "
+                             f"\"mean\" = mean of the real tokens), got {self.pooling!r}")
 
     def with_(self, **changes):
         """Return a copy with ``changes`` applied (validated)."""

@@ -2,12 +2,19 @@
 
 Post-LN encoder (``algorithms.md`` §3, ``docs/model.md``)::
 
-    emb    = LN_emb(TTM(tokens) + pos[0..S-1] + seg[segments])
-    block  X1 = LN_1(X + O(Attn(Q(X), K(X), V(X), mask)))       Q, K, V, O: TT-linear + bias
-           X2 = LN_2(X1 + FFN2(GELU(FFN1(X1))))                  FFN1, FFN2: TT-linear + bias
-    pooled = tanh(pooler(X2[:, 0]) + b)                          pooler: TT-linear, on [CLS]
+    emb    = Drop(LN_emb(TTM(tokens) + pos[0..S-1] + seg[segments]))
+    block  X1 = LN_1(X + Drop(O(Attn(Q(X), K(X), V(X), mask))))  Q, K, V, O: TT-linear + bias
+           X2 = LN_2(X1 + Drop(FFN2(GELU(FFN1(X1)))))            FFN1, FFN2: TT-linear + bias
+    pooled = Drop(tanh(pooler(P) + b))       pooler: TT-linear; P = X2[:, 0] ([CLS], pooling
+                                             "cls") or the mean of X2 over real tokens ("mean")
     intent_logits = pooled @ W_intent + b_intent                 dense
     slot head (cfg.slot_head): slot_logits = LN_slot(GELU(slot_pre(X2))) @ W_slot + b_slot
+
+``Drop`` is inverted dropout with rate ``cfg.dropout`` (BERT's hidden-dropout places): it only
+acts in training steps, i.e. when :func:`forward_backward` gets a ``rng`` that draws the masks;
+evaluation, :func:`predict` and ``cfg.dropout == 0`` compute the identity (no random numbers
+drawn, bit-identical to the model without dropout). The intent loss uses label smoothing
+``cfg.label_smoothing`` (0 = plain cross-entropy).
 
 Parameters live in one flat ``dict`` name -> ndarray (see :func:`param_shapes` for the names),
 so an optimizer is one loop over keys. A TT layer ``name`` (``cfg.tt_layers()``) is stored as
@@ -321,8 +328,25 @@ def validate_batch(cfg, batch, labels=True):
     return n
 
 
-def _forward(cfg, params, batch):
+def _dropout(x, rate, rng):
+    """Inverted dropout: ``x * keep / (1 - rate)``; returns ``(y, scaled_mask)`` (mask None = off)."""
+    if rng is None or rate == 0:
+        return x, None
+    keep = rng.random(x.shape) >= rate
+    mask = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - rate))
+    return x * mask, mask
+
+
+def _dropout_backward(mask, dy):
+    return dy if mask is None else dy * mask
+
+
+def _forward(cfg, params, batch, rng=None):
     """Run the model; return ``(out, caches)`` (logits and everything backward needs).
+
+    ``rng`` (a ``numpy.random.Generator``) switches on training-mode dropout (``cfg.dropout``);
+    masks are drawn in forward order: embedding, then per layer attention and FFN outputs,
+    then the pooled vector.
 
     Position-wise work runs on the ``T`` real tokens only ("packed" rows, ``x_full[mask]``):
     padded positions cannot influence real ones (their keys get exactly zero attention weight)
@@ -340,12 +364,14 @@ def _forward(cfg, params, batch):
     seg, c["seg"] = L.embedding_forward(params["emb.seg"], segments.reshape(-1)[real])
     x, c["emb.ln"] = L.layernorm_forward(tok + pos + seg, params["emb.ln.gamma"],
                                          params["emb.ln.beta"], cfg.ln_eps)
+    x, c["emb.drop"] = _dropout(x, cfg.dropout, rng)
     for i in range(cfg.n_layers):
         e = f"enc{i}"
         proj = {p: (tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
                 for p in ("q", "k", "v", "o")}
         att, c[f"{e}.mha"] = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads,
                                            packed=True)
+        att, c[f"{e}.mha.drop"] = _dropout(att, cfg.dropout, rng)
         x, c[f"{e}.ln1"] = L.layernorm_forward(x + att, params[f"{e}.ln1.gamma"],
                                                params[f"{e}.ln1.beta"], cfg.ln_eps)
         h, c[f"{e}.ffn1"] = L.tt_linear_bias_forward(
@@ -353,12 +379,20 @@ def _forward(cfg, params, batch):
         h, c[f"{e}.gelu"] = L.gelu_forward(h)
         f, c[f"{e}.ffn2"] = L.tt_linear_bias_forward(
             cfg.ffn2, tt_cores(params, f"{e}.ffn2", cfg.ffn2), params[f"{e}.ffn2.bias"], h)
+        f, c[f"{e}.ffn2.drop"] = _dropout(f, cfg.dropout, rng)
         x, c[f"{e}.ln2"] = L.layernorm_forward(x + f, params[f"{e}.ln2.gamma"],
                                                params[f"{e}.ln2.beta"], cfg.ln_eps)
     out = {}
+    if cfg.pooling == "mean":
+        counts = mask.sum(axis=1)
+        c["counts"] = counts
+        pin = np.add.reduceat(x, cls, axis=0) / counts[:, None].astype(x.dtype)
+    else:
+        pin = x[cls]
     pooled, c["pooler"] = L.tt_linear_bias_forward(
-        cfg.pooler, tt_cores(params, "pooler", cfg.pooler), params["pooler.bias"], x[cls])
+        cfg.pooler, tt_cores(params, "pooler", cfg.pooler), params["pooler.bias"], pin)
     pooled, c["tanh"] = L.tanh_forward(pooled)
+    pooled, c["pooled.drop"] = _dropout(pooled, cfg.dropout, rng)
     out["intent_logits"], c["intent"] = L.linear_forward(pooled, params["intent.weight"],
                                                          params["intent.bias"])
     if cfg.slot_head:
@@ -386,6 +420,7 @@ def _backward(cfg, params, c, d_intent, d_slot):
     """Backpropagate logit gradients (``d_slot`` packed, (T, n_slots)) through :func:`_forward`."""
     g = {}
     dpooled, g["intent.weight"], g["intent.bias"] = L.linear_backward(c["intent"], d_intent)
+    dpooled = _dropout_backward(c["pooled.drop"], dpooled)
     dpooled = L.tanh_backward(c["tanh"], dpooled)
     dcls, dcores, dbias = L.tt_linear_bias_backward(c["pooler"], dpooled)
     _put_tt(g, "pooler", dcores, dbias)
@@ -397,21 +432,28 @@ def _backward(cfg, params, c, d_intent, d_slot):
         _put_tt(g, "slot_pre", dcores, dbias)
     else:
         dx = np.zeros(c["x_shape"], dcls.dtype)
-    dx[c["cls"]] += dcls                                 # [CLS] rows are distinct
+    if cfg.pooling == "mean":
+        counts = c["counts"]
+        dx += np.repeat(dcls / counts[:, None].astype(dcls.dtype), counts, axis=0)
+    else:
+        dx[c["cls"]] += dcls                             # [CLS] rows are distinct
     for i in reversed(range(cfg.n_layers)):
         e = f"enc{i}"
         dsum, g[f"{e}.ln2.gamma"], g[f"{e}.ln2.beta"] = L.layernorm_backward(c[f"{e}.ln2"], dx)
-        dh, dcores, dbias = L.tt_linear_bias_backward(c[f"{e}.ffn2"], dsum)
+        dh, dcores, dbias = L.tt_linear_bias_backward(
+            c[f"{e}.ffn2"], _dropout_backward(c[f"{e}.ffn2.drop"], dsum))
         _put_tt(g, f"{e}.ffn2", dcores, dbias)
         dh = L.gelu_backward(c[f"{e}.gelu"], dh)
         dx1, dcores, dbias = L.tt_linear_bias_backward(c[f"{e}.ffn1"], dh)
         _put_tt(g, f"{e}.ffn1", dcores, dbias)
         dx1 = dx1 + dsum                             # residual X1 -> X2
         dsum, g[f"{e}.ln1.gamma"], g[f"{e}.ln1.beta"] = L.layernorm_backward(c[f"{e}.ln1"], dx1)
-        dx, pgrads = L.mha_backward(c[f"{e}.mha"], dsum)
+        dx, pgrads = L.mha_backward(c[f"{e}.mha"],
+                                    _dropout_backward(c[f"{e}.mha.drop"], dsum))
         for p, (dcores, dbias) in pgrads.items():
             _put_tt(g, f"{e}.{p}", dcores, dbias)
         dx = dx + dsum                               # residual X -> X1
+    dx = _dropout_backward(c["emb.drop"], dx)
     demb, g["emb.ln.gamma"], g["emb.ln.beta"] = L.layernorm_backward(c["emb.ln"], dx)
     g["emb.seg"] = L.embedding_backward(c["seg"], demb)
     g["emb.pos"] = L.embedding_backward(c["pos"], demb)
@@ -420,7 +462,7 @@ def _backward(cfg, params, c, d_intent, d_slot):
     return {name: g[name] for name in params}
 
 
-def forward_backward(cfg, params, batch, need_grads=True):
+def forward_backward(cfg, params, batch, need_grads=True, rng=None):
     """Compute the training loss, its parameter gradients and the logits of one batch.
 
     Parameters
@@ -432,11 +474,14 @@ def forward_backward(cfg, params, batch, need_grads=True):
         Labelled batch (module docstring); ``n`` may differ from ``cfg.batch``.
     need_grads : bool
         Skip the backward pass when False (evaluation).
+    rng : numpy.random.Generator, optional
+        Training mode: draws the dropout masks of ``cfg.dropout`` (a fresh mask per call; the
+        same generator state gives the same masks). None (evaluation) = no dropout.
 
     Returns
     -------
     loss : float
-        Mean intent cross-entropy, plus the mean slot cross-entropy over real, non-ignored
+        Mean intent cross-entropy (label-smoothed by ``cfg.label_smoothing``), plus the mean slot cross-entropy over real, non-ignored
         tokens when ``cfg.slot_head``.
     grads : dict or None
         Same keys, shapes and dtype as ``params``.
@@ -446,13 +491,23 @@ def forward_backward(cfg, params, batch, need_grads=True):
     """
     check_params(cfg, params)
     validate_batch(cfg, batch, labels=True)
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator (training mode) or None "
+                        f"(evaluation), got {type(rng).__name__}")
     with blas_threads(1):
-        return _forward_backward(cfg, params, batch, need_grads)
+        return _forward_backward(cfg, params, batch, need_grads, rng)
 
 
-def _forward_backward(cfg, params, batch, need_grads):
-    out, caches = _forward(cfg, params, batch)
-    loss_i, ce_i = L.cross_entropy_forward(out["intent_logits"], batch["intent"])
+def _forward_backward(cfg, params, batch, need_grads, rng=None):
+    out, caches = _forward(cfg, params, batch, rng)
+    logits = out["intent_logits"]
+    loss_i, ce_i = L.cross_entropy_forward(logits, batch["intent"])
+    eps = cfg.label_smoothing
+    if eps:
+        # (1 - eps) CE(one-hot) + eps CE(uniform); CE(uniform) = -mean_c log p_c
+        z = logits - logits.max(axis=-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+        loss_i = logits.dtype.type((1.0 - eps) * loss_i - eps * float(logp.mean()))
     out["intent_loss"] = float(loss_i)
     loss = float(loss_i)
     ce_s = None
@@ -464,6 +519,11 @@ def _forward_backward(cfg, params, batch, need_grads):
     if not need_grads:
         return loss, None, out
     d_intent = L.cross_entropy_backward(ce_i)
+    if eps:
+        # gradient (p - target) / n with target (1 - eps) one-hot + eps / C
+        n, n_cls = logits.shape
+        d_intent += (eps / n) * (np.eye(n_cls, dtype=logits.dtype)[batch["intent"]]
+                                 - logits.dtype.type(1.0 / n_cls))
     d_slot = L.cross_entropy_backward(ce_s) if ce_s is not None else None
     return loss, _backward(cfg, params, caches, d_intent, d_slot), out
 

@@ -40,7 +40,8 @@ __all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1"
 SCHEDULES = ("constant", "linear")
 CHECKPOINT_FORMAT = 1
 # Fields that describe hyperparameters, not the shapes of the parameters.
-_NON_SHAPE_FIELDS = ("lr", "epochs", "description", "extra", "batch")
+_NON_SHAPE_FIELDS = ("lr", "epochs", "description", "extra", "batch", "dropout",
+                     "label_smoothing")
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +205,8 @@ def load_checkpoint(path, cfg=None):
         if int(z["format"]) != CHECKPOINT_FORMAT:
             raise ValueError(f"{path} has checkpoint format {int(z['format'])}, this ttrain "
                              f"reads format {CHECKPOINT_FORMAT}")
-        stored = json.loads(str(z["config_json"]))
+        # through ModelConfig, so fields added later get their defaults
+        stored = config_to_dict(config_from_dict(json.loads(str(z["config_json"]))))
         params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
         out = {"params": params, "vocab": [str(w) for w in z["vocab"]],
                "intent_labels": [str(w) for w in z["intent_labels"]],
@@ -421,6 +423,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     params = model.init_params(cfg, np.random.default_rng(seed))
     shuffle_rng = np.random.default_rng([seed, 1])
     dropout_rng = np.random.default_rng([seed, 2])
+    hidden_rng = np.random.default_rng([seed, 3])       # cfg.dropout masks (model)
     n_train = dataset.size("train")
     steps_per_epoch = -(-n_train // batch_size)
     total_steps = epochs * steps_per_epoch
@@ -454,7 +457,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                 drop = words & (dropout_rng.random(words.shape) < word_dropout)
                 batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
             loss, grads, out = model.forward_backward(cfg, params,
-                                                      _model_batch(batch, cfg.slot_head))
+                                                      _model_batch(batch, cfg.slot_head),
+                                                      rng=hidden_rng)
             if not np.isfinite(loss):
                 raise FloatingPointError(
                     f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower the "

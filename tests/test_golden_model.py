@@ -372,3 +372,158 @@ def test_init_scales():
     # same seed, same parameters
     q = M.init_params(cfg, np.random.default_rng(0), dtype=np.float64)
     assert all(np.array_equal(p[k], q[k]) for k in p)
+
+
+# ------------------------------------------- dropout, label smoothing, mean pooling
+
+def fd_check(cfg, params, batch, rng, grads, f, skip_key_bias=True):
+    """Largest-gradient entry plus 2 random ones of every tensor against central differences."""
+    for name, p in params.items():
+        g = grads[name]
+        if skip_key_bias and name.endswith(".k.bias"):
+            assert np.abs(g).max() < 1e-12, name
+            continue
+        gflat = g.reshape(-1)
+        idx = sorted({int(np.abs(gflat).argmax())}
+                     | set(rng.choice(g.size, size=min(2, g.size), replace=False).tolist()))
+        num = np.array([numeric(f, p, i) for i in idx])
+        ana = gflat[idx]
+        den = max(np.linalg.norm(ana), np.linalg.norm(num))
+        assert den > 1e-9, f"{name}: gradient is zero, the check proves nothing"
+        err = np.linalg.norm(ana - num) / den
+        assert err <= 1e-6, f"{name}: relative error {err:.2e} (analytic {ana}, numeric {num})"
+
+
+@pytest.mark.parametrize("pooling, slot_head", [("cls", True), ("mean", False)])
+def test_gradients_with_dropout_smoothing_and_pooling(pooling, slot_head):
+    """Training-mode dropout with a fixed mask (same generator seed on every call), label
+    smoothing and both poolings: float64 gradients against finite differences."""
+    cfg = TINY.with_(slot_head=slot_head, n_layers=2, dropout=0.3, label_smoothing=0.1,
+                     pooling=pooling)
+    rng = np.random.default_rng(17)
+    params = perturbed_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=3)
+    loss, grads, _ = M.forward_backward(cfg, params, batch, rng=np.random.default_rng(5))
+
+    def f():
+        return M.forward_backward(cfg, params, batch, need_grads=False,
+                                  rng=np.random.default_rng(5))[0]
+    assert f() == loss
+    # the masks matter: a different draw gives a different loss
+    assert M.forward_backward(cfg, params, batch, need_grads=False,
+                              rng=np.random.default_rng(6))[0] != loss
+    fd_check(cfg, params, batch, rng, grads, f)
+
+
+def reference_training_logits(cfg, params, batch, rng):
+    """Intent logits written out on the full (n, S, D) grid with explicit dropout masks drawn
+    in the model's documented order (embedding, per layer attention then FFN output, pooled
+    vector; one uniform per real token and feature), label-free."""
+    mask = batch["mask"]
+    n, s = mask.shape
+    t = int(mask.sum())
+    keep = 1.0 - cfg.dropout
+
+    def draw_tokens():
+        full = np.zeros((n, s, cfg.d_model))
+        full[mask] = (rng.random((t, cfg.d_model)) >= cfg.dropout) / keep
+        return full
+
+    def ln(x, name):
+        return L.layernorm_forward(x, params[f"{name}.gamma"], params[f"{name}.beta"],
+                                   cfg.ln_eps)[0]
+
+    def ttl(x, name, spec):
+        return L.tt_linear_bias_forward(spec, M.tt_cores(params, name, spec),
+                                        params[f"{name}.bias"], x)[0]
+    tok = L.ttm_embedding_forward(
+        cfg.embedding, [params[f"emb.tok.core{k}"] for k in range(cfg.embedding.d)],
+        batch["tokens"])[0]
+    x = ln(tok + params["emb.pos"][None] + params["emb.seg"][batch["segments"]], "emb.ln")
+    x = x * draw_tokens()
+    for i in range(cfg.n_layers):
+        e = f"enc{i}"
+        proj = {p: (M.tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
+                for p in "qkvo"}
+        att = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)[0]
+        x = ln(x + att * draw_tokens(), f"{e}.ln1")
+        h = L.gelu_forward(ttl(x, f"{e}.ffn1", cfg.ffn1))[0]
+        x = ln(x + ttl(h, f"{e}.ffn2", cfg.ffn2) * draw_tokens(), f"{e}.ln2")
+    if cfg.pooling == "mean":
+        pin = (x * mask[..., None]).sum(axis=1) / mask.sum(axis=1)[:, None]
+    else:
+        pin = x[:, 0]
+    pooled = np.tanh(ttl(pin, "pooler", cfg.pooler))
+    pooled = pooled * ((rng.random(pooled.shape) >= cfg.dropout) / keep)
+    return pooled @ params["intent.weight"] + params["intent.bias"]
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_dropout_masks_and_pooling_match_full_layout_reference(pooling):
+    cfg = TINY.with_(n_layers=2, dropout=0.25, pooling=pooling)
+    rng = np.random.default_rng(21)
+    params = perturbed_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=4, slots=False)
+    assert not batch["mask"].all()
+    _, _, out = M.forward_backward(cfg, params, batch, need_grads=False,
+                                   rng=np.random.default_rng(8))
+    want = reference_training_logits(cfg, params, batch, np.random.default_rng(8))
+    np.testing.assert_allclose(out["intent_logits"], want, rtol=1e-11, atol=1e-12)
+    # evaluation (no generator): no dropout at all
+    _, _, ev = M.forward_backward(cfg, params, batch, need_grads=False)
+    want0 = reference_training_logits(cfg.with_(dropout=0.0), params, batch,
+                                      np.random.default_rng(8))
+    np.testing.assert_allclose(ev["intent_logits"], want0, rtol=1e-11, atol=1e-12)
+    assert not np.allclose(ev["intent_logits"], out["intent_logits"])
+
+
+def test_disabled_features_are_bit_identical_and_draw_nothing():
+    cfg = TINY.with_(slot_head=True)
+    rng = np.random.default_rng(2)
+    params = M.init_params(cfg, rng)
+    batch = make_batch(cfg, rng, n=4)
+    loss, grads, out = M.forward_backward(cfg, params, batch)
+    gen = np.random.default_rng(3)
+    state = gen.bit_generator.state
+    loss2, grads2, out2 = M.forward_backward(cfg, params, batch, rng=gen)
+    assert gen.bit_generator.state == state            # dropout 0: no random numbers drawn
+    assert loss2 == loss
+    for k in grads:
+        np.testing.assert_array_equal(grads2[k], grads[k])
+    # dropout > 0 without a generator (evaluation) is the same model too
+    loss3, grads3, _ = M.forward_backward(cfg.with_(dropout=0.5), params, batch)
+    assert loss3 == loss
+    for k in grads:
+        np.testing.assert_array_equal(grads3[k], grads[k])
+    pred = M.predict(cfg.with_(dropout=0.5), params, batch)
+    np.testing.assert_array_equal(pred["intent"], out["intent_logits"].argmax(-1))
+    with pytest.raises(TypeError, match="numpy.random.Generator"):
+        M.forward_backward(cfg, params, batch, rng=3)
+
+
+def test_label_smoothing_loss_by_hand():
+    eps = 0.2
+    cfg = TINY.with_(label_smoothing=eps)
+    rng = np.random.default_rng(12)
+    params = M.init_params(cfg, rng, dtype=np.float64)
+    batch = make_batch(cfg, rng, n=5, slots=False)
+    loss, _, out = M.forward_backward(cfg, params, batch)
+    z = out["intent_logits"]
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    y = batch["intent"]
+    want = np.mean(-(1 - eps) * logp[np.arange(5), y] - eps * logp.mean(axis=1))
+    assert loss == pytest.approx(want, rel=1e-12)
+    plain = M.forward_backward(TINY, params, batch)[0]
+    assert plain == pytest.approx(np.mean(-logp[np.arange(5), y]), rel=1e-12)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"dropout": 1.0}, r"dropout must be a number in \[0, 1\)"),
+    ({"dropout": -0.1}, r"dropout must be a number in \[0, 1\)"),
+    ({"dropout": True}, r"dropout must be a number in \[0, 1\)"),
+    ({"label_smoothing": 1.5}, r"label_smoothing must be a number in \[0, 1\)"),
+    ({"pooling": "max"}, r"pooling must be one of \['cls', 'mean'\]"),
+])
+def test_new_config_fields_validated(change, match):
+    with pytest.raises(ValueError, match=match):
+        TINY.with_(**change)

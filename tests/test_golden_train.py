@@ -220,3 +220,47 @@ def test_balance_resamples_rare_intents():
     assert plain["history"][0]["train_loss"] != balanced["history"][0]["train_loss"]
     with pytest.raises(ValueError, match="balance"):
         train(tiny, ds, epochs=1, lr=0.1, balance=-0.5)
+
+
+def test_model_dropout_uses_its_own_stream_in_training_only():
+    # one full-batch step per epoch, constant lr: the step is recomputed with the model's own
+    # functions and the documented generator default_rng([seed, 3]) for the dropout masks
+    tiny = get_config("tiny").with_(dropout=0.3, label_smoothing=0.1, pooling="mean")
+    ds = generate_dataset(seed=3, n_train=12, n_dev=8, n_test=8)
+    result = train(tiny, ds, epochs=1, lr=0.1, batch_size=12, seed=6, progress=False)
+    p = model.init_params(tiny, np.random.default_rng(6))
+    # the epoch's (shuffled) batch, as train draws it: the masks follow the sentence order
+    (full,) = ds.batches("train", 12, seed=np.random.default_rng([6, 1]))
+    batch = {k: full[k] for k in ("tokens", "segments", "mask", "intent")}
+    _, g, _ = model.forward_backward(tiny, p, batch, rng=np.random.default_rng([6, 3]))
+    model.sgd_update(p, g, 0.1)
+    for k, v in result["params"].items():
+        np.testing.assert_allclose(v, p[k], rtol=1e-6, atol=1e-7)
+    # evaluation is deterministic (no dropout): re-evaluating the result gives its numbers
+    from ttrain.golden.train import evaluate
+    assert evaluate(tiny, result["params"], ds, "dev") == result["dev"]
+    # without dropout the step differs
+    plain = train(tiny.with_(dropout=0.0), ds, epochs=1, lr=0.1, batch_size=12, seed=6,
+                  progress=False)
+    assert any(not np.allclose(plain["params"][k], v) for k, v in result["params"].items())
+
+
+def test_checkpoint_without_new_fields_still_loads(tmp_path):
+    # checkpoints written before dropout/label_smoothing/pooling existed lack those keys
+    tiny = get_config("tiny")
+    params = _fake_params(np.random.default_rng(1))
+    ds = generate_dataset(seed=0, n_train=30, n_dev=5, n_test=5)
+    path = save_checkpoint(tmp_path / "c.npz", tiny, params, vocab=ds.vocab,
+                           intent_labels=ds.intent_labels, slot_labels=ds.slot_labels)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    old = json.loads(str(arrays["config_json"]))
+    for key in ("dropout", "label_smoothing", "pooling"):
+        del old[key]
+    arrays["config_json"] = np.array(json.dumps(old))
+    np.savez(tmp_path / "old.npz", **arrays)
+    assert load_checkpoint(tmp_path / "old.npz", tiny)["cfg"] == tiny
+    # dropout and smoothing are hyperparameters; pooling changes the model
+    assert load_checkpoint(path, tiny.with_(dropout=0.2, label_smoothing=0.1))["cfg"] == tiny
+    with pytest.raises(ValueError, match="pooling: checkpoint 'cls' vs config 'mean'"):
+        load_checkpoint(path, tiny.with_(pooling="mean"))
