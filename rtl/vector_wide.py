@@ -1,0 +1,677 @@
+"""Pipelined, multi-lane vector / update unit on a store port (issue 4).
+
+:class:`WideVectorUnit` executes the same decoded instructions as
+:class:`~ttrain.rtl.vector.VectorUnit` (:data:`~ttrain.rtl.vector.VectorCommand`: elementwise
+``add sub mul scale addi copy fill``, reductions ``rsum``/``rmax`` with ``accumulate``,
+``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
+but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
+keeps one read beat and one write beat in flight per cycle. See ``docs/vector-unit.md`` for the
+figures and for what the sequencer must guarantee.
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from ..golden.isa import ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS
+from .fp32 import FP32Add, FP32Compare, FP32Mul
+from .port import StorePortSignature
+from .vector import VectorCommand
+
+__all__ = ["WideVectorUnit"]
+
+_NEG_ZERO = 0x80000000
+_SIGN = 0x80000000
+
+# kinds of read beats (the tag that travels with each read request to its data)
+_K_OPA = 0      # first operand of a two-read element beat: latch it
+_K_FIRE = 1     # last operand of an element beat: start the arithmetic
+_K_ACC = 2      # reduction: old d words (accumulate) -> accumulator slot
+_K_RED = 3      # reduction: one column of a row group -> accumulator slot
+_K_CHK = 4      # gather/scatter pre-pass: index words to check against table_rows
+_K_IDX = 5      # gather/scatter: the index of the next row
+
+
+def _latency_of(unit_class):
+    probe = unit_class()
+    probe._MustUse__silence = True          # built only to read its latency
+    return probe.latency
+
+
+class WideVectorUnit(wiring.Component):
+    """Elementwise / reduce / gather / update unit, ``width`` lanes, on a store port.
+
+    Golden: the Elementwise, Reduce, Gather and Update cases of
+    :func:`ttrain.golden.interpreter.run` (the same semantics as
+    :class:`~ttrain.rtl.vector.VectorUnit`, whose docstring lists them).
+
+    Every instruction is cut into *element beats* of up to ``width`` elements, each one or two
+    read beats, one pass through the FP lanes and one write beat (two for UPDATE: the new
+    parameters, then the zeroed gradient):
+
+    * elementwise ops and UPDATE: ``width`` consecutive columns per beat when every view of the
+      op has column stride 1 (a source may also have column stride 0: one word read and
+      broadcast to the lanes); otherwise, when every view has row stride 1 (0 for a
+      broadcast source), the op runs transposed with ``width`` consecutive rows per beat;
+      otherwise one element per beat. Matrices stored densely (row stride = ``cols``) run as
+      one long row, so no beat is cut short at a row end. Throughput (port always ready):
+      ``width / reads`` elements per cycle, ``reads`` = 2 for add/sub/mul/UPDATE, 1 for
+      scale/addi/copy and for fill (a zero-mask dummy read paces it);
+    * ``rsum``/``rmax``: never tree-reduced (the golden sum is sequential over columns). The
+      rows are cut into groups (``width`` consecutive rows when the source's and ``d``'s row
+      stride are 1, else one row) and ``groups`` groups are interleaved column by column, so
+      each group's accumulator is back from the adder before its next column arrives: about
+      ``width`` (or 1) elements per cycle when there are at least ``groups`` groups;
+    * ``gather``/``scatter_add``: a pre-pass reads every index (``width`` per beat when the
+      index list is contiguous) and ends the instruction with :data:`ERR_INDEX` before any
+      write if one is out of the table; then each row reads its index, then ``width`` columns
+      per beat (when the table's and the other view's column stride are 1). A scatter row waits
+      for ``wr_idle`` (all earlier writes landed) before it reads the table, so repeated
+      indices accumulate in list order.
+
+    The arithmetic is ``width`` :class:`~ttrain.rtl.fp32.FP32Mul` followed by ``width``
+    :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles, fixed), plus ``width``
+    :class:`~ttrain.rtl.fp32.FP32Compare` for ``rmax``. The FP units cannot stall, so a credit
+    counter admits an element beat only when the result FIFO is sure to have room for it.
+    Reads run ahead of writes; each read carries a tag (what to do with the data) through a
+    FIFO, which also bounds the reads in flight to ``max_reads``. ``done`` is raised only after
+    every write of the instruction has landed (``wr_idle``), so the next instruction and the
+    other units see them.
+
+    The unit does not check address ranges, store ids, field legality or view overlaps: the
+    sequencer/compiler guarantee the golden check pass (``golden.interpreter.check_program``);
+    in particular a written view is either the identical view of a source (in place) or
+    disjoint from every source.
+
+    Parameters
+    ----------
+    width : int
+        Lanes = words per port beat = the stores' bank count (a power of two).
+    addr_bits : int
+        Width of a word address at the port, 1..32. Addresses are computed in 32 bits and
+        truncated.
+    store_bits : int
+        Width of the store id at the port (>= 2: the ISA has four stores).
+    groups : int or None
+        Accumulator slots of the reductions (row groups interleaved in time). ``None``: the
+        adder latency + 2 (= 8), the least for full reduction throughput.
+    max_reads : int
+        Read beats in flight (tag FIFO depth, >= 2); it must cover the port's read round trip
+        for full throughput.
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(VectorCommand))``
+        Instructions; ``ready`` while idle.
+    busy : ``Out(1)``
+        High from the accepted command to ``done``.
+    done : ``Out(1)``
+        One-cycle pulse at the end of an instruction (all its writes landed); ``error`` is
+        valid with it.
+    error : ``Out(4)``
+        0, or :data:`ttrain.golden.isa.ERR_INDEX` (nothing was written); held until the next
+        command.
+    elements : ``Out(32)``
+        Elements processed so far (``rows * cols`` per completed instruction, as the
+        interpreter's ``stats.elementwise``/``stats.updated``; wraps).
+    mem : ``Out(StorePortSignature(store_bits=..., addr_bits=..., width=width))``
+        The store port (reads, read data, writes, ``wr_idle``).
+    """
+
+    def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16):
+        def _int(name, v, lo, hi, hint):
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
+                                 f"{v!r}; {hint}")
+            return v
+        _int("width", width, 1, 1024, "use the stores' bank count")
+        if width & (width - 1):
+            raise ValueError(f"WideVectorUnit width must be a power of two (the stores' bank "
+                             f"count), not {width}")
+        _int("addr_bits", addr_bits, 1, 32, "use ceil(log2(largest store words))")
+        _int("store_bits", store_bits, 2, 32, "the ISA's four stores need 2 bits")
+        add_latency = _latency_of(FP32Add)
+        if groups is None:
+            groups = add_latency + 2
+        _int("groups", groups, 1, 256, f"{add_latency + 2} gives full reduction throughput")
+        _int("max_reads", max_reads, 2, 4096, "cover the port's read round trip")
+        self._width = width
+        self._addr_bits = addr_bits
+        self._store_bits = store_bits
+        self._groups = groups
+        self._max_reads = max_reads
+        super().__init__({
+            "cmd": In(stream.Signature(VectorCommand)),
+            "busy": Out(1), "done": Out(1), "error": Out(4), "elements": Out(32),
+            "mem": Out(StorePortSignature(store_bits=store_bits, addr_bits=addr_bits,
+                                          width=width)),
+        })
+
+    width = property(lambda self: self._width, doc="Lanes (words per beat).")
+    addr_bits = property(lambda self: self._addr_bits, doc="Word address width at the port.")
+    store_bits = property(lambda self: self._store_bits, doc="Store id width at the port.")
+    groups = property(lambda self: self._groups, doc="Reduction accumulator slots.")
+    max_reads = property(lambda self: self._max_reads, doc="Read beats in flight at most.")
+
+    @property
+    def latency(self):
+        """Cycles from an element beat's last read data to its result (mul + add)."""
+        return _latency_of(FP32Mul) + _latency_of(FP32Add)
+
+    def elaborate(self, platform):
+        # Three decoupled parts, connected by FIFOs:
+        #
+        #   issuer --rd--> port --rd_data--> assembler --(FP lanes)--> result FIFO --> writer
+        #      \--------------- tag FIFO (what each read is for) ----/                 --wr-->
+        #
+        # * issuer: walks the instruction and emits read beats (one per cycle), each with a tag
+        #   (kind, lanes, write address(es), reduction slot, first/last column);
+        # * assembler: pairs read data with tags in order; latches the first operand of a
+        #   two-read beat, fires the FP lanes on the last one (when the result FIFO has a
+        #   credit), loads/updates reduction accumulator slots, checks / takes indices;
+        # * writer: one write beat per result (two for UPDATE), in order.
+        m = Module()
+        W = self._width
+        LW = exact_log2(W)
+        AB = self._addr_bits
+        G = self._groups
+        GB = max(1, ceil_log2(G))
+        port = self.mem
+        LM = _latency_of(FP32Mul)
+        LA = _latency_of(FP32Add)
+        LEW = LM + LA
+        DEPTH = LEW + 4                       # result FIFO entries (credits)
+        Lanes = data.ArrayLayout(32, W)
+
+        # ---- command ----------------------------------------------------------------------
+        c = Signal(VectorCommand)
+        op = c.op
+        ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
+        is_sum = op == REDUCE_OPS["sum"]
+        is_max = op == REDUCE_OPS["max"]
+        is_red = Signal()
+        is_gather = op == GATHER_OPS["gather"]
+        is_scatter = op == GATHER_OPS["scatter_add"]
+        is_upd = op == OP_UPDATE
+        two_src = ew["add"] | ew["sub"] | ew["mul"]
+        two_reads = two_src | is_upd | is_scatter
+        mul_only = ew["mul"] | ew["scale"]
+        add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
+        m.d.comb += is_red.eq(is_sum | is_max)
+        views = [c.v0, c.v1, c.v2]
+
+        # normalized walk (set in DECODE): dims, per-slot base/row/col/step, lanes
+        rows = Signal(16)
+        cols = Signal(32)
+        base = [Signal(32, name=f"base{s}") for s in range(3)]
+        rstr = [Signal(32, name=f"rstr{s}") for s in range(3)]
+        cstr = [Signal(32, name=f"cstr{s}") for s in range(3)]
+        step = [Signal(32, name=f"step{s}") for s in range(3)]   # address step per beat/group
+        bcast = [Signal(name=f"bcast{s}") for s in range(3)]      # source word broadcast
+        wide = Signal()           # W lanes per beat (else 1)
+        iwide = Signal()          # gather/scatter: W index words per check beat
+        count = Signal(32)        # elements of the instruction
+        err = Signal(4)
+
+        # ---- tag FIFO, result FIFO ----------------------------------------------------------
+        Tag = data.StructLayout({"kind": 3, "g": GB, "first": 1, "last": 1, "bx": 1,
+                                 "mask": W, "waddr": AB, "waddr2": AB})
+        Res = data.StructLayout({"data": Lanes, "mask": W, "waddr": AB, "waddr2": AB})
+        m.submodules.tags = tags = fifo.SyncFIFO(width=Tag.size, depth=self._max_reads)
+        m.submodules.res = res = fifo.SyncFIFO(width=Res.size, depth=DEPTH)
+        tag_in = Signal(Tag)
+        tg = Tag(tags.r_data)
+        m.d.comb += tags.w_data.eq(tag_in.as_value())
+
+        credits = Signal(range(DEPTH + 1))
+        busy = Signal(G)                       # reduction slot in the adder/compare
+        acc = [Signal(Lanes, name=f"acc{g}") for g in range(G)]
+        slot_addr = [Signal(AB, name=f"slot_addr{g}") for g in range(G)]
+        slot_mask = [Signal(W, name=f"slot_mask{g}") for g in range(G)]
+        slot_last = Signal(G)
+        idx_val = Signal(32)
+        idx_ok = Signal()
+
+        m.d.comb += [self.error.eq(err)]
+        m.d.sync += self.done.eq(0)
+
+        def lane_mask(rem, is_wide):
+            """Lanes w with rem > w (all W when wide, lane 0 only otherwise)."""
+            bits = [(rem > w) & (is_wide if w else 1) for w in range(W)]
+            out = Signal(W)
+            for w, b in enumerate(bits):
+                m.d.comb += out[w].eq(b)
+            return out
+
+        def beat(kind, store, addr, mask, *, g=0, first=0, last=0, bx=0, waddr=0, waddr2=0):
+            """Offer one read beat with its tag; return the accept condition."""
+            m.d.comb += [
+                port.rd.valid.eq(tags.w_rdy),
+                port.rd.payload.store.eq(store), port.rd.payload.addr.eq(addr[:AB]),
+                port.rd.payload.mask.eq(mask),
+                tag_in.kind.eq(kind), tag_in.g.eq(g), tag_in.first.eq(first),
+                tag_in.last.eq(last), tag_in.bx.eq(bx), tag_in.mask.eq(mask),
+                tag_in.waddr.eq(waddr[:AB] if hasattr(waddr, "shape") else waddr),
+                tag_in.waddr2.eq(waddr2[:AB] if hasattr(waddr2, "shape") else waddr2),
+            ]
+            return port.rd.ready & tags.w_rdy
+        m.d.comb += tags.w_en.eq(port.rd.valid & port.rd.ready)
+
+        # ---- issuer -------------------------------------------------------------------------
+        i = Signal(16)            # row (EW, GS) / first row of the current group (RED)
+        j = Signal(32)            # column
+        ad = [Signal(32, name=f"ad{s}") for s in range(3)]      # current element addresses
+        rb = [Signal(32, name=f"rb{s}") for s in range(3)]      # row / pass start addresses
+        g = Signal(GB)            # RED: group slot in the pass
+        prow = Signal(16)         # RED: first row of the pass
+        coff = Signal(32)         # RED: j * a.col
+        tab = Signal(32)          # GS: table element address
+        # the table is slot 1 for gather, slot 0 for scatter_add
+        t_base = Mux(is_gather, c.v1.base, c.v0.base)
+        t_row = Mux(is_gather, c.v1.row, c.v0.row)
+        t_col = Mux(is_gather, c.v1.col, c.v0.col)
+        n_lanes = Mux(wide, W, 1)
+        rem_c = Signal(32)
+        m.d.comb += rem_c.eq(cols - j)
+        row_end = rem_c <= n_lanes
+        last_row = i == rows - 1
+        mask_c = lane_mask(rem_c, wide)
+        rrem = Signal(17)
+        m.d.comb += rrem.eq(rows - i)
+        mask_r = lane_mask(rrem, wide)
+        last_group = (g == G - 1) | (rrem <= n_lanes)
+        mask_i = lane_mask(rrem, iwide)
+
+        def src_mask(s):
+            return Mux(bcast[s], 1, mask_c)
+
+        drained = Signal()
+        m.d.comb += drained.eq(~tags.r_rdy & (credits == 0) & (busy == 0) & port.wr_idle)
+
+        with m.FSM(name="issue"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(self.cmd.payload), err.eq(0)]
+                    m.next = "DECODE"
+
+            with m.State("DECODE"):
+                # used views, transposition, flattening, lanes
+                is_ewop = Signal()
+                m.d.comb += is_ewop.eq(ew["add"] | ew["sub"] | ew["mul"] | ew["scale"]
+                                       | ew["addi"] | ew["copy"] | ew["fill"])
+                used = [Const(1), ~ew["fill"], two_src]
+                colok = [(v.col == 1) | ((v.col == 0) if s else 0) for s, v in enumerate(views)]
+                rowok = [(v.row == 1) | ((v.row == 0) if s else 0) for s, v in enumerate(views)]
+                wcol = Signal()
+                wrow = Signal()
+                m.d.comb += [wcol.eq(colok[0] & (~used[1] | colok[1]) & (~used[2] | colok[2])),
+                             wrow.eq(rowok[0] & (~used[1] | rowok[1]) & (~used[2] | rowok[2]))]
+                tr = Signal()
+                m.d.comb += tr.eq(is_ewop & ~wcol & wrow)
+                dense = Signal()
+                m.d.comb += dense.eq(is_ewop & wcol & (c.rows > 1) & (c.v0.row == c.cols)
+                                     & (~used[1] | ((c.v1.col == 1) & (c.v1.row == c.cols)))
+                                     & (~used[2] | ((c.v2.col == 1) & (c.v2.row == c.cols))))
+                total = Signal(32)
+                m.d.comb += total.eq(c.rows * c.cols)
+                m.d.sync += [count.eq(total), i.eq(0), j.eq(0), g.eq(0), prow.eq(0),
+                             coff.eq(0), idx_ok.eq(0)]
+                for s, v in enumerate(views):
+                    m.d.sync += [base[s].eq(v.base), ad[s].eq(v.base), rb[s].eq(v.base)]
+                with m.If(is_upd):
+                    m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
+                    for s in range(3):
+                        m.d.sync += [rstr[s].eq(0), cstr[s].eq(1), bcast[s].eq(0),
+                                     step[s].eq(W)]
+                    m.next = "EW_OPA"
+                with m.Elif(is_ewop):
+                    with m.If(dense):
+                        m.d.sync += [rows.eq(1), cols.eq(total)]
+                    with m.Elif(tr):
+                        m.d.sync += [rows.eq(c.cols), cols.eq(c.rows)]
+                    with m.Else():
+                        m.d.sync += [rows.eq(c.rows), cols.eq(c.cols)]
+                    m.d.sync += wide.eq((wcol | wrow) & (W > 1))
+                    for s, v in enumerate(views):
+                        r_ = Mux(tr, v.col, v.row)
+                        c_ = Mux(tr, v.row, v.col)
+                        m.d.sync += [rstr[s].eq(r_), cstr[s].eq(c_),
+                                     bcast[s].eq((c_ == 0) if s else 0),
+                                     step[s].eq(Mux((wcol | wrow) & (W > 1), c_ << LW, c_))]
+                    with m.If(two_src):
+                        m.next = "EW_OPA"
+                    with m.Else():
+                        m.next = "EW_FIRE"
+                with m.Elif(is_red):
+                    rl = Signal()
+                    m.d.comb += rl.eq((c.v1.row == 1) & (c.v0.row == 1) & (W > 1))
+                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(rl)]
+                    for s, v in enumerate(views):
+                        m.d.sync += [rstr[s].eq(v.row), cstr[s].eq(v.col), bcast[s].eq(0),
+                                     step[s].eq(Mux(rl, v.row << LW, v.row))]
+                    with m.If(c.accumulate):
+                        m.next = "RED_ACC"
+                    with m.Else():
+                        m.next = "RED_A"
+                with m.Else():                                  # gather / scatter_add
+                    gw = Signal()
+                    m.d.comb += gw.eq((c.v0.col == 1) & (c.v1.col == 1) & (W > 1))
+                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(gw),
+                                 iwide.eq((c.v2.row == 1) & (W > 1))]
+                    for s, v in enumerate(views):
+                        m.d.sync += [rstr[s].eq(v.row), cstr[s].eq(v.col), bcast[s].eq(0),
+                                     step[s].eq(Mux(gw, v.col << LW, v.col))]
+                    m.d.sync += step[2].eq(Mux((c.v2.row == 1) & (W > 1), W, c.v2.row))
+                    m.next = "GS_CHK"
+
+            # ---- elementwise and UPDATE -----------------------------------------------------
+            # two-read ops: OPA = slot 1 (a, or g for UPDATE), FIRE = slot 2 (b) or slot 0
+            # (theta); one-read ops: FIRE = slot 1; fill: FIRE = a zero-mask read at slot 0.
+            def ew_advance():
+                with m.If(row_end):
+                    with m.If(last_row):
+                        m.next = "FINISH"
+                    with m.Else():
+                        m.d.sync += [i.eq(i + 1), j.eq(0)]
+                        for s in range(3):
+                            m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
+                        with m.If(two_reads):
+                            m.next = "EW_OPA"
+                        with m.Else():
+                            m.next = "EW_FIRE"
+                with m.Else():
+                    m.d.sync += j.eq(j + n_lanes)
+                    for s in range(3):
+                        m.d.sync += ad[s].eq(ad[s] + step[s])
+                    with m.If(two_reads):
+                        m.next = "EW_OPA"
+                    with m.Else():
+                        m.next = "EW_FIRE"
+
+            with m.State("EW_OPA"):
+                with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
+                    m.next = "EW_FIRE"
+            with m.State("EW_FIRE"):
+                fs = Signal(2)
+                m.d.comb += fs.eq(Mux(is_upd | ew["fill"], 0, Mux(two_src, 2, 1)))
+                f_store = Mux(is_upd | ew["fill"], c.v0.store,
+                              Mux(two_src, c.v2.store, c.v1.store))
+                f_addr = Mux(is_upd | ew["fill"], ad[0], Mux(two_src, ad[2], ad[1]))
+                f_bx = Mux(two_src, bcast[2], Mux(is_upd | ew["fill"], 0, bcast[1]))
+                f_mask = Mux(ew["fill"], 0, Mux(f_bx, 1, mask_c))
+                with m.If(beat(_K_FIRE, f_store, f_addr, f_mask, bx=f_bx, waddr=ad[0],
+                               waddr2=ad[1])):
+                    ew_advance()
+                # the write mask (the read mask may be a broadcast lane or zero)
+                m.d.comb += tag_in.mask.eq(mask_c)
+
+            # ---- reductions -------------------------------------------------------------------
+            def red_next_group():
+                m.d.sync += [g.eq(g + 1), i.eq(i + n_lanes), rb[0].eq(rb[0] + step[0]),
+                             rb[1].eq(rb[1] + step[1])]
+
+            def red_restart_pass():
+                """Back to the first group of the pass."""
+                m.d.sync += [g.eq(0), i.eq(prow), rb[0].eq(ad[0]), rb[1].eq(ad[1])]
+
+            with m.State("RED_ACC"):
+                # ad[0]/ad[1]: pass start addresses of d / a (row prow, column 0)
+                with m.If(beat(_K_ACC, c.v0.store, rb[0], mask_r, g=g)):
+                    with m.If(last_group):
+                        red_restart_pass()
+                        m.next = "RED_A"
+                    with m.Else():
+                        red_next_group()
+            with m.State("RED_A"):
+                last_col = j == cols - 1
+                with m.If(beat(_K_RED, c.v1.store, rb[1] + coff, mask_r, g=g, first=j == 0,
+                               last=last_col, waddr=rb[0])):
+                    with m.If(~last_group):
+                        red_next_group()
+                    with m.Elif(~last_col):
+                        red_restart_pass()
+                        m.d.sync += [j.eq(j + 1), coff.eq(coff + c.v1.col)]
+                    with m.Elif(rrem <= n_lanes):
+                        m.next = "FINISH"
+                    with m.Else():                  # next pass starts after this group
+                        nxt = [rb[0] + step[0], rb[1] + step[1]]
+                        m.d.sync += [g.eq(0), j.eq(0), coff.eq(0), i.eq(i + n_lanes),
+                                     prow.eq(i + n_lanes)]
+                        for s in range(2):
+                            m.d.sync += [rb[s].eq(nxt[s]), ad[s].eq(nxt[s])]
+                        with m.If(c.accumulate):
+                            m.next = "RED_ACC"
+
+            # ---- gather / scatter_add ---------------------------------------------------------
+            with m.State("GS_CHK"):
+                with m.If(beat(_K_CHK, c.v2.store, ad[2], mask_i)):
+                    with m.If(rrem <= Mux(iwide, W, 1)):
+                        m.next = "GS_CHKW"
+                    with m.Else():
+                        m.d.sync += [i.eq(i + Mux(iwide, W, 1)), ad[2].eq(ad[2] + step[2])]
+            with m.State("GS_CHKW"):
+                with m.If(~tags.r_rdy):
+                    with m.If(err != 0):
+                        m.next = "FINISH"
+                    with m.Else():
+                        m.d.sync += [i.eq(0), ad[2].eq(base[2])]
+                        m.next = "GS_IDX"
+            with m.State("GS_IDX"):
+                with m.If(beat(_K_IDX, c.v2.store, ad[2], 1)):
+                    m.next = "GS_IDXW"
+            with m.State("GS_IDXW"):
+                with m.If(idx_ok):
+                    m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_ok.eq(0)]
+                    m.next = "GS_ROW"
+            with m.State("GS_ROW"):
+                # scatter: the table row may have been written by an earlier row (repeated
+                # index): read it only once every earlier write has landed
+                with m.If(~is_scatter | drained):
+                    m.next = "GS_T"
+
+            def gs_advance():
+                with m.If(row_end):
+                    with m.If(last_row):
+                        m.next = "FINISH"
+                    with m.Else():
+                        m.d.sync += [i.eq(i + 1), j.eq(0), ad[2].eq(ad[2] + rstr[2])]
+                        for s in range(2):
+                            m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
+                        m.next = "GS_IDX"
+                with m.Else():
+                    m.d.sync += [j.eq(j + n_lanes),
+                                 tab.eq(tab + Mux(wide, W, t_col))]
+                    for s in range(2):
+                        m.d.sync += ad[s].eq(ad[s] + step[s])
+                    with m.If(is_scatter):
+                        m.next = "GS_T"
+
+            with m.State("GS_T"):
+                # gather: the table beat is the whole element; scatter: the table is operand 1
+                with m.If(is_gather):
+                    with m.If(beat(_K_FIRE, c.v1.store, tab, mask_c, waddr=ad[0])):
+                        gs_advance()
+                with m.Else():
+                    with m.If(beat(_K_OPA, c.v0.store, tab, mask_c)):
+                        m.next = "GS_S"
+            with m.State("GS_S"):
+                with m.If(beat(_K_FIRE, c.v1.store, ad[1], mask_c, waddr=tab)):
+                    gs_advance()
+
+            with m.State("FINISH"):
+                with m.If(drained):
+                    m.d.sync += self.done.eq(1)
+                    with m.If(err == 0):
+                        m.d.sync += self.elements.eq(self.elements + count)
+                    m.next = "IDLE"
+        m.d.comb += self.busy.eq(~self.cmd.ready)
+
+        # ---- assembler ------------------------------------------------------------------------
+        raw = port.rd_data.payload
+        dat = Signal(Lanes)
+        for w in range(W):
+            m.d.comb += dat[w].eq(Mux(tg.bx, raw[0], raw[w]))
+        space = credits < DEPTH
+        slot_busy = Signal()
+        m.d.comb += slot_busy.eq(busy.bit_select(tg.g, 1))
+        ok = Signal()
+        with m.Switch(tg.kind):
+            with m.Case(_K_FIRE):
+                m.d.comb += ok.eq(space)
+            with m.Case(_K_ACC):
+                m.d.comb += ok.eq(~slot_busy)
+            with m.Case(_K_RED):
+                m.d.comb += ok.eq(~slot_busy & (~tg.last | space))
+            with m.Default():
+                m.d.comb += ok.eq(1)
+        m.d.comb += port.rd_data.ready.eq(tags.r_rdy & ok)
+        take = Signal()
+        m.d.comb += [take.eq(port.rd_data.valid & port.rd_data.ready), tags.r_en.eq(take)]
+        kind_is = {k: take & (tg.kind == k) for k in range(6)}
+
+        x_reg = Signal(Lanes)
+        with m.If(kind_is[_K_OPA]):
+            m.d.sync += x_reg.eq(dat)
+        with m.If(kind_is[_K_IDX]):
+            m.d.sync += [idx_val.eq(raw[0]), idx_ok.eq(1)]
+        with m.If(kind_is[_K_CHK]):
+            bad = 0
+            for w in range(W):
+                bad = bad | (tg.mask[w] & (raw[w] >= c.imm))
+            with m.If(bad):
+                m.d.sync += err.eq(ERR_INDEX)
+
+        # ---- elementwise pipeline: multiply stage, add stage (12 cycles) ---------------------
+        ew_fire = kind_is[_K_FIRE]
+        s0_x = Signal(Lanes)
+        s0_y = Signal(Lanes)
+        for w in range(W):
+            m.d.comb += [s0_x[w].eq(Mux(ew["fill"], c.imm, Mux(two_reads, x_reg[w], dat[w]))),
+                         s0_y[w].eq(dat[w])]
+
+        def delay(sig, n, name, shape=1):
+            out = [sig]
+            for k in range(1, n + 1):
+                r = Signal(shape, name=f"{name}_d{k}")
+                m.d.sync += r.eq(out[-1])
+                out.append(r)
+            return out
+
+        meta = Signal(data.StructLayout({"mask": W, "waddr": AB, "waddr2": AB}))
+        m.d.comb += [meta.mask.eq(tg.mask), meta.waddr.eq(tg.waddr), meta.waddr2.eq(tg.waddr2)]
+        valid_line = delay(ew_fire, LEW, "ew_valid")
+        meta_line = delay(meta, LEW, "ew_meta", meta.shape())
+        x_line = delay(s0_x, LM, "ew_x", Lanes)
+        y_line = delay(s0_y, LM, "ew_y", Lanes)
+        s6_m = Signal(Lanes)
+        m_line = delay(s6_m, LA, "ew_m", Lanes)
+        ew_out = Signal(Lanes)
+
+        # reduction operands / return path
+        acc_g = Signal(Lanes)
+        with m.Switch(tg.g):
+            for k in range(G):
+                with m.Case(k):
+                    m.d.comb += acc_g.eq(acc[k])
+        red_fire = kind_is[_K_RED]
+        fresh = tg.first & ~c.accumulate            # first column without accumulate
+        sum_v = delay(red_fire & is_sum, LA, "sum_valid")
+        sum_g = delay(tg.g, LA, "sum_g", GB)
+        max_v = delay(red_fire & is_max, 1, "max_valid")
+        max_g = delay(tg.g, 1, "max_g", GB)
+        max_bp = delay(fresh, 1, "max_bypass")
+        max_x = delay(dat, 1, "max_x", Lanes)
+        ret_val = Signal(Lanes)
+
+        for w in range(W):
+            mul = FP32Mul()
+            add = FP32Add()
+            cmp = FP32Compare(latency=1)
+            m.submodules[f"mul{w}"] = mul
+            m.submodules[f"add{w}"] = add
+            m.submodules[f"cmp{w}"] = cmp
+            x0, y0 = s0_x[w], s0_y[w]
+            m.d.comb += [
+                mul.i.valid.eq(ew_fire),
+                mul.i.payload.a.eq(Mux(is_upd, c.imm, x0)),
+                mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
+            ]
+            x6, y6, p6 = x_line[LM][w], y_line[LM][w], mul.o.payload
+            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, x6))
+            with m.If(is_red):
+                m.d.comb += [add.i.valid.eq(red_fire & is_sum),
+                             add.i.payload.a.eq(Mux(fresh, _NEG_ZERO, acc_g[w])),
+                             add.i.payload.b.eq(dat[w])]
+            with m.Else():
+                m.d.comb += [
+                    add.i.valid.eq(valid_line[LM]),
+                    add.i.payload.a.eq(Mux(is_upd, y6, x6)),
+                    add.i.payload.b.eq(Mux(is_upd, p6 ^ _SIGN,
+                                           Mux(ew["sub"], y6 ^ _SIGN,
+                                               Mux(ew["addi"], c.imm, y6)))),
+                ]
+            m.d.comb += [cmp.i.valid.eq(red_fire & is_max),
+                         cmp.i.payload.a.eq(acc_g[w]), cmp.i.payload.b.eq(dat[w])]
+            m.d.comb += [ew_out[w].eq(Mux(add_op, add.o.payload, m_line[LA][w])),
+                         ret_val[w].eq(Mux(is_max, Mux(max_bp[1], max_x[1][w],
+                                                       cmp.o.payload.max),
+                                           add.o.payload))]
+
+        ret_v = Mux(is_max, max_v[1], sum_v[LA])
+        ret_g = Mux(is_max, max_g[1], sum_g[LA])
+
+        # slots: fire marks busy and records where the row group's result goes; the return
+        # updates the accumulator, frees the slot and, after the last column, emits the result
+        ret_last = Signal()
+        ret_addr = Signal(AB)
+        ret_mask = Signal(W)
+        with m.Switch(ret_g):
+            for k in range(G):
+                with m.Case(k):
+                    m.d.comb += [ret_last.eq(slot_last[k]), ret_addr.eq(slot_addr[k]),
+                                 ret_mask.eq(slot_mask[k])]
+        for k in range(G):
+            with m.If(red_fire & (tg.g == k)):
+                m.d.sync += [busy[k].eq(1), slot_last[k].eq(tg.last),
+                             slot_addr[k].eq(tg.waddr), slot_mask[k].eq(tg.mask)]
+            with m.Elif(ret_v & (ret_g == k)):
+                m.d.sync += [busy[k].eq(0), acc[k].eq(ret_val)]
+            with m.If(kind_is[_K_ACC] & (tg.g == k)):
+                m.d.sync += acc[k].eq(dat)
+
+        # ---- result FIFO and writer -------------------------------------------------------------
+        res_in = Signal(Res)
+        red_push = ret_v & ret_last
+        with m.If(is_red):
+            m.d.comb += [res_in.data.eq(ret_val), res_in.mask.eq(ret_mask),
+                         res_in.waddr.eq(ret_addr)]
+        with m.Else():
+            m.d.comb += [res_in.data.eq(ew_out), res_in.mask.eq(meta_line[LEW].mask),
+                         res_in.waddr.eq(meta_line[LEW].waddr),
+                         res_in.waddr2.eq(meta_line[LEW].waddr2)]
+        m.d.comb += [res.w_en.eq(Mux(is_red, red_push, valid_line[LEW])),
+                     res.w_data.eq(res_in.as_value())]
+
+        rq = Res(res.r_data)
+        phase = Signal()          # UPDATE: 0 = theta beat, 1 = zeroed gradient beat
+        m.d.comb += [
+            port.wr.valid.eq(res.r_rdy),
+            port.wr.payload.store.eq(Mux(phase, c.v1.store, c.v0.store)),
+            port.wr.payload.addr.eq(Mux(phase, rq.waddr2, rq.waddr)),
+            port.wr.payload.mask.eq(rq.mask),
+            port.wr.payload.data.eq(Mux(phase, 0, rq.data.as_value())),
+        ]
+        wr_take = port.wr.valid & port.wr.ready
+        pop = Signal()
+        m.d.comb += [pop.eq(wr_take & (phase | ~is_upd)), res.r_en.eq(pop)]
+        with m.If(wr_take):
+            m.d.sync += phase.eq(is_upd & ~phase)
+
+        inc = ew_fire | (red_fire & tg.last)
+        with m.If(inc & ~pop):
+            m.d.sync += credits.eq(credits + 1)
+        with m.Elif(pop & ~inc):
+            m.d.sync += credits.eq(credits - 1)
+        return m

@@ -1,0 +1,351 @@
+# amaranth: UnusedElaboratable=no
+"""WideVectorUnit (``rtl/vector_wide.py``) in the Amaranth simulator against the golden interpreter.
+
+A Python model of the store port (:class:`PortModel`: four stores of uint32 words, random
+``ready`` stalls on ``rd``/``wr``, random delays before each ``rd_data`` beat, writes landing
+after a random delay with ``wr_idle`` low while any is pending, and reads that see only the
+writes landed when they were accepted) serves the unit. Every command is a random instruction
+(random shapes, strides, bases, layouts) on a fresh random image; after ``done`` every store
+word is compared with :func:`ttrain.golden.interpreter.run` on the one-instruction program
+(+ END), as are ``error`` and the ``elements`` counter.
+"""
+
+import numpy as np
+import pytest
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from test_fp32_sim import random_pairs
+from ttrain.golden.contract import View
+from ttrain.golden.interpreter import check_program, run
+from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, STORE_IDS, Elementwise, End, Gather,
+                               Reduce, Update, f32_bits)
+from ttrain.rtl.vector import VectorCommand, vector_command
+from ttrain.rtl.vector_wide import WideVectorUnit
+from ttrain.testbench.verilator import lint_verilator
+
+SIZES = {"param": 256, "grad": 256, "act": 512, "scratch": 512}
+ADDR_BITS = 9
+NAMES = {v: k for k, v in STORE_IDS.items()}
+
+
+# -- the store port model ----------------------------------------------------------------------
+
+class PortModel:
+    """Cycle model of a store port (see ``rtl/port.py``) with random timing.
+
+    Parameters
+    ----------
+    dut : WideVectorUnit
+    rng : numpy.random.Generator
+    p_rd, p_wr : float
+        Probability that ``rd.ready`` / ``wr.ready`` is high in a cycle.
+    rd_delay : (int, int)
+        Range of extra cycles (inclusive) before a read's data beat is offered (the first
+        possible beat is the cycle after acceptance).
+    wr_delay : (int, int)
+        Range of cycles (inclusive) after acceptance before a write lands; writes land in
+        acceptance order.
+    buffer : int
+        Read beats the port holds (accepted, data not yet taken); it stops accepting reads
+        while full.
+    """
+
+    def __init__(self, dut, rng, *, p_rd=1.0, p_wr=1.0, rd_delay=(0, 0), wr_delay=(0, 0),
+                 buffer=8):
+        self.dut, self.rng = dut, rng
+        self.p_rd, self.p_wr, self.rd_delay, self.wr_delay = p_rd, p_wr, rd_delay, wr_delay
+        self.buffer = buffer
+        self.width = dut.width
+        self.mem = {STORE_IDS[k]: np.zeros(v, np.uint32) for k, v in SIZES.items()}
+        self.rd_queue = []          # [time data is offered, lane words]
+        self.pending = []           # [land time, store, addr, mask, words]
+        self.now = 0
+        self.reads = self.writes = 0
+        sb, ab, w = dut.store_bits, dut.addr_bits, self.width
+        self._rd_fields = (sb, ab, w)
+        self._wr_fields = (sb, ab, w)
+
+    def _lanes(self, store, addr, mask, what):
+        out = []
+        for w in range(self.width):
+            if mask >> w & 1:
+                a = addr + w
+                if store not in self.mem or a >= self.mem[store].size:
+                    raise AssertionError(f"{what} lane {w} at store {store} word {a} is "
+                                         f"outside the store")
+                out.append(a)
+        return out
+
+    def land(self, all_=False):
+        while self.pending and (all_ or self.pending[0][0] < self.now):
+            _, store, addr, mask, words = self.pending.pop(0)
+            for w in range(self.width):
+                if mask >> w & 1:
+                    self.mem[store][addr + w] = words[w]
+
+    def cycle_inputs(self, ctx):
+        """Land due writes, then drive this cycle's port inputs; return the sampled outputs."""
+        dut = self.dut.mem
+        self.land()
+        ctx.set(dut.wr_idle, int(not self.pending))
+        rd_ready = int(self.rng.random() < self.p_rd and len(self.rd_queue) < self.buffer)
+        ctx.set(dut.rd.ready, rd_ready)
+        head = self.rd_queue[0] if self.rd_queue and self.rd_queue[0][0] <= self.now else None
+        ctx.set(dut.rd_data.valid, int(head is not None))
+        if head is not None:
+            ctx.set(dut.rd_data.payload.as_value(),
+                    sum(int(x) << (32 * w) for w, x in enumerate(head[1])))
+        wr_ready = int(self.rng.random() < self.p_wr)
+        ctx.set(dut.wr.ready, wr_ready)
+        return (rd_ready and ctx.get(dut.rd.valid),
+                ctx.get(dut.rd.payload.as_value()),
+                head is not None and ctx.get(dut.rd_data.ready),
+                wr_ready and ctx.get(dut.wr.valid),
+                ctx.get(dut.wr.payload.as_value()))
+
+    def after_edge(self, sampled):
+        """Apply the transfers of the cycle that just ended."""
+        rd_go, rd_p, rdd_go, wr_go, wr_p = sampled
+        sb, ab, w = self._rd_fields
+        if rdd_go:
+            self.rd_queue.pop(0)
+        if rd_go:
+            store, addr, mask = (rd_p & (1 << sb) - 1, rd_p >> sb & (1 << ab) - 1,
+                                 rd_p >> (sb + ab) & (1 << w) - 1)
+            words = [0] * w
+            for lane, a in zip([k for k in range(w) if mask >> k & 1],
+                               self._lanes(store, addr, mask, "read")):
+                words[lane] = int(self.mem[store][a])
+            t = self.now + 1 + int(self.rng.integers(self.rd_delay[0], self.rd_delay[1] + 1))
+            if self.rd_queue:
+                t = max(t, self.rd_queue[-1][0])
+            self.rd_queue.append([t, words])
+            self.reads += 1
+        if wr_go:
+            store, addr, mask = (wr_p & (1 << sb) - 1, wr_p >> sb & (1 << ab) - 1,
+                                 wr_p >> (sb + ab) & (1 << w) - 1)
+            d = wr_p >> (sb + ab + w)
+            words = [d >> (32 * k) & 0xFFFFFFFF for k in range(w)]
+            self._lanes(store, addr, mask, "write")
+            t = self.now + int(self.rng.integers(self.wr_delay[0], self.wr_delay[1] + 1))
+            if self.pending:
+                t = max(t, self.pending[-1][0])
+            self.pending.append([t, store, addr, mask, words])
+            self.writes += 1
+        self.now += 1
+
+
+async def execute(ctx, dut, model, instr, *, max_cycles=20000):
+    """Issue one instruction and serve the port until ``done``; return ``(cycles, error)``.
+
+    ``cycles`` counts from the cycle the command is accepted to the ``done`` pulse.
+    """
+    ctx.set(dut.cmd.payload, VectorCommand.const(vector_command(instr)))
+    ctx.set(dut.cmd.valid, 1)
+    start = None
+    for n in range(max_cycles):
+        accepted = ctx.get(dut.cmd.ready) and start is None
+        sampled = model.cycle_inputs(ctx)
+        await ctx.tick()
+        model.after_edge(sampled)
+        if accepted:
+            start = n
+            ctx.set(dut.cmd.valid, 0)
+        if ctx.get(dut.done):
+            if model.pending:
+                raise AssertionError("done while writes are still pending (wr_idle ignored)")
+            return n - start, ctx.get(dut.error)
+    raise AssertionError(f"no done within {max_cycles} cycles for {instr}")
+
+
+def simulate(width, instrs, *, seed, groups=None, timing=None, images=None):
+    """Run ``instrs`` through one WideVectorUnit; return per-instruction results.
+
+    ``images``: one image (name -> uint32 array) per instruction, loaded into the port model
+    before it. Returns a list of ``(cycles, error, elements, image_after)``.
+    """
+    dut = WideVectorUnit(width=width, addr_bits=ADDR_BITS, groups=groups)
+    rng = np.random.default_rng(seed)
+    out = []
+
+    async def tb(ctx):
+        model = PortModel(dut, rng, **(timing or {}))
+        for k, ins in enumerate(instrs):
+            for name, words in images[k].items():
+                model.mem[STORE_IDS[name]][:] = words
+            cycles, error = await execute(ctx, dut, model, ins)
+            out.append((cycles, error, ctx.get(dut.elements),
+                        {NAMES[s]: w.copy() for s, w in model.mem.items()}))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return out
+
+
+# -- random instructions -----------------------------------------------------------------------
+
+def random_image(rng):
+    words = np.concatenate(random_pairs(sum(SIZES.values()) // 2 + 1, int(rng.integers(1 << 30))))
+    rng.shuffle(words)
+    # a sprinkle of small exact values, so sums sometimes cancel exactly
+    small = np.array([f32_bits(v) for v in (0.0, -0.0, 1.0, -1.0, 0.5, 3.0)], np.uint32)
+    pick = rng.random(words.size) < 0.1
+    words[pick] = rng.choice(small, pick.sum())
+    image, k = {}, 0
+    for name, n in SIZES.items():
+        image[name] = words[k:k + n].astype(np.uint32)
+        k += n
+    return image
+
+
+def _store(rng):
+    return str(rng.choice(list(SIZES)))
+
+
+def _matrix_view(rng, rows, cols, style, *, store=None, source=False):
+    """A view of a ``rows x cols`` operand laid out as ``style``."""
+    store = store or _store(rng)
+    pad = int(rng.integers(0, 3))
+    if style == "rows":              # row-major, contiguous columns
+        r, c = cols + pad, 1
+    elif style == "cols":            # column-major (transposed), contiguous rows
+        r, c = 1, rows + pad
+    elif style == "strided":
+        c = int(rng.integers(2, 4))
+        r = cols * c + pad
+    elif style == "bcast_row" and source:   # one row for every row (bias)
+        r, c = 0, 1
+    elif style == "bcast_col" and source:   # one word per row, broadcast along the columns
+        r, c = 1, 0
+    else:                            # scalar broadcast (sources) / dense otherwise
+        r, c = (0, 0) if source else (cols, 1)
+    span = (rows - 1) * r + (cols - 1) * c + 1
+    base = int(rng.integers(0, SIZES[store] - span + 1)) if span <= SIZES[store] else None
+    return None if base is None else View(store, base, r, c)
+
+
+EW_OPS = ["add", "sub", "mul", "scale", "addi", "copy", "fill"]
+_NSRC = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}
+_IMMS = [f32_bits(v) for v in (1.5, -0.25, 0.0, -0.0, 3.0e38, 1e-40)] + [0x7FC00000, 0x7F800000]
+
+
+def random_elementwise(rng):
+    op = str(rng.choice(EW_OPS))
+    rows, cols = int(rng.integers(1, 9)), int(rng.integers(1, 24))
+    styles = ["rows", "cols", "strided", "dense", "bcast_row", "bcast_col", "scalar"]
+    common = str(rng.choice(["rows", "rows", "cols", "dense", "strided", None]))
+
+    def style(source):
+        if common and rng.random() < 0.8:
+            if source and rng.random() < 0.25:
+                return "bcast_row" if common in ("rows", "dense") else "bcast_col"
+            return common
+        return str(rng.choice(styles))
+
+    d = _matrix_view(rng, rows, cols, style(False))
+    srcs = [_matrix_view(rng, rows, cols, style(True), source=True) for _ in range(_NSRC[op])]
+    if d is None or any(s is None for s in srcs):
+        return None
+    if srcs and rng.random() < 0.3:          # in place
+        srcs[int(rng.integers(len(srcs)))] = d
+    imm = int(rng.choice(_IMMS)) if op in ("scale", "addi", "fill") else 0
+    if op == "fill" and rng.random() < 0.5:
+        imm = int(rng.integers(1 << 32))
+    a, b = (srcs + [None, None])[:2]
+    return Elementwise(op, rows, cols, d, a, b, imm)
+
+
+def random_reduce(rng):
+    op = str(rng.choice(["sum", "max"]))
+    rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 10))
+    style = str(rng.choice(["rows", "cols", "cols", "strided"]))
+    a = _matrix_view(rng, rows, cols, style)
+    dstore = _store(rng)
+    dr = 1 if rng.random() < 0.7 else int(rng.integers(2, 4))
+    if (rows - 1) * dr + 1 > SIZES[dstore] or a is None:
+        return None
+    d = View(dstore, int(rng.integers(0, SIZES[dstore] - (rows - 1) * dr)), dr, 0)
+    return Reduce(op, rows, cols, d, a, accumulate=bool(rng.random() < 0.4))
+
+
+def random_gather(rng):
+    op = str(rng.choice(["gather", "scatter_add"]))
+    rows, cols, tr = int(rng.integers(1, 12)), int(rng.integers(1, 14)), int(rng.integers(1, 8))
+    tstyle = str(rng.choice(["rows", "rows", "strided"]))
+    ostyle = str(rng.choice(["rows", "rows", "strided"]))
+    table = _matrix_view(rng, tr, cols, tstyle)
+    other = _matrix_view(rng, rows, cols, ostyle)
+    istore = _store(rng)
+    ir = 1 if rng.random() < 0.6 else int(rng.integers(2, 4))
+    if table is None or other is None or (rows - 1) * ir + 1 > SIZES[istore]:
+        return None
+    index = View(istore, int(rng.integers(0, SIZES[istore] - (rows - 1) * ir)), ir, 0)
+    if op == "gather":
+        return Gather(op, rows, cols, tr, other, table, index)
+    return Gather(op, rows, cols, tr, table, other, index)
+
+
+def random_update(rng):
+    n = int(rng.integers(1, 70))
+    st, sg = _store(rng), _store(rng)
+    theta = View(st, int(rng.integers(0, SIZES[st] - n + 1)))
+    grad = View(sg, int(rng.integers(0, SIZES[sg] - n + 1)))
+    lr = int(rng.choice([f32_bits(v) for v in (1e-3, 0.1, -0.5, 0.0, 2.0)]))
+    return Update(theta, grad, n, lr)
+
+
+GENERATORS = {"elementwise": random_elementwise, "reduce": random_reduce,
+              "gather": random_gather, "update": random_update}
+
+
+def make_case(kind, rng):
+    """Return a legal random instruction of ``kind`` and its image (indices filled in)."""
+    while True:
+        ins = GENERATORS[kind](rng)
+        if ins is None:
+            continue
+        image = random_image(rng)
+        if isinstance(ins, Gather):
+            idx = rng.integers(0, ins.table_rows, ins.rows)
+            if rng.random() < 0.5 and ins.rows > 1:       # repeated indices
+                idx[rng.integers(ins.rows)] = idx[0]
+            if rng.random() < 0.12:                        # an index outside the table
+                idx[rng.integers(ins.rows)] = ins.table_rows + int(rng.integers(0, 3)) * 1000
+            v = ins.index
+            image[v.store][v.base + np.arange(ins.rows) * v.row_stride] = idx
+        if check_program([ins, End()], SIZES)[0] == 0:
+            return ins, image
+
+
+def check_against_golden(instrs, images, results):
+    elements = 0
+    for ins, image, (cycles, error, count, got) in zip(instrs, images, results):
+        want, stats = run([ins, End()], image)
+        assert error == stats.error, f"{ins}: error {error}, golden {stats.error}"
+        if not stats.error:
+            elements += ins.count if isinstance(ins, Update) else ins.rows * ins.cols
+        assert count == elements % (1 << 32), f"{ins}: elements {count}, want {elements}"
+        for name in SIZES:
+            bad = np.flatnonzero(got[name] != want[name])
+            if bad.size:
+                rows = ", ".join(f"{name}[{a}]={got[name][a]:08x} want {want[name][a]:08x}"
+                                 for a in bad[:6])
+                raise AssertionError(f"{ins}: {bad.size} words differ: {rows}")
+
+
+STALLY = {"p_rd": 0.7, "p_wr": 0.6, "rd_delay": (0, 4), "wr_delay": (0, 5), "buffer": 3}
+
+
+@pytest.mark.parametrize("kind,count,seed", [("elementwise", 40, 1), ("reduce", 24, 2),
+                                             ("gather", 24, 3), ("update", 10, 4)])
+def test_random_instructions_match_golden(kind, count, seed):
+    rng = np.random.default_rng(seed)
+    cases = [make_case(kind, rng) for _ in range(count)]
+    instrs, images = [c[0] for c in cases], [c[1] for c in cases]
+    results = simulate(4, instrs, seed=seed, timing=STALLY, images=images)
+    check_against_golden(instrs, images, results)
+    if kind == "gather":
+        assert any(r[1] == ERR_INDEX for r in results) and any(r[1] == 0 for r in results)
