@@ -186,6 +186,7 @@ class ModelConfig:
     dropout: float = 0.0          # inverted dropout on hidden states, training steps only
     label_smoothing: float = 0.0  # intent targets (1 - eps) one-hot + eps / n_intents
     pooling: str = "cls"          # pooler input: "cls" (token 0) or "mean" (real tokens)
+    logit_adjustment: float = 0.0  # tau of the logit-adjusted intent loss (long-tail), 0 = off
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -250,6 +251,10 @@ class ModelConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not 0 <= value < 1:
                 raise ValueError(f"{name} must be a number in [0, 1) (0 = off), got {value!r}")
+        value = self.logit_adjustment
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 4:
+            raise ValueError(f"logit_adjustment must be a number in [0, 4] (tau; 0 = off, 1 = "
+                             f"the usual logit-adjusted loss), got {value!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {list(POOLINGS)} (\"cls\" = token 0, "
                              f"\"mean\" = mean of the real tokens), got {self.pooling!r}")

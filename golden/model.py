@@ -38,8 +38,8 @@ from . import tt
 
 __all__ = [
     "INIT_STD", "param_shapes", "num_params", "init_params", "check_params", "validate_batch",
-    "forward_backward", "predict", "sgd_update", "clip_grads", "tt_cores", "blas_threads",
-    "benchmark",
+    "forward_backward", "intent_log_prior", "predict", "sgd_update", "clip_grads", "tt_cores",
+    "blas_threads", "benchmark",
 ]
 
 #: Initialization (``docs/model.md`` explains the choice). ``"embedding"`` is the absolute
@@ -462,7 +462,7 @@ def _backward(cfg, params, c, d_intent, d_slot):
     return {name: g[name] for name in params}
 
 
-def forward_backward(cfg, params, batch, need_grads=True, rng=None):
+def forward_backward(cfg, params, batch, need_grads=True, rng=None, intent_offset=None):
     """Compute the training loss, its parameter gradients and the logits of one batch.
 
     Parameters
@@ -477,6 +477,10 @@ def forward_backward(cfg, params, batch, need_grads=True, rng=None):
     rng : numpy.random.Generator, optional
         Training mode: draws the dropout masks of ``cfg.dropout`` (a fresh mask per call; the
         same generator state gives the same masks). None (evaluation) = no dropout.
+    intent_offset : ndarray, shape (n_intents,), optional
+        Added to the intent logits inside the loss only (logit-adjusted loss: ``tau * log
+        prior``, see :func:`intent_log_prior`); the returned logits and predictions are the
+        model's own. None = 0.
 
     Returns
     -------
@@ -494,13 +498,36 @@ def forward_backward(cfg, params, batch, need_grads=True, rng=None):
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator (training mode) or None "
                         f"(evaluation), got {type(rng).__name__}")
+    if intent_offset is not None:
+        intent_offset = np.asarray(intent_offset)
+        if intent_offset.shape != (cfg.n_intents,) or not np.isfinite(intent_offset).all():
+            raise ValueError(f"intent_offset must be {cfg.n_intents} finite numbers (one per "
+                             f"intent), got shape {intent_offset.shape}")
     with blas_threads(1):
-        return _forward_backward(cfg, params, batch, need_grads, rng)
+        return _forward_backward(cfg, params, batch, need_grads, rng, intent_offset)
 
 
-def _forward_backward(cfg, params, batch, need_grads, rng=None):
+def intent_log_prior(labels, n_intents, tau=1.0):
+    """Return the logit-adjustment offset ``tau * log(count_c / N)`` of training labels.
+
+    Intents with no training sentence get the offset of the most frequent intent (they are
+    never a target, so no boost: the loss only pushes their logits down).
+    """
+    labels = np.asarray(labels)
+    if labels.size == 0 or not np.issubdtype(labels.dtype, np.integer) \
+            or labels.min() < 0 or labels.max() >= n_intents:
+        raise ValueError(f"labels must be a non-empty array of intent ids in [0, {n_intents})")
+    counts = np.bincount(labels, minlength=n_intents).astype(np.float64)
+    n = counts.sum()
+    counts[counts == 0] = counts.max()
+    return tau * np.log(counts / n)
+
+
+def _forward_backward(cfg, params, batch, need_grads, rng=None, intent_offset=None):
     out, caches = _forward(cfg, params, batch, rng)
     logits = out["intent_logits"]
+    if intent_offset is not None:
+        logits = logits + intent_offset.astype(logits.dtype)
     loss_i, ce_i = L.cross_entropy_forward(logits, batch["intent"])
     eps = cfg.label_smoothing
     if eps:

@@ -41,7 +41,7 @@ SCHEDULES = ("constant", "linear")
 CHECKPOINT_FORMAT = 1
 # Fields that describe hyperparameters, not the shapes of the parameters.
 _NON_SHAPE_FIELDS = ("lr", "epochs", "description", "extra", "batch", "dropout",
-                     "label_smoothing")
+                     "label_smoothing", "logit_adjustment")
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,6 +436,10 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     avg_start = total_steps - int(round(average * total_steps))  # first averaged step
     avg, n_avg = None, 0
     train_labels = dataset.batch("train")["intent"]
+    intent_offset = None
+    if cfg.logit_adjustment:
+        intent_offset = model.intent_log_prior(train_labels, cfg.n_intents,
+                                               cfg.logit_adjustment)
 
     def epoch_batches():
         if balance == 0:
@@ -458,7 +462,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                 batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
             loss, grads, out = model.forward_backward(cfg, params,
                                                       _model_batch(batch, cfg.slot_head),
-                                                      rng=hidden_rng)
+                                                      rng=hidden_rng,
+                                                      intent_offset=intent_offset)
             if not np.isfinite(loss):
                 raise FloatingPointError(
                     f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower the "

@@ -397,17 +397,20 @@ def fd_check(cfg, params, batch, rng, grads, f, skip_key_bias=True):
 @pytest.mark.parametrize("pooling, slot_head", [("cls", True), ("mean", False)])
 def test_gradients_with_dropout_smoothing_and_pooling(pooling, slot_head):
     """Training-mode dropout with a fixed mask (same generator seed on every call), label
-    smoothing and both poolings: float64 gradients against finite differences."""
+    smoothing, a logit-adjustment offset and both poolings: float64 gradients against finite
+    differences."""
     cfg = TINY.with_(slot_head=slot_head, n_layers=2, dropout=0.3, label_smoothing=0.1,
                      pooling=pooling)
     rng = np.random.default_rng(17)
     params = perturbed_params(cfg, rng)
     batch = make_batch(cfg, rng, n=3)
-    loss, grads, _ = M.forward_backward(cfg, params, batch, rng=np.random.default_rng(5))
+    offset = rng.standard_normal(cfg.n_intents)          # logit-adjusted loss
+    loss, grads, _ = M.forward_backward(cfg, params, batch, rng=np.random.default_rng(5),
+                                        intent_offset=offset)
 
     def f():
         return M.forward_backward(cfg, params, batch, need_grads=False,
-                                  rng=np.random.default_rng(5))[0]
+                                  rng=np.random.default_rng(5), intent_offset=offset)[0]
     assert f() == loss
     # the masks matter: a different draw gives a different loss
     assert M.forward_backward(cfg, params, batch, need_grads=False,
@@ -523,7 +526,30 @@ def test_label_smoothing_loss_by_hand():
     ({"dropout": True}, r"dropout must be a number in \[0, 1\)"),
     ({"label_smoothing": 1.5}, r"label_smoothing must be a number in \[0, 1\)"),
     ({"pooling": "max"}, r"pooling must be one of \['cls', 'mean'\]"),
+    ({"logit_adjustment": -1.0}, r"logit_adjustment must be a number in \[0, 4\]"),
 ])
 def test_new_config_fields_validated(change, match):
     with pytest.raises(ValueError, match=match):
         TINY.with_(**change)
+
+
+def test_logit_adjustment_offset_and_prior():
+    cfg = TINY
+    rng = np.random.default_rng(13)
+    params = M.init_params(cfg, rng, dtype=np.float64)
+    batch = make_batch(cfg, rng, n=5, slots=False)
+    offset = rng.standard_normal(cfg.n_intents)
+    loss, _, out = M.forward_backward(cfg, params, batch, intent_offset=offset)
+    _, _, plain = M.forward_backward(cfg, params, batch)
+    # the returned logits are the model's own; only the loss sees the offset
+    np.testing.assert_array_equal(out["intent_logits"], plain["intent_logits"])
+    z = plain["intent_logits"] + offset
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    assert loss == pytest.approx(-logp[np.arange(5), batch["intent"]].mean(), rel=1e-12)
+    with pytest.raises(ValueError, match="intent_offset must be 8 finite numbers"):
+        M.forward_backward(cfg, params, batch, intent_offset=np.zeros(3))
+    # prior: tau * log(count / N); unseen intents get the most frequent intent's offset
+    prior = M.intent_log_prior([1, 1, 1, 2], 4, tau=0.5)
+    np.testing.assert_allclose(prior, 0.5 * np.log([3 / 4, 3 / 4, 1 / 4, 3 / 4]))
+    with pytest.raises(ValueError, match="intent ids"):
+        M.intent_log_prior([], 4)
