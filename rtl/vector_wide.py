@@ -32,6 +32,8 @@ _K_RED = 3      # reduction: one column of a row group -> accumulator slot
 _K_CHK = 4      # gather/scatter pre-pass: index words to check against table_rows
 _K_IDX = 5      # gather/scatter: the index of the next row
 
+_HISTORY = 4    # scatter_add: row indices remembered to skip the wait for wr_idle
+
 
 def _latency_of(unit_class):
     probe = unit_class()
@@ -232,6 +234,8 @@ class WideVectorUnit(wiring.Component):
         slot_last = Signal(G)
         idx_val = Signal(32)
         idx_ok = Signal()
+        hist = [Signal(32, name=f"hist{k}") for k in range(_HISTORY)]    # scatter row indices
+        hist_v = Signal(_HISTORY)                                          # since last drain
 
         m.d.comb += [self.error.eq(err)]
         m.d.sync += self.done.eq(0)
@@ -317,7 +321,7 @@ class WideVectorUnit(wiring.Component):
                 total = Signal(32)
                 m.d.comb += total.eq(c.rows * c.cols)
                 m.d.sync += [count.eq(total), i.eq(0), j.eq(0), g.eq(0), prow.eq(0),
-                             coff.eq(0), idx_ok.eq(0)]
+                             coff.eq(0), idx_ok.eq(0), hist_v.eq(0)]
                 for s, v in enumerate(views):
                     m.d.sync += [base[s].eq(v.base), ad[s].eq(v.base), rb[s].eq(v.base)]
                 with m.If(is_upd):
@@ -466,9 +470,21 @@ class WideVectorUnit(wiring.Component):
                     m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_ok.eq(0)]
                     m.next = "GS_ROW"
             with m.State("GS_ROW"):
-                # scatter: the table row may have been written by an earlier row (repeated
-                # index): read it only once every earlier write has landed
-                with m.If(~is_scatter | drained):
+                # scatter: if an earlier row since the last drained moment had the same index
+                # (or the history is full), its writes may not have landed: read the table row
+                # only once every earlier write has (drained = wr_idle and nothing in flight)
+                hit = 0
+                for k in range(_HISTORY):
+                    hit = hit | (hist_v[k] & (hist[k] == idx_val))
+                with m.If(~is_scatter):
+                    m.next = "GS_T"
+                with m.Elif(drained):
+                    m.d.sync += [hist_v.eq(1), hist[0].eq(idx_val)]
+                    m.next = "GS_T"
+                with m.Elif(~hit & ~hist_v[_HISTORY - 1]):
+                    m.d.sync += hist_v.eq((hist_v << 1) | 1)
+                    for k in range(_HISTORY):
+                        m.d.sync += hist[k].eq(idx_val if k == 0 else hist[k - 1])
                     m.next = "GS_T"
 
             def gs_advance():
