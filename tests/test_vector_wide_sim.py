@@ -34,6 +34,9 @@ NAMES = {v: k for k, v in STORE_IDS.items()}
 class PortModel:
     """Cycle model of a store port (see ``rtl/port.py``) with random timing.
 
+    It also checks the stream rules on the unit's side: a read or write request offered and
+    not taken stays offered, unchanged, and no lane addresses a word outside its store.
+
     Parameters
     ----------
     dut : WideVectorUnit
@@ -62,6 +65,7 @@ class PortModel:
         self.pending = []           # [land time, store, addr, mask, words]
         self.now = 0
         self.reads = self.writes = 0
+        self._rd_held = self._wr_held = None
         sb, ab, w = dut.store_bits, dut.addr_bits, self.width
         self._rd_fields = (sb, ab, w)
         self._wr_fields = (sb, ab, w)
@@ -98,11 +102,17 @@ class PortModel:
                     sum(int(x) << (32 * w) for w, x in enumerate(head[1])))
         wr_ready = int(self.rng.random() < self.p_wr)
         ctx.set(dut.wr.ready, wr_ready)
-        return (rd_ready and ctx.get(dut.rd.valid),
-                ctx.get(dut.rd.payload.as_value()),
-                head is not None and ctx.get(dut.rd_data.ready),
-                wr_ready and ctx.get(dut.wr.valid),
-                ctx.get(dut.wr.payload.as_value()))
+        rd_valid, rd_p = ctx.get(dut.rd.valid), ctx.get(dut.rd.payload.as_value())
+        wr_valid, wr_p = ctx.get(dut.wr.valid), ctx.get(dut.wr.payload.as_value())
+        # stream rules: a request offered and not taken stays offered, unchanged
+        for name, held, valid, p in (("rd", self._rd_held, rd_valid, rd_p),
+                                     ("wr", self._wr_held, wr_valid, wr_p)):
+            if held is not None and (not valid or p != held):
+                raise AssertionError(f"{name} request withdrawn or changed before it was taken")
+        self._rd_held = rd_p if rd_valid and not rd_ready else None
+        self._wr_held = wr_p if wr_valid and not wr_ready else None
+        return (rd_ready and rd_valid, rd_p, head is not None and ctx.get(dut.rd_data.ready),
+                wr_ready and wr_valid, wr_p)
 
     def after_edge(self, sampled):
         """Apply the transfers of the cycle that just ended."""
