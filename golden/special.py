@@ -81,6 +81,8 @@ __all__ = [
     "FUNCTIONS", "FUNCTION_CODES", "NumpyOps",
     "exp_sequence", "recip_sequence", "rsqrt_sequence", "tanh_sequence", "tanh_grad_sequence",
     "gelu_sequence", "gelu_grad_sequence", "SEQUENCES",
+    "logistic_exp_input", "logistic_recip_input", "logistic_core", "tanh_head", "tanh_tail",
+    "gelu_head", "gelu_logistic", "gelu_tail", "gelu_grad_tail",
     "fp32_exp", "fp32_recip", "fp32_div", "fp32_rsqrt", "fp32_tanh", "fp32_tanh_grad",
     "fp32_gelu", "fp32_gelu_grad", "fp32_special",
     "EXP_CLAMP", "GELU_CLAMP", "TANH_POLY_BELOW", "INT_BITS",
@@ -389,14 +391,44 @@ def rsqrt_sequence(o, x):
     return o.select(bad, o.const(np.float32(np.nan)), r)
 
 
-def _logistic_core(o, t):
-    """``E = exp(-|t|)``, ``R = 1/(1 + E)``: exp of a non-positive argument, reciprocal on [1, 2]."""
-    e = exp_sequence(o, o.with_sign(t, True))     # -|t| (a NaN stays a NaN)
-    return e, recip_sequence(o, o.add(o.const(1.0), e))
+# Building blocks of tanh, gelu and gelu_grad. Each of these functions is head -> shared
+# logistic core -> tail; the RTL unit builds the core (an exp and a reciprocal datapath) once
+# and feeds it from whichever head the function code selects, so the pieces are public.
+
+def logistic_exp_input(o, t):
+    """Return ``-|t|``, the exp argument of the logistic core (a NaN stays a NaN)."""
+    return o.with_sign(t, True)
+
+
+def logistic_recip_input(o, e):
+    """Return ``1 + E``, the reciprocal argument of the logistic core (in [1, 2])."""
+    return o.add(o.const(1.0), e)
+
+
+def logistic_core(o, t):
+    """Return ``(E, R)`` with ``E = exp(-|t|)``, ``R = 1/(1 + E)`` (the shared core)."""
+    e = exp_sequence(o, logistic_exp_input(o, t))
+    return e, recip_sequence(o, logistic_recip_input(o, e))
+
+
+def tanh_head(o, x):
+    """Return ``(a, ps, t)``: ``|x|``, the small-|x| polynomial and the core argument ``2a``."""
+    a = o.abs(x)
+    z = o.mul(a, a)
+    ps = o.add(o.mul(o.mul(_horner(o, _TANH_P, z), z), a), a)
+    return a, ps, o.mul(a, o.const(2.0))
+
+
+def tanh_tail(o, x, a, ps, e, r):
+    """Return tanh from the head's values and the core's ``E``, ``R``."""
+    pb = o.mul(o.sub(o.const(1.0), e), r)
+    y = o.select(o.lt(a, o.const(TANH_POLY_BELOW)), ps, pb)
+    y = o.with_sign(y, o.sign(x))
+    return o.select(o.is_nan(x), o.const(np.float32(np.nan)), y)
 
 
 def tanh_sequence(o, x):
-    """Sequence of :func:`fp32_tanh`.
+    """Sequence of :func:`fp32_tanh`: :func:`tanh_head`, :func:`logistic_core`, :func:`tanh_tail`.
 
     ::
 
@@ -410,14 +442,9 @@ def tanh_sequence(o, x):
     Both branches are computed (a pipeline computes everything): 30 multiplies,
     23 adds/subtracts, 2 max/min, 1 compare.
     """
-    a = o.abs(x)
-    z = o.mul(a, a)
-    ps = o.add(o.mul(o.mul(_horner(o, _TANH_P, z), z), a), a)
-    e, r = _logistic_core(o, o.mul(a, o.const(2.0)))
-    pb = o.mul(o.sub(o.const(1.0), e), r)
-    y = o.select(o.lt(a, o.const(TANH_POLY_BELOW)), ps, pb)
-    y = o.with_sign(y, o.sign(x))
-    return o.select(o.is_nan(x), o.const(np.float32(np.nan)), y)
+    a, ps, t = tanh_head(o, x)
+    e, r = logistic_core(o, t)
+    return tanh_tail(o, x, a, ps, e, r)
 
 
 def tanh_grad_sequence(o, t):
@@ -425,17 +452,31 @@ def tanh_grad_sequence(o, t):
     return o.sub(o.const(1.0), o.mul(t, t))
 
 
-def _gelu_logistic(o, x):
-    """Shared head of gelu and gelu_grad: the clamped input, E, R and the logistic factor."""
+def gelu_head(o, x):
+    """Return ``(xl, xc, xx, t)`` of gelu and gelu_grad: clamped inputs, ``xc*xc`` and ``t = 2u``."""
     xl = o.max(x, o.const(GELU_CLAMP[0]))
     xc = o.min(xl, o.const(GELU_CLAMP[1]))
+    xx = o.mul(xc, xc)
     # t = 2u = 2C * (x + A x^3), in golden/layers.py's operation order (with 2C for C).
-    t = o.mul(o.mul(o.add(o.mul(o.mul(xc, xc), o.const(_GELU_A)), o.const(1.0)), xc),
-              o.const(_GELU_2C))
-    e, r = _logistic_core(o, t)
+    t = o.mul(o.mul(o.add(o.mul(xx, o.const(_GELU_A)), o.const(1.0)), xc), o.const(_GELU_2C))
+    return xl, xc, xx, t
+
+
+def gelu_logistic(o, t, e, r):
+    """Return ``(E*R, s)`` with ``s = logistic(t) = 0.5 (1 + tanh(t/2))``."""
     er = o.mul(e, r)
-    sig = o.select(o.lt(t, o.const(0.0)), er, r)  # logistic(t) = 0.5 (1 + tanh u)
-    return xl, xc, e, r, er, sig
+    return er, o.select(o.lt(t, o.const(0.0)), er, r)
+
+
+def gelu_tail(o, xl, sig):
+    """Return gelu: ``xl * s``."""
+    return o.mul(xl, sig)
+
+
+def gelu_grad_tail(o, xc, xx, r, er, sig):
+    """Return gelu': ``s + (xc * d2) * (E*R*R)``, ``d2 = (xx * 3A + 1) * 2C``."""
+    d2 = o.mul(o.add(o.mul(xx, o.const(_GELU_3A)), o.const(1.0)), o.const(_GELU_2C))
+    return o.add(sig, o.mul(o.mul(xc, d2), o.mul(er, r)))
 
 
 def gelu_sequence(o, x):
@@ -452,8 +493,10 @@ def gelu_sequence(o, x):
 
     27 multiplies, 18 adds/subtracts, 4 max/min, 1 compare.
     """
-    xl, _, _, _, _, sig = _gelu_logistic(o, x)
-    return o.mul(xl, sig)
+    xl, _, _, t = gelu_head(o, x)
+    e, r = logistic_core(o, t)
+    _, sig = gelu_logistic(o, t, e, r)
+    return gelu_tail(o, xl, sig)
 
 
 def gelu_grad_sequence(o, x):
@@ -461,14 +504,15 @@ def gelu_grad_sequence(o, x):
 
     With the names of :func:`gelu_sequence` (``s (1 - s) = E R R`` for either sign of ``t``)::
 
-        d2 = ((xc * xc) * 3A + 1) * 2C        # 2 du/dx
+        d2 = ((xc * xc) * 3A + 1) * 2C        # 2 du/dx (xc * xc shared with t)
         g  = s + (xc * d2) * ((E * R) * R)
 
-    32 multiplies, 20 adds/subtracts, 4 max/min, 1 compare.
+    31 multiplies, 20 adds/subtracts, 4 max/min, 1 compare.
     """
-    _, xc, _, r, er, sig = _gelu_logistic(o, x)
-    d2 = o.mul(o.add(o.mul(o.mul(xc, xc), o.const(_GELU_3A)), o.const(1.0)), o.const(_GELU_2C))
-    return o.add(sig, o.mul(o.mul(xc, d2), o.mul(er, r)))
+    _, xc, xx, t = gelu_head(o, x)
+    e, r = logistic_core(o, t)
+    er, sig = gelu_logistic(o, t, e, r)
+    return gelu_grad_tail(o, xc, xx, r, er, sig)
 
 
 #: Sequence function of each entry of :data:`FUNCTIONS`.
