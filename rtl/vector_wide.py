@@ -232,8 +232,10 @@ class WideVectorUnit(wiring.Component):
         slot_addr = [Signal(AB, name=f"slot_addr{g}") for g in range(G)]
         slot_mask = [Signal(W, name=f"slot_mask{g}") for g in range(G)]
         slot_last = Signal(G)
-        idx_val = Signal(32)
+        idx_val = Signal(32)      # the last index read (set by the assembler)
         idx_ok = Signal()
+        idx_cur = Signal(32)      # the current row's index
+        pre = Signal()            # the next row's index read is issued
         hist = [Signal(32, name=f"hist{k}") for k in range(_HISTORY)]    # scatter row indices
         hist_v = Signal(_HISTORY)                                          # since last drain
 
@@ -467,24 +469,35 @@ class WideVectorUnit(wiring.Component):
                     m.next = "GS_IDXW"
             with m.State("GS_IDXW"):
                 with m.If(idx_ok):
-                    m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_ok.eq(0)]
+                    m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_cur.eq(idx_val),
+                                 idx_ok.eq(0), pre.eq(0)]
                     m.next = "GS_ROW"
             with m.State("GS_ROW"):
-                # scatter: if an earlier row since the last drained moment had the same index
-                # (or the history is full), its writes may not have landed: read the table row
-                # only once every earlier write has (drained = wr_idle and nothing in flight)
+                # first the next row's index read (it arrives while this row streams), then
+                # this row. Scatter: if an earlier row since the last drained moment had the
+                # same index (or the history is full), its writes may not have landed: read
+                # the table row only once every earlier write has (drained = wr_idle and
+                # nothing in flight).
                 hit = 0
                 for k in range(_HISTORY):
-                    hit = hit | (hist_v[k] & (hist[k] == idx_val))
-                with m.If(~is_scatter):
+                    hit = hit | (hist_v[k] & (hist[k] == idx_cur))
+                idx_done = Signal()
+                with m.If(~last_row & ~pre):
+                    issued = beat(_K_IDX, c.v2.store, ad[2] + rstr[2], 1)
+                    m.d.comb += idx_done.eq(issued)
+                    with m.If(issued):
+                        m.d.sync += pre.eq(1)
+                with m.Else():
+                    m.d.comb += idx_done.eq(1)
+                with m.If(idx_done & ~is_scatter):
                     m.next = "GS_T"
-                with m.Elif(drained):
-                    m.d.sync += [hist_v.eq(1), hist[0].eq(idx_val)]
+                with m.Elif(idx_done & drained):
+                    m.d.sync += [hist_v.eq(1), hist[0].eq(idx_cur)]
                     m.next = "GS_T"
-                with m.Elif(~hit & ~hist_v[_HISTORY - 1]):
+                with m.Elif(idx_done & ~hit & ~hist_v[_HISTORY - 1]):
                     m.d.sync += hist_v.eq((hist_v << 1) | 1)
                     for k in range(_HISTORY):
-                        m.d.sync += hist[k].eq(idx_val if k == 0 else hist[k - 1])
+                        m.d.sync += hist[k].eq(idx_cur if k == 0 else hist[k - 1])
                     m.next = "GS_T"
 
             def gs_advance():
@@ -495,7 +508,12 @@ class WideVectorUnit(wiring.Component):
                         m.d.sync += [i.eq(i + 1), j.eq(0), ad[2].eq(ad[2] + rstr[2])]
                         for s in range(2):
                             m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
-                        m.next = "GS_IDX"
+                        with m.If(idx_ok):      # its index (read in GS_ROW) is here
+                            m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]),
+                                         idx_cur.eq(idx_val), idx_ok.eq(0), pre.eq(0)]
+                            m.next = "GS_ROW"
+                        with m.Else():
+                            m.next = "GS_IDXW"
                 with m.Else():
                     m.d.sync += [j.eq(j + n_lanes),
                                  tab.eq(tab + Mux(wide, W, t_col))]
