@@ -67,10 +67,11 @@ class WideVectorUnit(wiring.Component):
       ``width`` (or 1) elements per cycle when there are at least ``groups`` groups;
     * ``gather``/``scatter_add``: a pre-pass reads every index (``width`` per beat when the
       index list is contiguous) and ends the instruction with :data:`ERR_INDEX` before any
-      write if one is out of the table; then each row reads its index, then ``width`` columns
-      per beat (when the table's and the other view's column stride are 1). A scatter row waits
-      for ``wr_idle`` (all earlier writes landed) before it reads the table, so repeated
-      indices accumulate in list order.
+      write if one is out of the table; then rows stream ``width`` columns per beat (when the
+      table's and the other view's column stride are 1), each row first reading the next
+      row's index. A scatter row whose index repeats one of the last 4 rows since the unit
+      was last drained waits until every earlier write has landed (``wr_idle``) before it
+      reads the table, so repeated indices accumulate in list order.
 
     The arithmetic is ``width`` :class:`~ttrain.rtl.fp32.FP32Mul` followed by ``width``
     :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles, fixed), plus ``width``
@@ -203,12 +204,11 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += is_red.eq(is_sum | is_max)
         views = [c.v0, c.v1, c.v2]
 
-        # normalized walk (set in DECODE): dims, per-slot base/row/col/step, lanes
+        # normalized walk (set in DECODE): dims, per-slot base/row stride/step, lanes
         rows = Signal(16)
         cols = Signal(32)
         base = [Signal(32, name=f"base{s}") for s in range(3)]
         rstr = [Signal(32, name=f"rstr{s}") for s in range(3)]
-        cstr = [Signal(32, name=f"cstr{s}") for s in range(3)]
         step = [Signal(32, name=f"step{s}") for s in range(3)]   # address step per beat/group
         bcast = [Signal(name=f"bcast{s}") for s in range(3)]      # source word broadcast
         wide = Signal()           # W lanes per beat (else 1)
@@ -329,7 +329,7 @@ class WideVectorUnit(wiring.Component):
                 with m.If(is_upd):
                     m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
                     for s in range(3):
-                        m.d.sync += [rstr[s].eq(0), cstr[s].eq(1), bcast[s].eq(0),
+                        m.d.sync += [rstr[s].eq(0), bcast[s].eq(0),
                                      step[s].eq(W)]
                     m.next = "EW_OPA"
                 with m.Elif(is_ewop):
@@ -343,7 +343,7 @@ class WideVectorUnit(wiring.Component):
                     for s, v in enumerate(views):
                         r_ = Mux(tr, v.col, v.row)
                         c_ = Mux(tr, v.row, v.col)
-                        m.d.sync += [rstr[s].eq(r_), cstr[s].eq(c_),
+                        m.d.sync += [rstr[s].eq(r_),
                                      bcast[s].eq((c_ == 0) if s else 0),
                                      step[s].eq(Mux((wcol | wrow) & (W > 1), c_ << LW, c_))]
                     with m.If(two_src):
@@ -355,7 +355,7 @@ class WideVectorUnit(wiring.Component):
                     m.d.comb += rl.eq((c.v1.row == 1) & (c.v0.row == 1) & (W > 1))
                     m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(rl)]
                     for s, v in enumerate(views):
-                        m.d.sync += [rstr[s].eq(v.row), cstr[s].eq(v.col), bcast[s].eq(0),
+                        m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
                                      step[s].eq(Mux(rl, v.row << LW, v.row))]
                     with m.If(c.accumulate):
                         m.next = "RED_ACC"
@@ -367,7 +367,7 @@ class WideVectorUnit(wiring.Component):
                     m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(gw),
                                  iwide.eq((c.v2.row == 1) & (W > 1))]
                     for s, v in enumerate(views):
-                        m.d.sync += [rstr[s].eq(v.row), cstr[s].eq(v.col), bcast[s].eq(0),
+                        m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
                                      step[s].eq(Mux(gw, v.col << LW, v.col))]
                     m.d.sync += step[2].eq(Mux((c.v2.row == 1) & (W > 1), W, c.v2.row))
                     m.next = "GS_CHK"
