@@ -1,0 +1,427 @@
+"""Pipelined special-function unit: exp, recip, rsqrt, tanh, tanh', GELU, GELU' on FP32.
+
+Golden: :func:`ttrain.golden.special.fp32_special` (``docs/special-functions.md``). The unit
+takes one ``(func, x)`` per cycle and returns ``y = fp32_special(func, x)`` bit for bit after a
+fixed :attr:`SpecialFunctionUnit.latency`, whatever the mix of functions.
+
+How it is built: every function of :mod:`ttrain.golden.special` is a straight-line sequence
+over a small op set (``exp_sequence(o, x)``, ...). :class:`_PipelineOps` implements that op set
+in hardware: each FP32 multiply/add/subtract becomes an :class:`~ttrain.rtl.fp32.FP32Mul` /
+:class:`~ttrain.rtl.fp32.FP32Add` instance, max/min/``<`` an
+:class:`~ttrain.rtl.fp32.FP32Compare`, and the exact bit/integer ops (exponent split with a
+leading-zero count, exponent insertion, seeds, selects) small combinational logic. Every value
+carries the pipeline stage at which it is valid; an operation whose inputs arrive at different
+stages delays the earlier ones with reset-less shift registers (shared between users), so each
+function becomes a fully pipelined datapath scheduled as soon as possible. The unit builds one
+such datapath per function, delays every result to the slowest one and selects by ``func``.
+So the hardware runs exactly the golden sequence; it computes no expected values.
+
+Integer/bit ops that do arithmetic (``split``, ``pow2``, ``scale_exp``, ``int_from_magic``,
+``rsqrt_seed``, ``iadd``/``isub``/``ishr``/``iand``) end in a register (1 cycle); selects,
+sign and classification logic are combinational (0 cycles) in front of the next register.
+"""
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden import numerics
+from ..golden import special as S
+from ..golden.special import FUNCTION_CODES, FUNCTIONS, INT_BITS
+from .fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul, leading_zeros
+
+__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS"]
+
+#: Width of the function code (codes: :data:`ttrain.golden.special.FUNCTION_CODES`).
+FUNC_BITS = 3
+
+#: Input of the unit: ``x`` in bits 0-31, the function code in bits 32-34.
+SpecialOperand = data.StructLayout({"x": 32, "func": FUNC_BITS})
+
+_FP_LATENCY = {"mul": 6, "add": 6}   # FP32Mul / FP32Add (checked against the units below)
+_CMP_LATENCY = 1
+
+
+class _Val:
+    """A value of the pipeline: an Amaranth value valid ``t`` cycles after the input.
+
+    ``t is None`` marks a constant (valid at every stage). ``kind`` is ``"f"`` (32-bit float
+    bits), ``"b"`` (1-bit bool) or ``"i"`` (INT_BITS-bit signed integer).
+    """
+
+    def __init__(self, value, t, kind):
+        self.value, self.t, self.kind = value, t, kind
+
+
+class _PipelineOps:
+    """The op set of :mod:`ttrain.golden.special`, building pipeline hardware in module ``m``.
+
+    Each call returns a :class:`_Val`; see the module docstring for the latencies. ``stats``
+    counts the FP32 units instantiated.
+    """
+
+    def __init__(self, m, prefix, *, trace_only=False):
+        self._m = m
+        self._trace_only = trace_only
+        self._prefix = prefix
+        self._delays = {}
+        self._n = 0
+        self.stats = {"mul": 0, "add": 0, "compare": 0, "delay_bits": 0}
+
+    # -- plumbing ----------------------------------------------------------------------------
+    def _name(self, what):
+        self._n += 1
+        return f"{self._prefix}_{what}{self._n}"
+
+    def _lift(self, v, kind):
+        if isinstance(v, _Val):
+            if v.kind != kind:
+                raise TypeError(f"special-function sequence passed a {v.kind!r} value where a "
+                                f"{kind!r} value is needed")
+            return v
+        if kind == "b":
+            return _Val(Const(int(bool(v)), 1), None, "b")
+        if kind == "i":
+            return _Val(Const(int(v), signed(INT_BITS)), None, "i")
+        return self.const(v)
+
+    def at(self, v, t):
+        """Return the value of ``v`` delayed to stage ``t`` (constants as they are)."""
+        if v.t is None or v.t == t:
+            return v.value
+        if v.t > t:
+            raise AssertionError(f"value needed at stage {t} is only valid at stage {v.t}")
+        key = id(v)
+        chain = self._delays.setdefault(key, [v, [v.value]])[1]
+        while len(chain) <= t - v.t:
+            prev = chain[-1]
+            reg = Signal.like(prev, name=self._name("d"), reset_less=True)
+            self._m.d.sync += reg.eq(prev)
+            self.stats["delay_bits"] += len(reg)
+            chain.append(reg)
+        return chain[t - v.t]
+
+    def _align(self, *vals):
+        ts = [v.t for v in vals if v.t is not None]
+        t = max(ts) if ts else None
+        return t, [self.at(v, t) if t is not None else v.value for v in vals]
+
+    def _comb(self, kind, value, t, shape):
+        sig = Signal(shape, name=self._name("c"))
+        self._m.d.comb += sig.eq(value)
+        return _Val(sig, t, kind)
+
+    def _reg(self, kind, value, t, shape):
+        sig = Signal(shape, name=self._name("r"), reset_less=True)
+        self._m.d.sync += sig.eq(value)
+        return _Val(sig, None if t is None else t + 1, kind)
+
+    def _int(self, value, t):
+        """Register an integer result, wrapped to INT_BITS bits two's complement."""
+        wide = Signal(signed(48), name=self._name("w"))
+        self._m.d.comb += wide.eq(value)            # sign- or zero-extends by value's shape
+        return self._reg("i", wide[0:INT_BITS].as_signed(), t, signed(INT_BITS))
+
+    # -- FP32 operations ---------------------------------------------------------------------
+    def const(self, value):
+        bits = int(numerics.f32_to_bits(value))
+        return _Val(Const(bits, 32), None, "f")
+
+    def _fp(self, unit_class, kind, a, b, negate_b=False):
+        a, b = self._lift(a, "f"), self._lift(b, "f")
+        t, (av, bv) = self._align(a, b)
+        unit = unit_class()
+        unit._MustUse__silence = self._trace_only
+        self._m.submodules[self._name(kind)] = unit
+        self.stats[kind] += 1
+        if negate_b:
+            bv = Cat(bv[0:31], ~bv[31])
+        self._m.d.comb += [unit.i.payload.a.eq(av), unit.i.payload.b.eq(bv), unit.i.valid.eq(1)]
+        if unit.latency != _FP_LATENCY[kind]:
+            raise AssertionError(f"{unit_class.__name__} latency changed to {unit.latency}")
+        return _Val(unit.o.payload, (t or 0) + unit.latency, "f")
+
+    def mul(self, a, b):
+        return self._fp(FP32Mul, "mul", a, b)
+
+    def add(self, a, b):
+        return self._fp(FP32Add, "add", a, b)
+
+    def sub(self, a, b):
+        return self._fp(FP32Add, "add", a, b, negate_b=True)
+
+    def _compare(self, a, b):
+        a, b = self._lift(a, "f"), self._lift(b, "f")
+        t, (av, bv) = self._align(a, b)
+        unit = FP32Compare(latency=_CMP_LATENCY)
+        unit._MustUse__silence = self._trace_only
+        self._m.submodules[self._name("cmp")] = unit
+        self.stats["compare"] += 1
+        self._m.d.comb += [unit.i.payload.a.eq(av), unit.i.payload.b.eq(bv), unit.i.valid.eq(1)]
+        return unit.o.payload, (t or 0) + _CMP_LATENCY
+
+    def max(self, a, b):
+        out, t = self._compare(a, b)
+        return _Val(out.max, t, "f")
+
+    def min(self, a, b):
+        out, t = self._compare(a, b)
+        return _Val(out.min, t, "f")
+
+    def lt(self, a, b):
+        out, t = self._compare(a, b)
+        return _Val(out.is_lt, t, "b")
+
+    # -- classification, bool logic, bit operations (combinational) --------------------------
+    def _unary(self, kind, a, fn, shape, in_kind="f"):
+        a = self._lift(a, in_kind)
+        return self._comb(kind, fn(a.value), a.t, shape)
+
+    def is_nan(self, a):
+        return self._unary("b", a, lambda v: v[0:31] > 0x7F800000, 1)
+
+    def is_inf(self, a):
+        return self._unary("b", a, lambda v: v[0:31] == 0x7F800000, 1)
+
+    def is_zero(self, a):
+        return self._unary("b", a, lambda v: v[0:31] == 0, 1)
+
+    def sign(self, a):
+        return self._unary("b", a, lambda v: v[31], 1)
+
+    def _bool2(self, a, b, fn):
+        a, b = self._lift(a, "b"), self._lift(b, "b")
+        t, (av, bv) = self._align(a, b)
+        return self._comb("b", fn(av, bv), t, 1)
+
+    def and_(self, a, b):
+        return self._bool2(a, b, lambda x, y: x & y)
+
+    def or_(self, a, b):
+        return self._bool2(a, b, lambda x, y: x | y)
+
+    def not_(self, a):
+        return self._unary("b", a, lambda v: ~v, 1, in_kind="b")
+
+    def select(self, c, a, b):
+        c, a, b = self._lift(c, "b"), self._lift(a, "f"), self._lift(b, "f")
+        t, (cv, av, bv) = self._align(c, a, b)
+        return self._comb("f", Mux(cv, av, bv), t, 32)
+
+    def abs(self, a):
+        return self._unary("f", a, lambda v: Cat(v[0:31], Const(0, 1)), 32)
+
+    def with_sign(self, a, s):
+        a, s = self._lift(a, "f"), self._lift(s, "b")
+        t, (av, sv) = self._align(a, s)
+        return self._comb("f", Cat(av[0:31], sv), t, 32)
+
+    # -- exact bit/integer arithmetic (registered) -------------------------------------------
+    def split(self, a):
+        a = self._lift(a, "f")
+        v = a.value
+        field, frac = v[23:31], v[0:23]
+        lz = Signal(6, name=self._name("lz"))
+        self._m.d.comb += lz.eq(Mux(frac == 0, 23, leading_zeros(frac)))
+        sub_frac = Signal(23, name=self._name("subfrac"))
+        self._m.d.comb += sub_frac.eq((frac << (lz + 1))[0:23])
+        normal = field != 0
+        m = self._reg("f", Cat(Mux(normal, frac, sub_frac), Const(127, 8), Const(0, 1)),
+                      a.t, 32)
+        e = self._int(Mux(normal, field - 127, -127 - lz), a.t)
+        return m, e
+
+    def pow2(self, n):
+        n = self._lift(n, "i")
+        return self._reg("f", Cat(Const(0, 23), (n.value + 127)[0:8], Const(0, 1)), n.t, 32)
+
+    def scale_exp(self, a, n):
+        a, n = self._lift(a, "f"), self._lift(n, "i")
+        t, (av, nv) = self._align(a, n)
+        return self._reg("f", (av + (nv << 23))[0:32], t, 32)
+
+    def int_from_magic(self, k):
+        k = self._lift(k, "f")
+        return self._int(k.value - 0x4B400000, k.t)
+
+    def rsqrt_seed(self, a):
+        a = self._lift(a, "f")
+        return self._reg("f", (0x5F3759DF - (a.value >> 1))[0:32], a.t, 32)
+
+    def _int2(self, a, b, fn):
+        a, b = self._lift(a, "i"), self._lift(b, "i")
+        t, (av, bv) = self._align(a, b)
+        return self._int(fn(av, bv), t)
+
+    def iadd(self, a, b):
+        return self._int2(a, b, lambda x, y: x + y)
+
+    def isub(self, a, b):
+        return self._int2(a, b, lambda x, y: x - y)
+
+    def ishr(self, a, k):
+        a = self._lift(a, "i")
+        return self._int(a.value >> int(k), a.t)
+
+    def iand(self, a, k):
+        a = self._lift(a, "i")
+        return self._int(a.value & int(k), a.t)
+
+
+class SpecialFunctionUnit(wiring.Component):
+    """Pipelined FP32 special functions, ``o = fp32_special(i.func, i.x)`` bit for bit.
+
+    Golden: :func:`ttrain.golden.special.fp32_special` (sequences in
+    :mod:`ttrain.golden.special`, accuracy in ``docs/special-functions.md``). Function codes:
+    :data:`ttrain.golden.special.FUNCTION_CODES` (0 exp, 1 recip, 2 rsqrt, 3 tanh,
+    4 tanh_grad, 5 gelu, 6 gelu_grad). A code without a datapath in this instance (code 7, or
+    a function left out with ``functions=``) returns the canonical NaN ``0x7FC00000``.
+
+    One input per cycle on an ``always_ready`` stream, one result per cycle after the fixed
+    :attr:`latency`, in order, whatever the function mix; ``o.valid`` is ``i.valid`` delayed
+    by :attr:`latency`. No back-pressure (like the FP32 units).
+
+    Datapaths: one exp and one reciprocal datapath are shared. The exp datapath takes ``x``
+    (function exp) or the logistic-core argument ``-|t|`` of the tanh or gelu head
+    (:func:`~ttrain.golden.special.tanh_head`, :func:`~ttrain.golden.special.gelu_head`); the
+    reciprocal takes ``x`` (function recip) or ``1 + E``. The function code selects the source
+    at each of the two inputs; heads and tails (and rsqrt, tanh_grad) have their own
+    operators. Every function therefore runs exactly its golden sequence.
+
+    Parameters
+    ----------
+    functions : iterable of str, optional
+        Functions to build (default: all of :data:`ttrain.golden.special.FUNCTIONS`). Leaving
+        some out saves their operators (gelu and gelu_grad share their head).
+
+    Members
+    -------
+    i : ``In(stream.Signature(SpecialOperand, always_ready=True))``
+        ``x`` (bits 0-31) and ``func`` (bits 32-34).
+    o : ``Out(stream.Signature(32, always_ready=True))``
+        Results, :attr:`latency` cycles after the matching ``i`` beat.
+    """
+
+    def __init__(self, *, functions=FUNCTIONS):
+        self._MustUse__silence = True      # no "never used" warning if the checks below raise
+        if isinstance(functions, str):
+            raise TypeError(f"functions must be an iterable of function names, not the string "
+                            f"{functions!r}; write functions=({functions!r},)")
+        functions = tuple(functions)
+        unknown = [f for f in functions if f not in FUNCTION_CODES]
+        if unknown:
+            raise ValueError(f"unknown special function(s) {unknown}; choose from {FUNCTIONS}")
+        if not functions:
+            raise ValueError(f"functions must name at least one of {FUNCTIONS}")
+        if len(set(functions)) != len(functions):
+            raise ValueError(f"functions lists a function twice: {functions}")
+        # Keep the code order, whatever order was given.
+        self._functions = tuple(f for f in FUNCTIONS if f in functions)
+        scratch = Module()
+        scratch._MustUse__silence = True
+        ops = _PipelineOps(scratch, "trace", trace_only=True)
+        results = self._datapaths(ops, Signal(32, name="x"), Signal(FUNC_BITS, name="func"))
+        self._latency = max(v.t for v in results.values()) + 1
+        self._stats = dict(ops.stats, result_stage={f: v.t for f, v in results.items()})
+        super().__init__({
+            "i": In(stream.Signature(SpecialOperand, always_ready=True)),
+            "o": Out(stream.Signature(32, always_ready=True)),
+        })
+        self._MustUse__silence = False
+
+    def _datapaths(self, o, x_bits, func_bits):
+        """Build every datapath with the op set ``o``; return ``{func: result _Val}``."""
+        fs = self._functions
+        x = _Val(x_bits, 0, "f")
+
+        def code_is(*names):
+            cond = func_bits == FUNCTION_CODES[names[0]]
+            for name in names[1:]:
+                cond = cond | (func_bits == FUNCTION_CODES[name])
+            return o._comb("b", cond, 0, 1)
+
+        def source(options):
+            """Select among ``(names, value)`` options by function code; the last is default."""
+            value = options[-1][1]
+            for names, v in reversed(options[:-1]):
+                value = o.select(code_is(*names), v, value)
+            return value
+
+        out = {}
+        gelus = tuple(f for f in ("gelu", "gelu_grad") if f in fs)
+        exp_in = [(("exp",), x)] if "exp" in fs else []
+        if "tanh" in fs:
+            a, ps, t_tanh = S.tanh_head(o, x)
+            exp_in.append((("tanh",), S.logistic_exp_input(o, t_tanh)))
+        if gelus:
+            xl, xc, xx, t_gelu = S.gelu_head(o, x)
+            exp_in.append((gelus, S.logistic_exp_input(o, t_gelu)))
+        if exp_in:
+            e = S.exp_sequence(o, source(exp_in))
+            if "exp" in fs:
+                out["exp"] = e
+        recip_in = [(("recip",), x)] if "recip" in fs else []
+        if "tanh" in fs or gelus:
+            recip_in.append(((), S.logistic_recip_input(o, e)))
+        if recip_in:
+            r = S.recip_sequence(o, source(recip_in))
+            if "recip" in fs:
+                out["recip"] = r
+        if "rsqrt" in fs:
+            out["rsqrt"] = S.rsqrt_sequence(o, x)
+        if "tanh" in fs:
+            out["tanh"] = S.tanh_tail(o, x, a, ps, e, r)
+        if "tanh_grad" in fs:
+            out["tanh_grad"] = S.tanh_grad_sequence(o, x)
+        if gelus:
+            er, sig = S.gelu_logistic(o, t_gelu, e, r)
+            if "gelu" in fs:
+                out["gelu"] = S.gelu_tail(o, xl, sig)
+            if "gelu_grad" in fs:
+                out["gelu_grad"] = S.gelu_grad_tail(o, xc, xx, r, er, sig)
+        return out
+
+    @property
+    def functions(self):
+        """Functions with a datapath in this instance, in code order."""
+        return self._functions
+
+    @property
+    def latency(self):
+        """Cycles from ``i.valid`` to the matching ``o.valid``."""
+        return self._latency
+
+    @property
+    def stats(self):
+        """Operator counts of this instance: FP32 units (``mul``, ``add``, ``compare``),
+        ``delay_bits`` (alignment shift-register bits) and ``result_stage`` (per function, the
+        stage its result is ready, before the output register)."""
+        return dict(self._stats, result_stage=dict(self._stats["result_stage"]))
+
+    def elaborate(self, platform):
+        m = Module()
+        last = self._latency - 1          # stage of the output multiplexer's inputs
+        ops = _PipelineOps(m, "sf")
+        func_code = Signal(FUNC_BITS, name="func_s0")
+        m.d.comb += func_code.eq(self.i.payload.func)
+        results = self._datapaths(ops, self.i.payload.x, func_code)
+        code = ops.at(_Val(func_code, 0, "i"), last)
+        # Delay chains are built outside the Switch (their registers must always shift).
+        aligned = {func: ops.at(value, last) for func, value in results.items()}
+
+        out = Signal(32, name="out", reset_less=True)
+        with m.Switch(code):
+            for func, value in aligned.items():
+                with m.Case(FUNCTION_CODES[func]):
+                    m.d.sync += out.eq(value)
+            with m.Default():
+                m.d.sync += out.eq(CANONICAL_NAN)
+
+        valid = self.i.valid
+        for k in range(1, self._latency + 1):
+            nxt = Signal(name=f"valid_s{k}")
+            m.d.sync += nxt.eq(valid)
+            valid = nxt
+        m.d.comb += [self.o.payload.eq(out), self.o.valid.eq(valid)]
+        return m
