@@ -329,8 +329,7 @@ class WideVectorUnit(wiring.Component):
                 with m.If(is_upd):
                     m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
                     for s in range(3):
-                        m.d.sync += [rstr[s].eq(0), bcast[s].eq(0),
-                                     step[s].eq(W)]
+                        m.d.sync += [rstr[s].eq(0), bcast[s].eq(0), step[s].eq(W)]
                     m.next = "EW_OPA"
                 with m.Elif(is_ewop):
                     with m.If(dense):
@@ -400,8 +399,6 @@ class WideVectorUnit(wiring.Component):
                 with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
                     m.next = "EW_FIRE"
             with m.State("EW_FIRE"):
-                fs = Signal(2)
-                m.d.comb += fs.eq(Mux(is_upd | ew["fill"], 0, Mux(two_src, 2, 1)))
                 f_store = Mux(is_upd | ew["fill"], c.v0.store,
                               Mux(two_src, c.v2.store, c.v1.store))
                 f_addr = Mux(is_upd | ew["fill"], ad[0], Mux(two_src, ad[2], ad[1]))
