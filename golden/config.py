@@ -160,6 +160,13 @@ class ModelConfig:
     encoder blocks whose Q, K, V, O, FFN1 and FFN2 projections are TT-linear layers (with dense
     biases); a TT pre-classifier ("pooler") + tanh on token 0 ([CLS]); a dense intent head;
     optionally a per-token slot head (TT pre-classifier + GELU + LayerNorm + dense).
+
+    Optional training aids, all off by default (then the model is bit-identical to the one
+    without them): ``dropout`` (inverted dropout on the embedding, attention and FFN outputs
+    and the pooled vector, in training steps only), ``label_smoothing`` (intent targets),
+    ``logit_adjustment`` (tau of the logit-adjusted intent loss, offsets ``tau * log prior``).
+    ``pooling`` selects the pooler input: ``"cls"`` (token 0) or ``"mean"`` (mean of the real
+    tokens). See ``docs/training.md``.
     """
     name: str
     d_model: int

@@ -16,6 +16,11 @@ the best dev epoch (intent accuracy, ties to the lower dev loss) and returns the
 ``out_dir`` it writes ``best.npz`` (see :func:`save_checkpoint`), ``history.json`` and
 ``curves.png`` (loss and accuracy per epoch).
 
+The model's own training aids (``cfg.dropout``, ``cfg.label_smoothing``,
+``cfg.logit_adjustment``; see :mod:`ttrain.golden.model`) are switched on by the config: the
+dropout masks come from their own generator ``default_rng([seed, 3])`` and the logit-adjustment
+offsets from the train split's intent counts.
+
 Optional, all outside the update rule: global-norm gradient clipping (``clip``), word dropout
 to ``[UNK]`` on training batches (``word_dropout``), class-rebalanced epochs (``balance``) and
 tail averaging of the iterates (``average``). Defaults for ``epochs``, ``lr``, ``batch_size``
@@ -35,7 +40,7 @@ from .data import UNK, Dataset
 
 __all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
-           "SCHEDULES"]
+           "unk_probabilities", "SCHEDULES"]
 
 SCHEDULES = ("constant", "linear")
 CHECKPOINT_FORMAT = 1
@@ -277,6 +282,24 @@ def lr_at(step, total, lr, schedule="constant", warmup=0.0):
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {list(SCHEDULES)}")
 
 
+def unk_probabilities(dataset, alpha):
+    """Return, per token id, the extra ``[UNK]`` probability ``alpha / (alpha + c)``.
+
+    ``c`` is the number of times the token occurs as a word in the train split (``[CLS]`` and
+    padding excluded). Specials and ``[UNK]`` itself get 0; so do vocabulary words never seen
+    as train words (none, when the vocabulary comes from the train split).
+    """
+    if not alpha > 0:
+        raise ValueError(f"alpha must be positive, got {alpha!r}")
+    data = dataset.batch("train")
+    words = data["mask"].copy()
+    words[:, 0] = False
+    counts = np.bincount(data["tokens"][words], minlength=dataset.vocab_size)
+    p = np.where(counts > 0, alpha / (alpha + np.maximum(counts, 1)), 0.0)
+    p[:3] = 0.0                                         # [PAD], [UNK], [CLS]
+    return p
+
+
 def epoch_order(labels, balance, rng):
     """Return the sentence indices of one class-rebalanced epoch (``len(labels)`` draws).
 
@@ -300,7 +323,7 @@ def _fmt(value):
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
-          average=None, balance=None, log=None, blas_threads=1):
+          average=None, balance=None, log=None, blas_threads=1, unk_alpha=None):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     Parameters
@@ -335,6 +358,11 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         a step (default ``cfg.extra.get("word_dropout", 0)``): teaches the model to use the
         context of words it has never seen, as happens on the test split. Evaluation never
         drops words.
+    unk_alpha : float, optional
+        Frequency-dependent word dropout on top of ``word_dropout``: a training word seen
+        ``c`` times in the train split is also replaced by ``[UNK]`` with probability
+        ``unk_alpha / (unk_alpha + c)`` (rare words, which look most like unseen test words,
+        are dropped most; default ``cfg.extra.get("unk_alpha", 0)`` = off).
     average : float, optional
         Tail averaging (Polyak–Ruppert): over the last ``average`` fraction of the steps keep
         the running mean of the SGD iterates, and from then on evaluate, select and return the
@@ -363,16 +391,16 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     """
     if blas_threads is None:
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log)
+                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log)
+                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha)
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, word_dropout, average, balance, log):
+           warmup, clip, word_dropout, average, balance, log, unk_alpha):
     from . import model
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
@@ -387,6 +415,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     word_dropout = cfg.extra.get("word_dropout", 0.0) if word_dropout is None else word_dropout
     average = cfg.extra.get("average", 0.0) if average is None else average
     balance = cfg.extra.get("balance", 0.0) if balance is None else balance
+    unk_alpha = cfg.extra.get("unk_alpha", 0.0) if unk_alpha is None else unk_alpha
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
@@ -403,6 +432,10 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         raise ValueError(f"average must be a fraction of the steps in [0, 1], got {average!r}")
     if not 0 <= word_dropout < 1:
         raise ValueError(f"word_dropout must be a probability in [0, 1), got {word_dropout!r}")
+    if isinstance(unk_alpha, bool) or not isinstance(unk_alpha, (int, float)) \
+            or not 0 <= unk_alpha <= 100:
+        raise ValueError(f"unk_alpha must be a number in [0, 100] (0 = off; a word seen c times "
+                         f"is dropped with probability alpha / (alpha + c)), got {unk_alpha!r}")
     if dataset.seq_len != cfg.seq_len:
         raise ValueError(f"data set was encoded with seq_len {dataset.seq_len} but config "
                          f"{cfg.name!r} has seq_len {cfg.seq_len}: load it with this config")
@@ -436,6 +469,9 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     avg_start = total_steps - int(round(average * total_steps))  # first averaged step
     avg, n_avg = None, 0
     train_labels = dataset.batch("train")["intent"]
+    p_unk = None
+    if unk_alpha > 0:
+        p_unk = unk_probabilities(dataset, unk_alpha)
     intent_offset = None
     if cfg.logit_adjustment:
         intent_offset = model.intent_log_prior(train_labels, cfg.n_intents,
@@ -455,7 +491,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                    unit="step", file=sys.stderr) if show_bar else None
         for batch in epoch_batches():
             rate = lr_at(step, total_steps, lr, schedule, warmup)
-            if word_dropout > 0:
+            if p_unk is not None:
+                words = batch["mask"].copy()
+                words[:, 0] = False
+                p = 1.0 - (1.0 - word_dropout) * (1.0 - p_unk[batch["tokens"]])
+                drop = words & (dropout_rng.random(words.shape) < p)
+                batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
+            elif word_dropout > 0:
                 words = batch["mask"].copy()
                 words[:, 0] = False
                 drop = words & (dropout_rng.random(words.shape) < word_dropout)
@@ -521,13 +563,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
               "word_dropout": word_dropout, "average": average, "balance": balance,
-              "checkpoint": None, "curves": None, "history_file": None}
+              "unk_alpha": unk_alpha, "checkpoint": None, "curves": None, "history_file": None}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
                                        "warmup", "clip", "word_dropout", "average",
-                                       "balance", "best_epoch")}
+                                       "balance", "unk_alpha", "best_epoch")}
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,

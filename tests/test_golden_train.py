@@ -264,3 +264,27 @@ def test_checkpoint_without_new_fields_still_loads(tmp_path):
     assert load_checkpoint(path, tiny.with_(dropout=0.2, label_smoothing=0.1))["cfg"] == tiny
     with pytest.raises(ValueError, match="pooling: checkpoint 'cls' vs config 'mean'"):
         load_checkpoint(path, tiny.with_(pooling="mean"))
+
+
+def test_unk_probabilities_and_frequency_word_dropout():
+    from collections import Counter
+
+    from ttrain.golden.train import unk_probabilities
+    ds = generate_dataset(seed=3, n_train=48, n_dev=8, n_test=8)
+    p = unk_probabilities(ds, 2.0)
+    # counts recomputed from the raw text: every train word is in the (128-row) vocabulary
+    counts = Counter(w for s in ds.raw["train"].words for w in s[:ds.seq_len - 1])
+    assert p.shape == (ds.vocab_size,)
+    assert p[:3].tolist() == [0.0, 0.0, 0.0]
+    for i, w in enumerate(ds.vocab[3:], start=3):
+        want = 2.0 / (2.0 + counts[w]) if counts[w] else 0.0
+        assert p[i] == pytest.approx(want), w
+    with pytest.raises(ValueError, match="alpha must be positive"):
+        unk_probabilities(ds, 0.0)
+    tiny = get_config("tiny")
+    runs = {a: train(tiny, ds, epochs=1, lr=0.1, batch_size=8, seed=1, word_dropout=0.1,
+                     unk_alpha=a, progress=False) for a in (0.0, 3.0)}
+    assert runs[0.0]["history"][0]["train_loss"] != runs[3.0]["history"][0]["train_loss"]
+    assert runs[3.0]["unk_alpha"] == 3.0
+    with pytest.raises(ValueError, match=r"unk_alpha must be a number in \[0, 100\]"):
+        train(tiny, ds, epochs=1, lr=0.1, unk_alpha=-1.0)
