@@ -55,6 +55,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from .port import StorePortSignature
 from .store import BankedStore
 
 __all__ = ["StoreSpec", "ContractionEngine", "descriptor_layout", "host_request_layout",
@@ -320,6 +321,9 @@ class ContractionEngine(wiring.Component):
         FP32 multiplier / adder components (default :class:`~ttrain.rtl.fp32.FP32Mul` /
         :class:`~ttrain.rtl.fp32.FP32Add`): ``i``/``o`` streams as those and a ``latency``
         property; the latencies set the pipeline and the minimum ``slots``.
+    ports : int
+        Store ports for other units (``port0`` ..), served at all times, busy or not, at a
+        lower priority than the engine's own fetchers and writer (see :mod:`ttrain.rtl.port`).
 
     Members
     -------
@@ -337,10 +341,14 @@ class ContractionEngine(wiring.Component):
         Host load / read-back beats.
     host_o : ``Out(stream.Signature(data.ArrayLayout(32, banks)))``
         Read-back data, one beat per read beat.
+    port0, port1, ... : ``In(StorePortSignature(...))``
+        The store ports (``ports`` of them), see :mod:`ttrain.rtl.port`. The engine does not
+        order a port's accesses against its own: the sequencer's scoreboard keeps a unit off
+        the words a running contraction reads or writes.
     """
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
-                 mul_unit=None, add_unit=None):
+                 mul_unit=None, add_unit=None, ports=0):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -360,6 +368,10 @@ class ContractionEngine(wiring.Component):
         if not isinstance(fetch_depth, int) or fetch_depth < 2:
             raise ValueError(f"fetch_depth must be an integer >= 2 (double buffering), "
                              f"not {fetch_depth!r}")
+        if isinstance(ports, bool) or not isinstance(ports, int) or not 0 <= ports <= 8:
+            raise ValueError(f"ports must be an integer in 0..8 (store ports for the vector "
+                             f"and update units), not {ports!r}")
+        self._ports = ports
         self._mul_unit = mul_unit or FP32Mul
         self._add_unit = add_unit or FP32Add
         self._mul_latency = self._probe_latency(self._mul_unit)
@@ -390,7 +402,10 @@ class ContractionEngine(wiring.Component):
         self._addr_bits = max(1, max(ceil_log2(s.depth) for s in stores))
         self._desc_layout = descriptor_layout(self._store_bits, self._addr_bits, dim_bits)
         self._host_layout = host_request_layout(self._store_bits, self._addr_bits, banks)
-        super().__init__({
+        self._port_sig = StorePortSignature(store_bits=self._store_bits,
+                                            addr_bits=self._addr_bits, width=banks)
+        members = {f"port{i}": In(self._port_sig) for i in range(ports)}
+        super().__init__({**members,
             "desc": In(self._desc_layout),
             "start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(3),
@@ -406,6 +421,9 @@ class ContractionEngine(wiring.Component):
         return probe.latency
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
+    ports = property(lambda self: self._ports, doc="Store ports for other units.")
+    port_signature = property(lambda self: self._port_sig,
+                              doc="The :class:`~ttrain.rtl.port.StorePortSignature` of a port.")
     banks = property(lambda self: self._banks, doc="Banks per store (= host beat width).")
     slots = property(lambda self: self._slots, doc="Interleaved output rows per tile.")
     dim_bits = property(lambda self: self._dim_bits, doc="Width of the dimension fields.")
@@ -519,15 +537,18 @@ class ContractionEngine(wiring.Component):
         wc = _WriteClient(m, "wc", P, AW, SB)          # C results
         wh = _WriteClient(m, "hw", NB, AW, SB)         # host write
 
+        prs = [_ReadClient(m, f"p{i}r", NB, AW, SB, lnb) for i in range(self._ports)]
+        pws = [_WriteClient(m, f"p{i}w", NB, AW, SB) for i in range(self._ports)]
+
         def lane_list(client):
             return [(client.pending[p], client.store, client.addr[p], client.grant[p])
                     for p in range(client.lanes)]
 
-        rsel = _arbitrate(m, "rarb", lane_list(rh) + lane_list(rc) + lane_list(rb)
-                          + lane_list(ra), n_stores, lnb)
-        wlanes = lane_list(wh) + lane_list(wc)
-        wsel = _arbitrate(m, "warb", wlanes, n_stores, lnb)
-        wdata_lanes = [cl.data[p] for cl in (wh, wc) for p in range(cl.lanes)]
+        rsel = _arbitrate(m, "rarb", sum((lane_list(c) for c in [rh, rc, rb, ra] + prs), []),
+                          n_stores, lnb)
+        wclients = [wh, wc] + pws
+        wsel = _arbitrate(m, "warb", sum((lane_list(c) for c in wclients), []), n_stores, lnb)
+        wdata_lanes = [cl.data[p] for cl in wclients for p in range(cl.lanes)]
         for s, st in enumerate(self._stores):
             for b in range(NB):
                 rpairs = rsel[s][b]
@@ -541,7 +562,7 @@ class ContractionEngine(wiring.Component):
                              st.w_data[b].eq(_or_mux([(g, dd) for (g, _), dd in
                                                       zip(wpairs, wdata_lanes)], 32))]
         rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
-        for cl in (ra, rb, rc, rh):
+        for cl in [ra, rb, rc, rh] + prs:
             cl.connect_data(m, rdata)
 
         # ---- host port -----------------------------------------------------------------
@@ -569,6 +590,36 @@ class ContractionEngine(wiring.Component):
                      self.host_o.valid.eq(resp.r_rdy), self.host_o.payload.eq(resp.r_data),
                      resp.r_en.eq(self.host_o.ready)]
         m.d.sync += resp_credit.eq(resp_credit - rh.load + (resp.r_rdy & self.host_o.ready))
+
+        # ---- store ports (vector / update units), served busy or not ----------------------
+        def in_store(req):
+            return Cat(*[req.mask[w] & ((req.addr + w) < depth_of[req.store])
+                         for w in range(NB)])
+        for i, (pr, pw) in enumerate(zip(prs, pws)):
+            port = getattr(self, f"port{i}")
+            # 8 beats of response buffer: one read beat per cycle is sustained with a
+            # consumer that is always ready (the credit loop is 4 cycles long)
+            presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * NB, depth=8)
+            pcredit = Signal(range(9), init=8, name=f"port{i}_credit")
+            rq, wq = port.rd.payload, port.wr.payload
+            m.d.comb += [
+                port.rd.ready.eq(pr.can_load & (pcredit != 0)),
+                pr.load.eq(port.rd.valid & port.rd.ready),
+                pr.load_base.eq(rq.addr), pr.load_mask.eq(in_store(rq)),
+                pr.load_store.eq(rq.store),
+                port.wr.ready.eq(pw.can_load),
+                pw.load.eq(port.wr.valid & port.wr.ready),
+                pw.load_base.eq(wq.addr), pw.load_mask.eq(in_store(wq)),
+                pw.load_store.eq(wq.store),
+                port.wr_idle.eq(~pw.active),
+                presp.w_en.eq(pr.out_valid), presp.w_data.eq(Cat(*pr.out_data)),
+                port.rd_data.valid.eq(presp.r_rdy), port.rd_data.payload.eq(presp.r_data),
+                presp.r_en.eq(port.rd_data.ready),
+            ]
+            m.d.comb += [pr.offsets[w].eq(w) for w in range(NB)]
+            m.d.comb += [pw.offsets[w].eq(w) for w in range(NB)]
+            m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(NB)]
+            m.d.sync += pcredit.eq(pcredit - pr.load + (presp.r_rdy & port.rd_data.ready))
 
         # ---- descriptor check ------------------------------------------------------------
         check_code = Signal(3)

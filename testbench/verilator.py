@@ -52,6 +52,7 @@ from pathlib import Path
 __all__ = [
     "TESTBENCH_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
     "toolchain_env", "component_ports", "convert_component", "build_root", "build_verilator",
+    "build_wrapped",
     "run_cocotb", "lint_verilator",
 ]
 
@@ -186,7 +187,7 @@ def build_root():
 
 
 def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines=None,
-                    parameters=None, build_args=(), waves=False, root=None):
+                    parameters=None, build_args=(), waves=False, root=None, public="all"):
     """Build (or reuse) a Verilator simulation of ``component`` plus extra Verilog sources.
 
     Parameters
@@ -209,6 +210,12 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         Build with ``--trace`` (VCD dumps, slower).
     root : path-like, optional
         Build root; defaults to :func:`build_root`.
+    public : str
+        ``"all"`` (cocotb's default ``--public-flat-rw``: every signal visible to cocotb) or
+        ``"top"``: only the ports of ``toplevel`` (a Verilator control file marks them
+        ``public_flat_rw``). ``"top"`` lets Verilator optimize the whole design, which makes
+        large models much faster, and avoids a Verilator 5.048 VPI defect seen with the
+        accelerator top (writes to inputs silently ignored, heap corruption at exit).
 
     Returns
     -------
@@ -224,6 +231,8 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     _check_name(toplevel)
     if component is None and not extra_sources:
         raise ValueError("give a component, extra_sources, or both: there is nothing to build")
+    if public not in ("all", "top"):
+        raise ValueError(f"public must be 'all' or 'top', not {public!r}")
     extra = []
     for src in extra_sources:
         path = Path(src).resolve()
@@ -246,6 +255,7 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         "toplevel": toplevel, "defines": {k: str(v) for k, v in defines.items()},
         "parameters": {k: str(v) for k, v in parameters.items()},
         "build_args": list(_BASE_BUILD_ARGS) + build_args, "waves": bool(waves),
+        **({"public": public} if public != "all" else {}),
         "verilator": verilator.__version__, "cocotb": cocotb.__version__,
         "python": [sys.prefix, sys.version],
     }, sort_keys=True).encode())
@@ -277,9 +287,49 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
             copy.parent.mkdir(exist_ok=True)
             shutil.copyfile(path, copy)
             sources.append(copy)
-        _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves)
+        if public == "top":
+            vlt = build_dir / "public_top.vlt"
+            vlt.write_text(f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n')
+            sources.insert(0, vlt)
+        _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves,
+                   public)
         marker.write_text(json.dumps([str(s) for s in sources]))
     return VerilatorBuild(build_dir, toplevel, name, tuple(sources), reused=False)
+
+
+def build_wrapped(component, *, name, extra_sources=(), public="top", **kwargs):
+    """Build ``component`` under Verilator inside a plain Verilog wrapper ``<name>_top``.
+
+    The wrapper passes every port through (same names as :func:`component_ports`, plus
+    ``clk`` and ``rst``). It is needed for large components: with the Amaranth module itself as
+    the VPI top level, the Verilator 5.048 model of the contraction engine crashes (segfault in
+    ``vpi_iterate`` over the root scopes, or a double free at exit), while the same module
+    under a hand-written top runs cleanly. Only the wrapper's ports are visible to cocotb by
+    default (``public="top"``). Other arguments as :func:`build_verilator`.
+    """
+    from amaranth.lib import wiring
+
+    _check_name(name)
+    ports = []
+    for path, member, value in component.signature.flatten(component):
+        pname = "__".join(str(p) for p in path)
+        direction = "input" if member.flow == wiring.In else "output"
+        width = len(value.as_value()) if hasattr(value, "as_value") else len(value)
+        ports.append((direction, width, pname))
+    decl = ",\n".join(["    input wire clk", "    input wire rst"] + [
+        f"    {d} wire [{w - 1}:0] {n}" for d, w, n in ports])
+    conn = ",\n".join(["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({n})"
+                                                           for _, _, n in ports])
+    wrapper = f"module {name}_top (\n{decl}\n);\n  {name} dut (\n{conn}\n  );\nendmodule\n"
+    src = build_root() / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    wfile = src / f"{name}_top.v"
+    if not wfile.exists() or wfile.read_text() != wrapper:
+        tmp = wfile.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(wrapper)
+        os.replace(tmp, wfile)
+    return build_verilator(component, name=name, toplevel=f"{name}_top",
+                           extra_sources=[wfile, *extra_sources], public=public, **kwargs)
 
 
 # Objects of Verilator's runtime library and cocotb's VPI glue: the same for every build with
@@ -301,8 +351,9 @@ def _runtime_cache(root, build_args, waves):
     return root / "_runtime" / key
 
 
-def _seeded_runner(cache, names):
-    """Return a Verilator runner that copies cached runtime objects in before ``make``.
+def _seeded_runner(cache, names, public="all"):
+    """Return a Verilator runner; with ``names``, it copies cached runtime objects in before
+    ``make``; with ``public="top"`` it drops cocotb's ``--public-flat-rw``.
 
     The copy runs after Verilator has written ``Vtop.mk`` (the objects depend on it), so the
     copies are newer and ``make`` skips them.
@@ -312,6 +363,10 @@ def _seeded_runner(cache, names):
     class SeededVerilator(Verilator):
         def _build_command(self):
             verilate, *make = super()._build_command()
+            if public == "top":
+                verilate = [a for a in verilate if a != "--public-flat-rw"]
+            if not names:
+                return [verilate, *make]
             copy = [sys.executable, "-c",
                     "import shutil, sys\n"
                     "for n in sys.argv[3:]: shutil.copyfile(sys.argv[1] + '/' + n, "
@@ -322,18 +377,21 @@ def _seeded_runner(cache, names):
     return SeededVerilator()
 
 
-def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves):
-    from cocotb_tools.runner import VerilatorControlFile, get_runner
+def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves,
+               public="all"):
+    from cocotb_tools.runner import VerilatorControlFile
 
     log = build_dir / "build.log"
     cache = _runtime_cache(build_dir.parent, build_args, waves)
     names = [f"{obj}.{ext}" for obj in _RUNTIME_OBJECTS for ext in ("o", "d")]
     seeded = all((cache / n).is_file() for n in names)
-    runner = _seeded_runner(cache, names) if seeded else get_runner("verilator")
+    runner = _seeded_runner(cache, names if seeded else (), public)
     with toolchain_env(timing="--timing" in build_args):
         try:
             runner.build(
-                sources=[VerilatorControlFile(WAIVER_FILE), *sources],
+                sources=[VerilatorControlFile(WAIVER_FILE),
+                         *[VerilatorControlFile(p) if p.suffix == ".vlt" else p
+                           for p in sources]],
                 hdl_toplevel=toplevel, build_dir=build_dir, defines=defines,
                 parameters=parameters, build_args=[*_BASE_BUILD_ARGS, *build_args],
                 waves=waves, always=True, log_file=log)

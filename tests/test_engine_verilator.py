@@ -6,14 +6,13 @@ template and a small scratch) shared by the cocotb tests in ``tests/cocotb/tb_en
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from ttrain.rtl.engine import ContractionEngine, StoreSpec
 from ttrain.rtl.store import BankedStore, ram_verilog_path
-from ttrain.testbench.verilator import (SimulationError, build_root, build_verilator,
+from ttrain.testbench.verilator import (SimulationError, build_wrapped,
                                         lint_verilator, run_cocotb)
 
 COCOTB_DIR = Path(__file__).resolve().parent / "cocotb"
@@ -35,34 +34,8 @@ def make_engine(cfg):
 
 
 def build_engine(eng, name):
-    """Build ``eng`` under Verilator inside a plain Verilog wrapper ``<name>_top``.
-
-    The wrapper only passes every port through. It is needed: with the Amaranth module itself
-    as the VPI top level, this design crashes the Verilator 5.048 model (segfault in
-    ``vpi_iterate`` over the root scopes, or a double free at exit), while the same module
-    under a hand-written top runs cleanly (as the FP32 stream wrapper does).
-    """
-    from amaranth.lib import wiring
-
-    src = build_root() / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    ports = []
-    for path, member, value in eng.signature.flatten(eng):
-        pname = "__".join(str(p) for p in path)
-        direction = "input" if member.flow == wiring.In else "output"
-        width = len(value.as_value()) if hasattr(value, "as_value") else len(value)
-        ports.append((direction, width, pname))
-    decl = ",\n".join(["    input wire clk", "    input wire rst"] + [
-        f"    {d} wire [{w - 1}:0] {n}" for d, w, n in ports])
-    conn = ",\n".join(["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({n})" for _, _, n in ports])
-    wrapper = f"module {name}_top (\n{decl}\n);\n  {name} dut (\n{conn}\n  );\nendmodule\n"
-    wfile = src / f"{name}_top.v"
-    if not wfile.exists() or wfile.read_text() != wrapper:
-        tmp = wfile.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(wrapper)
-        os.replace(tmp, wfile)
-    return build_verilator(eng, name=name, toplevel=f"{name}_top",
-                           extra_sources=[wfile, ram_verilog_path()])
+    """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``)."""
+    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path()])
 
 
 @pytest.fixture(scope="module")

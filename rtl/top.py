@@ -1,0 +1,260 @@
+"""The accelerator top: sequencer, contraction engine, vector unit, update unit and stores.
+
+Golden: :func:`ttrain.golden.interpreter.run` — a program loaded into the instruction memory
+and started leaves every store word equal to the interpreter's image.
+
+Data flow::
+
+    host ──host_i/host_o──►┐                       ┌── port0 ◄── vector unit ◄─┐
+                           │  ContractionEngine     │                           │ vec
+    host ──imem/start────► │  (stores param, grad,  ├── port1 ◄── update unit ◄─┤ upd
+                           │   act, scratch; per-   │                           │
+                           │   bank arbiters)  ◄────┼────── desc/start ◄────────┤ eng
+                           └────────────────────────┘                  Sequencer┘
+
+The four stores of :data:`ttrain.golden.isa.STORE_IDS` (in that id order) sit behind the
+engine's per-bank arbiters; the engine's operand fetchers and result writer have priority,
+then the two store ports (:mod:`ttrain.rtl.port`) of the vector and update units, so the
+sequencer can overlap a contraction with vector work on other words (its scoreboard keeps the
+units' address intervals apart). The host loads and reads the stores through the engine's
+host port and writes the instruction memory, both only while the sequencer is idle.
+
+Host protocol (the cocotb testbench and the driver follow it):
+
+1. while ``busy`` is low: write stores (``host_i`` write beats) and instructions (``imem_*``),
+   set ``length``;
+2. pulse ``start``; wait for ``done`` (``busy`` falls);
+3. read ``error``/``error_code``/``error_pc`` and the counters; read stores back.
+
+A program with an error found before execution (malformed instruction, address out of range,
+bad loop structure, dimension above the engine's limit) changes no store word; a gather or
+scatter index error stops the run at that instruction.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..golden.isa import STORE_IDS, STORE_NAMES
+from .engine import ContractionEngine, StoreSpec
+from .sequencer import Sequencer
+from .vector import VectorUnit
+
+__all__ = ["Accelerator", "store_sizes_for", "VECTOR_KINDS"]
+
+#: Vector / update unit implementations: ``"wide"`` (:class:`WideVectorUnit`, ``banks`` lanes
+#: per beat, pipelined) and ``"scalar"`` (:class:`VectorUnit`, one element at a time).
+VECTOR_KINDS = ("wide", "scalar")
+
+
+def store_sizes_for(program_sizes, banks, minimum=None):
+    """Round a program's store sizes up to whole rows of ``banks`` words.
+
+    Parameters
+    ----------
+    program_sizes : dict
+        Store name -> words the program needs (``Program.store_sizes`` or an image's sizes).
+    banks : int
+        Banks per store.
+    minimum : dict or None
+        Optional lower bounds per store (e.g. to share one build between programs).
+    """
+    out = {}
+    for name in STORE_IDS:
+        need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)), 1)
+        out[name] = -(-need // banks) * banks
+    return out
+
+
+class _ScalarPortAdapter(wiring.Component):
+    """One-word beats on a store port for a :class:`VectorUnit` in handshake mode.
+
+    A read is offered only while every earlier write has landed (``wr_idle``), so the unit's
+    reads always see its own writes (reduction accumulators, repeated scatter indices).
+    """
+
+    def __init__(self, port_sig, addr_bits):
+        self._sig = port_sig
+        super().__init__({
+            "port": Out(port_sig),
+            "rd_en": In(1), "rd_store": In(2), "rd_addr": In(addr_bits), "rd_data": Out(32),
+            "rd_ready": Out(1), "rd_valid": Out(1),
+            "wr_en": In(1), "wr_store": In(2), "wr_addr": In(addr_bits), "wr_data": In(32),
+            "wr_ready": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.port
+        m.d.comb += [
+            p.rd.valid.eq(self.rd_en & p.wr_idle),
+            p.rd.payload.store.eq(self.rd_store), p.rd.payload.addr.eq(self.rd_addr),
+            p.rd.payload.mask.eq(1),
+            self.rd_ready.eq(p.rd.ready & p.wr_idle),
+            self.rd_valid.eq(p.rd_data.valid), self.rd_data.eq(p.rd_data.payload[0]),
+            p.rd_data.ready.eq(1),
+            p.wr.valid.eq(self.wr_en), p.wr.payload.store.eq(self.wr_store),
+            p.wr.payload.addr.eq(self.wr_addr), p.wr.payload.mask.eq(1),
+            p.wr.payload.data[0].eq(self.wr_data),
+            self.wr_ready.eq(p.wr.ready),
+        ]
+        return m
+
+
+class Accelerator(wiring.Component):
+    """The programmable trainer: one program run = one (or more) training steps on chip.
+
+    Parameters
+    ----------
+    store_sizes : dict
+        Words of each store of :data:`~ttrain.golden.isa.STORE_IDS` (multiples of ``banks``;
+        :func:`store_sizes_for` rounds a program's sizes).
+    lanes : int
+        Contraction engine MAC lanes (power of two).
+    banks, slots, dim_bits : int or None
+        Passed to :class:`~ttrain.rtl.engine.ContractionEngine` (``banks`` is also the store
+        port width, i.e. the wide vector unit's lanes).
+    imem_depth : int
+        Instructions the instruction memory holds.
+    overlap : bool
+        Let the sequencer overlap instructions on different units.
+    vector : str
+        One of :data:`VECTOR_KINDS`.
+    store_impl, store_style : str or dict
+        :class:`~ttrain.rtl.store.BankedStore` ``impl`` / ``style``, for all stores or per
+        store name.
+
+    Members
+    -------
+    host_i, host_o : the engine's host port (store beats), served while ``busy`` is low.
+    imem_we, imem_addr, imem_data, length, start : instruction load and start (see
+        :class:`~ttrain.rtl.sequencer.Sequencer`).
+    busy, done, error : ``Out(1)``; error_code : ``Out(4)``; error_pc : ``Out(32)``
+    cycles, executed, busy_engine, busy_vector, busy_update : ``Out(32)``
+        The sequencer's counters of the last run.
+    engine_cycles : ``Out(32)``
+        Sum over the last run of the engine's own cycle count per CONTRACT (start to done).
+    engine_error : ``Out(1)``
+        The engine rejected a descriptor the sequencer had passed (a hardware fault; never
+        expected, latched until the next ``start``).
+    """
+
+    def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
+                 imem_depth=256, overlap=True, vector="wide", store_impl="auto",
+                 store_style="auto"):
+        if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
+            raise ValueError(f"store_sizes must give the words of every store "
+                             f"{sorted(STORE_IDS)}, not {store_sizes!r}")
+        if vector not in VECTOR_KINDS:
+            raise ValueError(f"vector must be one of {VECTOR_KINDS}, not {vector!r}")
+
+        def per_store(value, what):
+            if isinstance(value, dict):
+                if set(value) != set(STORE_IDS):
+                    raise ValueError(f"{what} as a dict must name every store "
+                                     f"{sorted(STORE_IDS)}, not {sorted(value)}")
+                return value
+            return {name: value for name in STORE_IDS}
+        impls = per_store(store_impl, "store_impl")
+        styles = per_store(store_style, "store_style")
+        specs = [StoreSpec(STORE_NAMES[i], store_sizes[STORE_NAMES[i]],
+                           style=styles[STORE_NAMES[i]], impl=impls[STORE_NAMES[i]])
+                 for i in range(len(STORE_IDS))]
+        self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
+                                         dim_bits=dim_bits, ports=2)
+        self._sizes = dict(store_sizes)
+        self._imem_depth = imem_depth
+        self._overlap = bool(overlap)
+        self._vector = vector
+        self._seq = Sequencer(store_sizes=self._sizes, imem_depth=imem_depth,
+                              max_dim=self._engine.max_dim if dim_bits < 16 else None,
+                              overlap=overlap)
+        host_sig = self._engine.signature.members
+        seq_sig = self._seq.signature.members
+        super().__init__({
+            "host_i": host_sig["host_i"], "host_o": host_sig["host_o"],
+            **{k: seq_sig[k] for k in ("imem_we", "imem_addr", "imem_data", "length",
+                                       "start", "busy", "done", "error", "error_code",
+                                       "error_pc", "cycles", "executed", "busy_engine",
+                                       "busy_vector", "busy_update")},
+            "engine_cycles": Out(32), "engine_error": Out(1),
+        })
+
+    engine = property(lambda self: self._engine, doc="The contraction engine (for encoders "
+                                                     "and figures; elaborated inside).")
+    sequencer = property(lambda self: self._seq, doc="The sequencer.")
+    store_sizes = property(lambda self: dict(self._sizes), doc="Words per store.")
+    imem_depth = property(lambda self: self._imem_depth, doc="Instruction memory depth.")
+    banks = property(lambda self: self._engine.banks, doc="Banks per store = host beat width.")
+
+    def _vector_unit(self, m, name, port):
+        eng = self._engine
+        if self._vector == "wide":
+            from .vector_wide import WideVectorUnit
+            unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
+                                  store_bits=eng.port_signature.store_bits)
+            m.submodules[name] = unit
+            connect(m, unit.mem, port)
+            return unit
+        unit = m.submodules[name] = VectorUnit(addr_bits=eng.addr_bits, handshake=True)
+        ad = m.submodules[f"{name}_port"] = _ScalarPortAdapter(eng.port_signature,
+                                                               eng.addr_bits)
+        connect(m, ad.port, port)
+        for sig in ("rd_en", "rd_store", "rd_addr", "wr_en", "wr_store", "wr_addr",
+                    "wr_data"):
+            m.d.comb += getattr(ad, sig).eq(getattr(unit, sig))
+        for sig in ("rd_data", "rd_ready", "rd_valid", "wr_ready"):
+            m.d.comb += getattr(unit, sig).eq(getattr(ad, sig))
+        return unit
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = eng = self._engine
+        m.submodules.sequencer = seq = self._seq
+        vec = self._vector_unit(m, "vector", eng.port0)
+        upd = self._vector_unit(m, "update", eng.port1)
+
+        # ---- host -------------------------------------------------------------------------
+        m.d.comb += [
+            eng.host_i.payload.eq(self.host_i.payload),
+            eng.host_i.valid.eq(self.host_i.valid & ~seq.busy),
+            self.host_i.ready.eq(eng.host_i.ready & ~seq.busy),
+        ]
+        connect(m, wiring.flipped(self.host_o), eng.host_o)
+        for k in ("imem_we", "imem_addr", "imem_data", "length", "start"):
+            m.d.comb += getattr(seq, k).eq(getattr(self, k))
+        for k in ("busy", "done", "error", "error_code", "error_pc", "cycles", "executed",
+                  "busy_engine", "busy_vector", "busy_update"):
+            m.d.comb += getattr(self, k).eq(getattr(seq, k))
+
+        # ---- sequencer -> engine ------------------------------------------------------------
+        cmd = seq.eng.payload
+        d = eng.desc
+        m.d.comb += [d.m.eq(cmd.m), d.n.eq(cmd.n), d.k.eq(cmd.k), d.batch.eq(cmd.batch),
+                     d.accumulate.eq(cmd.accumulate)]
+        for v in ("a", "b", "c"):
+            src, dst = getattr(cmd, v), getattr(d, v)
+            m.d.comb += [dst.store.eq(src.store), dst.base.eq(src.base),
+                         dst.row_stride.eq(src.row), dst.col_stride.eq(src.col),
+                         dst.batch_stride.eq(src.batch)]
+        eng_running = Signal()
+        m.d.comb += [seq.eng.ready.eq(~eng.busy & ~eng_running),
+                     eng.start.eq(seq.eng.valid & seq.eng.ready)]
+        finished = Signal()
+        m.d.comb += [finished.eq(eng_running & ~eng.busy), seq.eng_done.eq(finished)]
+        with m.If(eng.start):
+            m.d.sync += eng_running.eq(1)
+        with m.Elif(finished):
+            m.d.sync += [eng_running.eq(0), self.engine_cycles.eq(self.engine_cycles
+                                                                  + eng.cycles)]
+            with m.If(eng.error):
+                m.d.sync += self.engine_error.eq(1)
+        with m.If(self.start & ~seq.busy):
+            m.d.sync += [self.engine_cycles.eq(0), self.engine_error.eq(0)]
+
+        # ---- sequencer -> vector / update units -------------------------------------------
+        connect(m, seq.vec, vec.cmd)
+        connect(m, seq.upd, upd.cmd)
+        m.d.comb += [seq.vec_done.eq(vec.done), seq.vec_error.eq(vec.error),
+                     seq.upd_done.eq(upd.done)]
+        return m

@@ -1,0 +1,248 @@
+"""Run programs on the accelerator top under Verilator and check them against the interpreter.
+
+:class:`TopSession` collects host jobs (store writes, a program load, runs with the expected
+store images) and :func:`run_top` plays them on a Verilator build of
+:class:`ttrain.rtl.top.Accelerator` through the cocotb driver ``testbench/tb_top.py``.
+:func:`layer_session` prepares consecutive training steps of a compiled layer
+(:mod:`ttrain.golden.compiler`), every store's expected words computed by
+:func:`ttrain.golden.interpreter.run`.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..golden.interpreter import run as interpret
+from ..golden.isa import STORE_IDS
+from ..rtl.store import ram_verilog_path
+from ..rtl.top import Accelerator, store_sizes_for
+from .verilator import (SimulationError, TESTBENCH_DIR, build_verilator, component_ports,
+                        run_cocotb)
+
+__all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image", "default_sizes"]
+
+
+DRIVER = TESTBENCH_DIR / "top_driver_tb.v"
+#: Words of the result file of the driver (16 per run, the last 64 for mismatches).
+RES_DEPTH = 1024
+#: Command codes of the driver (see ``top_driver_tb.v``).
+CMD_END, CMD_WRITE, CMD_CHECK, CMD_IMEM, CMD_RUN = 0, 1, 2, 3, 4
+RESULT_FIELDS = ("error", "error_code", "error_pc", "cycles", "executed", "busy_engine",
+                 "busy_vector", "busy_update", "engine_cycles", "engine_error", "status_ok",
+                 "timed_out")
+
+
+@dataclass(frozen=True)
+class TopBuild:
+    """A Verilator build of the accelerator under the host driver."""
+    build: object          # VerilatorBuild
+    config: dict           # Accelerator keyword arguments
+    rom_depth: int         # command words the driver holds
+
+
+def build_top(config, name, *, rom_depth=1 << 20):
+    """Build (or reuse) ``Accelerator(**config)`` (Verilog module ``name``) under the host
+    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words."""
+    if rom_depth < 1 or rom_depth & (rom_depth - 1):
+        raise ValueError(f"rom_depth must be a power of two, not {rom_depth}")
+    acc = Accelerator(**config)
+    widths = {p: len(v) for p, (v, _) in component_ports(acc).items()}
+    params = {"NB": acc.banks, "SB": acc.engine.port_signature.store_bits,
+              "AB": acc.engine.addr_bits, "IA": widths["imem_addr"], "LW": widths["length"],
+              "ROM_DEPTH": rom_depth, "RES_DEPTH": RES_DEPTH}
+    build = build_verilator(acc, name=name, toplevel="top_driver_tb",
+                            extra_sources=[DRIVER, ram_verilog_path()],
+                            defines={"DUT": name}, parameters=params, public="top")
+    return TopBuild(build, dict(config), rom_depth)
+
+
+def pad_image(image, sizes):
+    """Return ``image`` with every store zero-padded to ``sizes`` words."""
+    out = {}
+    for name in STORE_IDS:
+        words = np.zeros(sizes[name], dtype=np.uint32)
+        src = np.asarray(image.get(name, ()), dtype=np.uint32)
+        if src.size > sizes[name]:
+            raise ValueError(f"store {name!r} holds {src.size} words; the accelerator's has "
+                             f"{sizes[name]}: build it with larger store_sizes")
+        words[:src.size] = src
+        out[name] = words
+    return out
+
+
+class TopSession:
+    """Host jobs for one simulation run (see ``testbench/tb_top.py`` for their meaning)."""
+
+    def __init__(self):
+        self.arrays = {}
+        self.jobs = []
+        self.length = None
+
+    def _key(self, prefix, words):
+        key = f"{prefix}{len(self.arrays)}"
+        self.arrays[key] = np.ascontiguousarray(words, dtype=np.uint32)
+        return key
+
+    def write(self, store, addr, words):
+        """Write ``words`` into ``store`` from word ``addr``."""
+        if store not in STORE_IDS:
+            raise ValueError(f"store must be one of {sorted(STORE_IDS)}, not {store!r}")
+        self.jobs.append({"kind": "write", "store": store, "addr": int(addr),
+                          "key": self._key("w", words)})
+
+    def write_image(self, image):
+        """Write every store of ``image`` whole."""
+        for name, words in image.items():
+            self.write(name, 0, words)
+
+    def program(self, words):
+        """Load a program (flat instruction words)."""
+        words = np.asarray(words, dtype=np.uint32)
+        if words.size == 0 or words.size % 16:
+            raise ValueError(f"a program is a positive multiple of 16 words, got {words.size}")
+        self.jobs.append({"kind": "program", "key": self._key("p", words)})
+        self.length = words.size // 16
+
+    def rom(self):
+        """Return the driver's command words (uint32 array), ``END`` included."""
+        out = []
+        for job in self.jobs:
+            if job["kind"] == "write":
+                words = self.arrays[job["key"]]
+                out += [CMD_WRITE, STORE_IDS[job["store"]], job["addr"], len(words)]
+                out.append(words)
+            elif job["kind"] == "program":
+                words = self.arrays[job["key"]]
+                out += [CMD_IMEM, len(words)]
+                out.append(words)
+            else:
+                out += [CMD_RUN, job["length"], job["error"], job["code"],
+                        0xFFFFFFFF if job["pc"] is None else job["pc"], job["max_cycles"]]
+                for store, key in job["check"].items():
+                    words = self.arrays[key]
+                    out += [CMD_CHECK, STORE_IDS[store], 0, len(words)]
+                    out.append(words)
+        out.append(CMD_END)
+        return np.concatenate([np.atleast_1d(np.asarray(x, dtype=np.uint32)) for x in out])
+
+    def run(self, name, *, expect=None, error=0, code=0, pc=None, max_cycles=50_000_000):
+        """Start the loaded program; after it, compare every store of ``expect`` whole.
+
+        The run fails if the accelerator is still busy after ``max_cycles``."""
+        if self.length is None:
+            raise ValueError("load a program before a run")
+        check = {s: self._key("e", w) for s, w in (expect or {}).items()}
+        self.jobs.append({"kind": "run", "name": name, "error": int(error), "code": int(code),
+                          "pc": pc, "check": check, "max_cycles": int(max_cycles),
+                          "length": self.length})
+
+
+def run_top(build, session, *, test_dir, timeout=None):
+    """Play ``session`` on a :func:`build_top` build; return one dict per run.
+
+    Each dict has :data:`RESULT_FIELDS` and ``name``. Raises :class:`SimulationError` when a
+    run's status differs from the expected one, it timed out, or any compared word differs
+    (the message lists the first mismatches).
+    """
+    test_dir = Path(test_dir)
+    test_dir.mkdir(parents=True, exist_ok=True)
+    rom = session.rom()
+    if rom.size > build.rom_depth:
+        raise ValueError(f"the session needs {rom.size} command words; the build holds "
+                         f"{build.rom_depth}: build_top(..., rom_depth={1 << (rom.size - 1).bit_length()})")
+    runs = [j for j in session.jobs if j["kind"] == "run"]
+    if len(runs) > (RES_DEPTH - 64) // 16:
+        raise ValueError(f"at most {(RES_DEPTH - 64) // 16} runs per session, got {len(runs)}")
+    rom_file, res_file = test_dir / "commands.hex", test_dir / "results.hex"
+    np.savetxt(rom_file, rom, fmt="%08x")
+    if res_file.exists():
+        res_file.unlink()
+    run_cocotb(build.build, "tb_top", test_dir=test_dir, module_dirs=[TESTBENCH_DIR],
+               plusargs=[f"+ROM={rom_file}", f"+RESULTS={res_file}"], timeout=timeout)
+    res = np.array([int(x, 16) for x in res_file.read_text().split()
+                    if not x.startswith("//")], dtype=np.uint64)
+    out = []
+    problems = []
+    for r, job in enumerate(runs):
+        row = {k: int(v) for k, v in zip(RESULT_FIELDS, res[16 * r:16 * r + 12])}
+        row["name"] = job["name"]
+        out.append(row)
+        if row["timed_out"]:
+            problems.append(f"{job['name']}: still busy after {job['max_cycles']} cycles")
+            break
+        if not row["status_ok"]:
+            problems.append(f"{job['name']}: error/code/pc {row['error']}/{row['error_code']}/"
+                            f"{row['error_pc']} (expected {job['error']}/{job['code']}/"
+                            f"{job['pc']}), engine_error {row['engine_error']}")
+    mm = res[RES_DEPTH - 64:].reshape(16, 4)
+    bad = [m for m in mm if m[0] or m[2] or m[3]]
+    if bad:
+        names = {v: k for k, v in STORE_IDS.items()}
+        problems.append("mismatched words (first 16): " + "; ".join(
+            f"{names[int(m[1]) >> 28]}[{int(m[1]) & 0xFFFFFFF}] got {int(m[2]):08x} "
+            f"want {int(m[3]):08x}" for m in bad))
+    if problems:
+        raise SimulationError(f"accelerator run in {test_dir}: " + " | ".join(problems))
+    return out
+
+
+def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5):
+    """Consecutive training steps of a compiled layer, checked after every step.
+
+    Parameters
+    ----------
+    compiled : golden.compiler.CompiledLayer
+    sizes : dict
+        The accelerator's store sizes (>= the program's).
+    steps : int
+        Training steps; each gets a fresh random input and target written into the ``x`` and
+        ``target`` regions (the parameters and everything else stay on chip).
+    seed : int
+    scale : float
+        Standard deviation of the random parameters, inputs and targets.
+
+    Returns
+    -------
+    (TopSession, list of golden.interpreter.Stats)
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, not {steps!r}")
+    rng = np.random.default_rng(seed)
+    mm = compiled.memory_map
+
+    def rand(shape):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    params = [rand(mm[n].shape) for n in compiled.param_names]
+    x, t = rand(mm["x"].shape), rand(mm["target"].shape)
+    image = pad_image(compiled.initial_image(params, x, t), sizes)
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(compiled.program.words())
+    stats = []
+    for s in range(steps):
+        if s:
+            x, t = rand(mm["x"].shape), rand(mm["target"].shape)
+            image = compiled.set_inputs(image, x, t)
+            for region in ("x", "target"):
+                r = mm[region]
+                words = image[r.store]
+                rows = r.shape[0] if r.row_stride else 1
+                width = r.shape[1] if r.row_stride else r.size
+                for i in range(rows):
+                    lo = r.base + i * r.row_stride
+                    sess.write(r.store, lo, words[lo:lo + width])
+        image, st = interpret(compiled.program, image)
+        if st.error:
+            raise RuntimeError(f"the interpreter stopped step {s} with error {st.error}: "
+                               f"{st.message}")
+        stats.append(st)
+        sess.run(f"step{s}", expect=image)
+    return sess, stats
+
+
+def default_sizes(compiled, banks):
+    """The store sizes an accelerator needs for ``compiled`` (rounded to ``banks``)."""
+    return store_sizes_for(compiled.program.store_sizes, banks)
+
