@@ -22,7 +22,7 @@ sign and classification logic are combinational (0 cycles) in front of the next 
 """
 
 import numpy as np
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +31,15 @@ from ..golden import special as S
 from ..golden.special import FUNCTION_CODES, FUNCTIONS, INT_BITS
 from .fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul, leading_zeros
 
-__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS"]
+__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES"]
+
+#: Verilog module names the unit instantiates with ``impl="verilog"``, and the
+#: :mod:`ttrain.rtl.fp32` component each must be (convert it under that name, e.g. with
+#: ``testbench.verilator.convert_component(FP32Mul(), "ttrain_sf_fp32_mul")``).
+FP_UNIT_MODULES = {"ttrain_sf_fp32_mul": "FP32Mul", "ttrain_sf_fp32_add": "FP32Add",
+                   "ttrain_sf_fp32_compare": "FP32Compare(latency=1)"}
+_MODULE = {"mul": "ttrain_sf_fp32_mul", "add": "ttrain_sf_fp32_add",
+           "compare": "ttrain_sf_fp32_compare"}
 
 #: Width of the function code (codes: :data:`ttrain.golden.special.FUNCTION_CODES`).
 FUNC_BITS = 3
@@ -61,9 +69,10 @@ class _PipelineOps:
     counts the FP32 units instantiated.
     """
 
-    def __init__(self, m, prefix, *, trace_only=False):
+    def __init__(self, m, prefix, *, trace_only=False, impl="amaranth"):
         self._m = m
         self._trace_only = trace_only
+        self._impl = impl
         self._prefix = prefix
         self._delays = {}
         self._n = 0
@@ -128,15 +137,27 @@ class _PipelineOps:
         bits = int(numerics.f32_to_bits(value))
         return _Val(Const(bits, 32), None, "f")
 
+    def _instance(self, kind, av, bv, width):
+        """Instantiate the Verilog module of an FP32 unit; return its payload output."""
+        out = Signal(width, name=self._name(f"{kind}_o"))
+        unused_valid = Signal(name=self._name(f"{kind}_v"))
+        self._m.submodules[self._name(kind)] = Instance(
+            _MODULE[kind], i_clk=ClockSignal(), i_rst=ResetSignal(),
+            i_i__payload=Cat(av, bv), i_i__valid=Const(1, 1),
+            o_o__payload=out, o_o__valid=unused_valid)
+        return out
+
     def _fp(self, unit_class, kind, a, b, negate_b=False):
         a, b = self._lift(a, "f"), self._lift(b, "f")
         t, (av, bv) = self._align(a, b)
-        unit = unit_class()
-        unit._MustUse__silence = self._trace_only
-        self._m.submodules[self._name(kind)] = unit
         self.stats[kind] += 1
         if negate_b:
             bv = Cat(bv[0:31], ~bv[31])
+        if self._impl == "verilog":
+            return _Val(self._instance(kind, av, bv, 32), (t or 0) + _FP_LATENCY[kind], "f")
+        unit = unit_class()
+        unit._MustUse__silence = self._trace_only
+        self._m.submodules[self._name(kind)] = unit
         self._m.d.comb += [unit.i.payload.a.eq(av), unit.i.payload.b.eq(bv), unit.i.valid.eq(1)]
         if unit.latency != _FP_LATENCY[kind]:
             raise AssertionError(f"{unit_class.__name__} latency changed to {unit.latency}")
@@ -152,26 +173,32 @@ class _PipelineOps:
         return self._fp(FP32Add, "add", a, b, negate_b=True)
 
     def _compare(self, a, b):
+        """Return ``(max, min, is_lt)`` of an FP32Compare and the stage they are valid."""
         a, b = self._lift(a, "f"), self._lift(b, "f")
         t, (av, bv) = self._align(a, b)
+        self.stats["compare"] += 1
+        t_out = (t or 0) + _CMP_LATENCY
+        if self._impl == "verilog":
+            out = self._instance("compare", av, bv, 67)      # FP32CompareResult layout
+            return (out[0:32], out[32:64], out[64]), t_out
         unit = FP32Compare(latency=_CMP_LATENCY)
         unit._MustUse__silence = self._trace_only
         self._m.submodules[self._name("cmp")] = unit
-        self.stats["compare"] += 1
         self._m.d.comb += [unit.i.payload.a.eq(av), unit.i.payload.b.eq(bv), unit.i.valid.eq(1)]
-        return unit.o.payload, (t or 0) + _CMP_LATENCY
+        p = unit.o.payload
+        return (p.max, p.min, p.is_lt), t_out
 
     def max(self, a, b):
         out, t = self._compare(a, b)
-        return _Val(out.max, t, "f")
+        return _Val(out[0], t, "f")
 
     def min(self, a, b):
         out, t = self._compare(a, b)
-        return _Val(out.min, t, "f")
+        return _Val(out[1], t, "f")
 
     def lt(self, a, b):
         out, t = self._compare(a, b)
-        return _Val(out.is_lt, t, "b")
+        return _Val(out[2], t, "b")
 
     # -- classification, bool logic, bit operations (combinational) --------------------------
     def _unary(self, kind, a, fn, shape, in_kind="f"):
@@ -294,6 +321,13 @@ class SpecialFunctionUnit(wiring.Component):
     functions : iterable of str, optional
         Functions to build (default: all of :data:`ttrain.golden.special.FUNCTIONS`). Leaving
         some out saves their operators (gelu and gelu_grad share their head).
+    impl : {"amaranth", "verilog"}, optional
+        ``"amaranth"`` (default): the FP32 units are :mod:`ttrain.rtl.fp32` submodules (any
+        simulator; the converted Verilog repeats each unit's module once per instance).
+        ``"verilog"``: they are instances of the modules :data:`FP_UNIT_MODULES`, which the
+        build must supply (converted once each from :mod:`ttrain.rtl.fp32`). Same hardware;
+        the Verilog is about 40 times smaller and Verilator compiles each unit once instead
+        of 90 times. Not for the Amaranth simulator.
 
     Members
     -------
@@ -303,8 +337,12 @@ class SpecialFunctionUnit(wiring.Component):
         Results, :attr:`latency` cycles after the matching ``i`` beat.
     """
 
-    def __init__(self, *, functions=FUNCTIONS):
+    def __init__(self, *, functions=FUNCTIONS, impl="amaranth"):
         self._MustUse__silence = True      # no "never used" warning if the checks below raise
+        if impl not in ("amaranth", "verilog"):
+            raise ValueError(f"impl must be 'amaranth' (FP32 units as Amaranth submodules) or "
+                             f"'verilog' (instances of FP_UNIT_MODULES), not {impl!r}")
+        self._impl = impl
         if isinstance(functions, str):
             raise TypeError(f"functions must be an iterable of function names, not the string "
                             f"{functions!r}; write functions=({functions!r},)")
@@ -383,6 +421,11 @@ class SpecialFunctionUnit(wiring.Component):
         return out
 
     @property
+    def impl(self):
+        """How the FP32 units are instantiated: ``"amaranth"`` or ``"verilog"``."""
+        return self._impl
+
+    @property
     def functions(self):
         """Functions with a datapath in this instance, in code order."""
         return self._functions
@@ -402,7 +445,7 @@ class SpecialFunctionUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         last = self._latency - 1          # stage of the output multiplexer's inputs
-        ops = _PipelineOps(m, "sf")
+        ops = _PipelineOps(m, "sf", impl=self._impl)
         func_code = Signal(FUNC_BITS, name="func_s0")
         m.d.comb += func_code.eq(self.i.payload.func)
         results = self._datapaths(ops, self.i.payload.x, func_code)

@@ -1,0 +1,235 @@
+"""SpecialFunctionUnit under Verilator: >= 100k inputs per function, bit for bit against golden.
+
+The streaming wrapper ``testbench/fp32_stream_tb.v`` (shared with the FP32 units; its widths
+are parameters) plays ``{func, x}`` words from a ``$readmemh`` file into the unit at one per
+cycle, checks ``o.valid`` against ``i.valid`` delayed by the unit's latency on every cycle and
+dumps the results with ``$writememh``; cocotb (``tests/cocotb/tb_fp32.py``) only starts it and
+awaits ``done``. The functions are interleaved at random, so the unit switches function on
+every cycle. The results are compared with :func:`ttrain.golden.special.fp32_special`.
+
+Also a command-line run for larger sweeps::
+
+    .venv/bin/python tests/test_special_verilator.py --per-function 1000000 --seed 1
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:                      # when run as a script
+    sys.path.insert(0, str(_HERE))
+
+from ttrain.golden import numerics as nx  # noqa: E402
+from ttrain.golden import special as S  # noqa: E402
+from ttrain.rtl.fp32 import FP32Add, FP32Compare, FP32Mul  # noqa: E402
+from ttrain.rtl.special import FP_UNIT_MODULES, SpecialFunctionUnit  # noqa: E402
+from ttrain.testbench.verilator import (TESTBENCH_DIR, build_root,  # noqa: E402
+                                        build_verilator, convert_component, lint_verilator,
+                                        run_cocotb)
+
+COCOTB_DIR = _HERE / "cocotb"
+WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"
+IN_W = 35                       # x in bits 0-31, func in bits 32-34
+DEPTH = 1 << 20
+NAME = "special_unit"
+#: Inputs per function in ``make test`` (and how many beats come with random idle cycles).
+PER_FUNCTION = 100_000
+GAP_BEATS = 5_000
+INVALID_CODE = 7
+
+
+def fp_unit_sources():
+    """Write the Verilog of the FP32 units the ``impl="verilog"`` unit instantiates; return
+    the paths (one module each, converted from rtl/fp32.py under FP_UNIT_MODULES' names)."""
+    units = {"ttrain_sf_fp32_mul": FP32Mul(), "ttrain_sf_fp32_add": FP32Add(),
+             "ttrain_sf_fp32_compare": FP32Compare(latency=1)}
+    assert set(units) == set(FP_UNIT_MODULES)
+    folder = build_root() / "special_fp_units"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {f"{name}.v": convert_component(unit, name) for name, unit in units.items()}
+    # These are Amaranth output too, but build_verilator copies extra sources into src/, where
+    # testbench/waivers.vlt (which matches amaranth/ folders) does not reach: the same rules,
+    # for exactly these three files.
+    rules = ("WIDTHTRUNC", "WIDTHEXPAND", "PROCASSINIT", "UNUSEDSIGNAL", "CASEINCOMPLETE",
+             "DECLFILENAME")
+    files["special_fp_units.vlt"] = "`verilator_config\n" + "".join(
+        f'lint_off -rule {rule} -file "*/ttrain_sf_fp32_*.v"\n' for rule in rules)
+    paths = []
+    for fname, text in files.items():
+        path = folder / fname
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)                       # atomic: pytest-xdist workers may race
+        paths.append(path)
+    return [paths[-1], *paths[:-1]]                 # the control file first
+
+
+def build_unit(unit=None):
+    """Build (or reuse) the streaming simulation of the full unit; return the VerilatorBuild.
+
+    The unit is built with ``impl="verilog"``: its 90 FP32 units are instances of three
+    Verilog modules, which Verilator compiles once each.
+    """
+    unit = unit or SpecialFunctionUnit(impl="verilog")
+    return build_verilator(unit, name=NAME, extra_sources=[*fp_unit_sources(), WRAPPER],
+                           toplevel="fp32_stream_tb", defines={"DUT": NAME}, public="top",
+                           parameters={"IN_W": IN_W, "OUT_W": 32, "DEPTH": DEPTH,
+                                       "MAX_LATENCY": unit.latency})
+
+
+def _bits(x):
+    return nx.f32_to_bits(np.asarray(x, dtype=np.float32))
+
+
+#: Working range of each function for the dense part of its inputs.
+RANGES = {"exp": (-105.0, 90.0), "recip": (-4.0, 4.0), "rsqrt": (0.0, 16.0),
+          "tanh": (-10.0, 10.0), "tanh_grad": (-1.25, 1.25), "gelu": (-12.0, 12.0),
+          "gelu_grad": (-12.0, 12.0)}
+
+EDGE_BITS = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
+             0x7F800001, 0xFFFFFFFF, 0x00000001, 0x80000001, 0x007FFFFF, 0x00800000,
+             0x00200000, 0x00400000, 0x7F000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000,
+             0xBF800000, 0x42B17218, 0x42B20000, 0xC2CFF1B5, 0xC2D00000, 0x3F200000,
+             0xBF200000, 0x3F1FFFFF, 0xC1A00000, 0x41A00000, 0xBF40733E]
+
+
+def function_inputs(func, n, rng):
+    """``n`` inputs for ``func``: edge cases, a dense grid of its range, random bit patterns
+    (every class: subnormals, infinities, NaNs with payloads)."""
+    lo, hi = RANGES[func]
+    dense = _bits(np.linspace(lo, hi, n // 2).astype(np.float32))
+    rand = rng.integers(0, 1 << 32, n - len(dense) - len(EDGE_BITS), dtype=np.uint64)
+    return np.concatenate([np.array(EDGE_BITS, np.uint32), dense, rand.astype(np.uint32)])
+
+
+def stream_inputs(per_function, seed, invalid=256):
+    """All functions' inputs (plus ``invalid`` beats with code 7) in a random interleaving.
+
+    Returns ``(codes, x_bits)``.
+    """
+    rng = np.random.default_rng(seed)
+    codes, xs = [], []
+    for func in S.FUNCTIONS:
+        x = function_inputs(func, per_function, rng)
+        codes.append(np.full(len(x), S.FUNCTION_CODES[func], dtype=np.uint64))
+        xs.append(x)
+    codes.append(np.full(invalid, INVALID_CODE, dtype=np.uint64))
+    xs.append(rng.integers(0, 1 << 32, invalid, dtype=np.uint64).astype(np.uint32))
+    codes, xs = np.concatenate(codes), np.concatenate(xs)
+    order = rng.permutation(len(xs))
+    return codes[order], xs[order]
+
+
+def golden_bits(codes, xs):
+    """Expected outputs: fp32_special per code, canonical NaN for codes without a function."""
+    want = np.full(len(xs), nx.CANONICAL_NAN, dtype=np.uint32)
+    for func, code in S.FUNCTION_CODES.items():
+        sel = codes == code
+        if sel.any():
+            want[sel] = _bits(S.fp32_special(func, nx.bits_to_f32(xs[sel])))
+    return want
+
+
+def _read_results(path, count):
+    lines = [ln.strip() for ln in path.read_bytes().split(b"\n")
+             if ln.strip() and not ln.startswith((b"//", b"@"))]
+    if len(lines) != count:
+        raise AssertionError(f"{path} holds {len(lines)} results, expected {count}")
+    try:
+        return np.array([int(ln, 16) for ln in lines], dtype=np.uint32)
+    except ValueError as exc:
+        raise AssertionError(f"{path} holds non-hex results (X or Z?): {exc}") from None
+
+
+def stream_unit(codes, xs, *, work_dir, gaps=0, build=None, latency=None, timeout=600):
+    """Run the ``(code, x)`` beats through the unit under Verilator; return the result bits."""
+    count = len(xs)
+    if not 1 <= count <= DEPTH:
+        raise ValueError(f"stream between 1 and {DEPTH} inputs per run, not {count}")
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    build = build or build_unit()
+    if latency is None:
+        probe = SpecialFunctionUnit(impl="verilog")
+        probe._MustUse__silence = True            # built only to read its latency
+        latency = probe.latency
+    words = (np.asarray(codes, np.uint64) << np.uint64(32)) | np.asarray(xs, np.uint64)
+    operands, results = work_dir / "operands.hex", work_dir / "results.hex"
+    operands.write_text("\n".join(map("{:09x}".format, words.tolist())) + "\n")
+    results.unlink(missing_ok=True)
+    run_cocotb(build, "tb_fp32", testcase="stream_pairs", test_dir=work_dir,
+               module_dirs=[COCOTB_DIR],
+               plusargs=[f"+OPERANDS={operands}", f"+RESULTS={results}", f"+PAIRS={count}",
+                         f"+LATENCY={latency}", f"+GAPS={int(gaps)}"],
+               extra_env={"FP32_PAIRS": count, "FP32_TIMEOUT_CYCLES": 2 * count + 1000},
+               timeout=timeout)
+    return _read_results(results, count)
+
+
+def mismatch_report(codes, xs, got, want, limit=8):
+    bad = np.flatnonzero(got != want)
+    return f"{len(bad)} mismatches; first (func, x, rtl, golden): " + ", ".join(
+        f"({int(codes[k])}, {int(xs[k]):#010x}, {int(got[k]):#010x}, {int(want[k]):#010x})"
+        for k in bad[:limit])
+
+
+# -- pytest ----------------------------------------------------------------------------------
+
+def test_stream_matches_golden(tmp_path):
+    # 7 x 100k inputs (edge cases, dense range, random bits) interleaved at random plus 256
+    # beats with the unused code 7; the first GAP_BEATS beats come with random idle cycles.
+    codes, xs = stream_inputs(PER_FUNCTION, seed=11)
+    got = stream_unit(codes, xs, work_dir=tmp_path, gaps=GAP_BEATS)
+    want = golden_bits(codes, xs)
+    assert np.array_equal(got, want), mismatch_report(codes, xs, got, want)
+    for func, code in S.FUNCTION_CODES.items():       # every function really was exercised
+        assert (codes == code).sum() >= PER_FUNCTION
+    assert np.all(got[codes == INVALID_CODE] == nx.CANONICAL_NAN)
+
+
+def test_lint_wall():
+    assert lint_verilator(SpecialFunctionUnit(impl="verilog"), name=NAME,
+                          extra_sources=fp_unit_sources(), flags=("-Wall",)) == ""
+
+
+# -- command line ----------------------------------------------------------------------------
+
+def main(argv=None):
+    """Stream ``--per-function`` inputs per function (in runs of at most DEPTH) and report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-function", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    unit = SpecialFunctionUnit(impl="verilog")
+    build = build_unit(unit)
+    t1 = time.perf_counter()
+    codes, xs = stream_inputs(args.per_function, args.seed)
+    mismatches, sim_s = 0, 0.0
+    with tempfile.TemporaryDirectory(prefix="special-sweep-") as tmp:
+        for k, start in enumerate(range(0, len(xs), DEPTH)):
+            c, x = codes[start:start + DEPTH], xs[start:start + DEPTH]
+            ts = time.perf_counter()
+            got = stream_unit(c, x, work_dir=Path(tmp) / f"run{k}", build=build,
+                              latency=unit.latency)
+            sim_s += time.perf_counter() - ts
+            want = golden_bits(c, x)
+            if not np.array_equal(got, want):
+                print(mismatch_report(c, x, got, want), flush=True)
+            mismatches += int((got != want).sum())
+    print({"inputs": len(xs), "per_function": args.per_function, "mismatches": mismatches,
+           "latency": unit.latency, "build_seconds": round(t1 - t0, 1),
+           "sim_seconds": round(sim_s, 1), "total_seconds": round(time.perf_counter() - t0, 1)})
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
