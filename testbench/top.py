@@ -187,7 +187,7 @@ def run_top(build, session, *, test_dir, timeout=None):
     return out
 
 
-def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5):
+def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
     """Consecutive training steps of a compiled layer, checked after every step.
 
     Parameters
@@ -201,6 +201,8 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5):
     seed : int
     scale : float
         Standard deviation of the random parameters, inputs and targets.
+    session : TopSession or None
+        Append to this session (a new one if ``None``).
 
     Returns
     -------
@@ -217,7 +219,7 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5):
     params = [rand(mm[n].shape) for n in compiled.param_names]
     x, t = rand(mm["x"].shape), rand(mm["target"].shape)
     image = pad_image(compiled.initial_image(params, x, t), sizes)
-    sess = TopSession()
+    sess = TopSession() if session is None else session
     sess.write_image(image)
     sess.program(compiled.program.words())
     stats = []
@@ -246,3 +248,33 @@ def default_sizes(compiled, banks):
     """The store sizes an accelerator needs for ``compiled`` (rounded to ``banks``)."""
     return store_sizes_for(compiled.program.store_sizes, banks)
 
+
+
+#: The paper's 768x768 TT layer ([12,8,8 | 8,8,12]) rank sets (``architecture.md``).
+PAPER_LAYER = ((12, 8, 8), (8, 8, 12))
+PAPER_RANKS = {"r10": (1, 10, 10, 10, 10, 10, 1), "r20": (1, 12, 20, 20, 20, 12, 1)}
+
+
+def paper_layers(batch=32, lr=0.01, rank_sets=tuple(PAPER_RANKS)):
+    """Compile the paper layer for each rank set: ``{name: CompiledLayer}``."""
+    from ..golden.compiler import compile_tt_linear
+    from ..golden.config import TTSpec
+    bad = [r for r in rank_sets if r not in PAPER_RANKS]
+    if bad:
+        raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
+    return {name: compile_tt_linear(TTSpec(*PAPER_LAYER, PAPER_RANKS[name]), batch, lr=lr)
+            for name in rank_sets}
+
+
+def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide"):
+    """Accelerator keyword arguments whose stores fit every program of ``compiled`` (a dict of
+    CompiledLayer); stores of more than 64k words use the Verilog RAM template."""
+    need = {}
+    for cl in compiled.values():
+        for store, words in cl.program.store_sizes.items():
+            need[store] = max(need.get(store, 0), words)
+    banks = lanes
+    sizes = store_sizes_for(need, banks)
+    impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
+    return {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
+            "vector": vector, "store_impl": impl}

@@ -1,25 +1,177 @@
 # amaranth: UnusedElaboratable=no
-"""Verilator checks of the sequencer and the vector unit.
+"""The accelerator top (``rtl/top.py``) under Verilator, bit-exact against the interpreter.
 
-The accelerator top (stores + engine + vector + update + sequencer) is not built yet (see
-``docs/sequencer.md``); until then this file lints the sequencer's units under
-``verilator --lint-only -Wall`` with the project waivers (a lint warning raises ``LintError``).
+One build (4 lanes, stores sized for every program below) runs, through the Verilog host
+driver ``testbench/top_driver_tb.v``: three consecutive training steps of TT-linear layers
+(bi-directional and left-to-right orders, batched and sample-loop programs) and of a dense
+layer, every word of every store compared after every step; illegal programs (opcode, address
+range) that must change no word, followed by a valid run; a gather whose index is out of the
+table (run-time error after the earlier instructions completed); and a corrupted expectation
+that the driver must report. The paper's 768x768 layer runs in ``ttrain bench layer``.
 """
 
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ttrain.golden.compiler import compile_dense, compile_tt_linear
+from ttrain.golden.config import TTSpec
+from ttrain.golden.contract import View
+from ttrain.golden.interpreter import run as interpret
+from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, Elementwise, End, Gather,
+                               Program, decode_program, f32_bits)
 from ttrain.rtl.sequencer import Sequencer
+from ttrain.rtl.top import Accelerator
 from ttrain.rtl.vector import VectorUnit
-from ttrain.testbench.verilator import lint_verilator
+from ttrain.testbench.top import (TopSession, build_top, layer_session, pad_image,
+                                  run_top, shared_config)
+from ttrain.testbench.verilator import SimulationError, lint_verilator
+from ttrain.rtl.store import ram_verilog_path
+
+SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
+LANES = 4
+
+
+@pytest.fixture(scope="module")
+def programs():
+    return {
+        "tt_bidir": compile_tt_linear(SPEC, 3, lr=0.05),
+        "tt_l2r": compile_tt_linear(SPEC, 3, lr=0.05, order="left_to_right"),
+        "tt_loop": compile_tt_linear(TTSpec((4, 2), (2, 4), (1, 2, 3, 2, 1)), 5, lr=0.1,
+                                     sample_loop=True, loss_scale=0.5),
+        "dense": compile_dense(5, 7, 3, lr=0.05),
+    }
+
+
+@pytest.fixture(scope="module")
+def top(programs):
+    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=64)
+    return build_top(cfg, "ttrain_top_l4", rom_depth=1 << 16)
+
+
+def test_training_steps_bit_exact(top, programs, tmp_path):
+    sizes = top.config["store_sizes"]
+    sess = TopSession()
+    names = []
+    for i, (name, cl) in enumerate(programs.items()):
+        layer_session(cl, sizes, steps=3, seed=i, session=sess)
+        names += [f"{name}.step{s}" for s in range(3)]
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert len(res) == len(names)
+    for r, name in zip(res, names):
+        assert r["error"] == 0 and r["status_ok"] == 1, (name, r)
+        assert 0 < r["engine_cycles"] <= r["busy_engine"] <= r["cycles"], (name, r)
+        assert r["busy_vector"] > 0 and r["busy_update"] > 0, (name, r)
+
+
+def _image_and_words(cl, sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    mm = cl.memory_map
+    params = [rng.standard_normal(mm[n].shape).astype(np.float32) for n in cl.param_names]
+    x = rng.standard_normal(mm["x"].shape).astype(np.float32)
+    t = rng.standard_normal(mm["target"].shape).astype(np.float32)
+    return pad_image(cl.initial_image(params, x, t), sizes), cl.program.words()
+
+
+def test_illegal_programs_change_nothing_then_valid_runs(top, programs, tmp_path):
+    sizes = top.config["store_sizes"]
+    cl = programs["tt_bidir"]
+    image, words = _image_and_words(cl, sizes)
+    bad_op = list(words)
+    k = 5
+    bad_op[16 * k] = (bad_op[16 * k] & ~0xFF) | 0x7F             # reserved opcode
+    instrs = decode_program(words)
+    j = next(i for i, ins in enumerate(instrs) if isinstance(ins, Elementwise))
+    over = dataclasses.replace(instrs[j].a, base=sizes[instrs[j].a.store] - 1)
+    bad_range = Program(instrs[:j] + [dataclasses.replace(instrs[j], a=over)] + instrs[j + 1:],
+                        sizes).words()
+    sess = TopSession()
+    sess.write_image(image)
+    for prog, code, pc in ((bad_op, ERR_OPCODE, k), (bad_range, ERR_A_RANGE, j)):
+        after, st = interpret(prog, image)
+        assert (st.error, st.error_pc) == (code, pc)           # the golden agrees
+        for store in image:
+            assert np.array_equal(after[store], image[store])
+        sess.program(prog)
+        sess.run(f"code{code}", expect=image, error=1, code=code, pc=pc)
+    want, st = interpret(words, image)
+    assert st.error == 0
+    sess.program(words)
+    sess.run("valid", expect=want)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=300)
+    assert [r["error_code"] for r in res] == [ERR_OPCODE, ERR_A_RANGE, 0]
+    assert res[0]["executed"] == 0 and res[1]["executed"] == 0
+
+
+def test_gather_index_error_stops_at_that_instruction(top, tmp_path):
+    sizes = top.config["store_sizes"]
+    rng = np.random.default_rng(3)
+    image = {s: rng.standard_normal(n).astype(np.float32).view(np.uint32) for s, n in
+             sizes.items()}
+    image["act"][:2] = [1, 5]                                   # index 5 >= table_rows 3
+    prog = [
+        Elementwise("add", 2, 4, View("scratch", 32, 4, 1), View("param", 0, 4, 1),
+                    View("param", 16, 4, 1)),
+        Gather("gather", 2, 4, 3, View("scratch", 0, 4, 1), View("param", 0, 4, 1),
+               View("act", 0, 1, 0)),
+        Elementwise("fill", 2, 4, View("scratch", 64, 4, 1), imm=f32_bits(1.0)),
+        End(),
+    ]
+    want, st = interpret(prog, image)
+    assert (st.error, st.error_pc) == (ERR_INDEX, 1)
+    assert not np.array_equal(want["scratch"], image["scratch"])    # the add did run
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(Program(prog, sizes).words())
+    sess.run("gather_error", expect=want, error=1, code=ERR_INDEX, pc=1)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=300)
+    assert res[0]["error_code"] == ERR_INDEX
+
+
+def test_driver_reports_a_wrong_word(top, programs, tmp_path):
+    sizes = top.config["store_sizes"]
+    cl = programs["dense"]
+    image, words = _image_and_words(cl, sizes, seed=9)
+    want, _ = interpret(words, image)
+    wrong = {s: w.copy() for s, w in want.items()}
+    r = cl.memory_map["w"]
+    wrong[r.store][r.base + 3] ^= 1                             # one bit of one weight
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(words)
+    sess.run("wrong", expect=wrong)
+    with pytest.raises(SimulationError, match=rf"param\[{r.base + 3}\]"):
+        run_top(top, sess, test_dir=tmp_path, timeout=300)
+
+
+def test_session_rejects_bad_input():
+    sess = TopSession()
+    with pytest.raises(ValueError, match="store must be one of"):
+        sess.write("weights", 0, [1, 2])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        sess.program([1, 2, 3])
+    with pytest.raises(ValueError, match="load a program"):
+        sess.run("x")
+    with pytest.raises(ValueError, match="vector must be one of"):
+        Accelerator(store_sizes={"param": 8, "grad": 8, "act": 8, "scratch": 8}, vector="simd")
+    with pytest.raises(ValueError, match="store_sizes must give"):
+        Accelerator(store_sizes={"param": 8})
+
 
 SIZES = {"param": 1024, "grad": 1024, "act": 2048, "scratch": 4096}
 
 
-def test_vector_unit_lint_clean():
+def test_units_lint_clean():
     for hs in (False, True):
         assert lint_verilator(VectorUnit(addr_bits=12, handshake=hs),
                               name=f"ttrain_vector_hs{int(hs)}") == ""
-
-
-def test_sequencer_lint_clean():
     for max_dim in (None, 255):
         assert lint_verilator(Sequencer(store_sizes=SIZES, imem_depth=64, max_dim=max_dim),
                               name=f"ttrain_sequencer_{max_dim or 0}") == ""
+
+
+def test_top_lint_clean():
+    assert lint_verilator(Accelerator(store_sizes={"param": 64, "grad": 64, "act": 128,
+                                                   "scratch": 256}, lanes=4, imem_depth=32),
+                          name="ttrain_top_lint", extra_sources=[ram_verilog_path()]) == ""
