@@ -356,22 +356,36 @@ class SpecialFunctionUnit(wiring.Component):
             raise ValueError(f"functions lists a function twice: {functions}")
         # Keep the code order, whatever order was given.
         self._functions = tuple(f for f in FUNCTIONS if f in functions)
-        scratch = Module()
-        scratch._MustUse__silence = True
-        ops = _PipelineOps(scratch, "trace", trace_only=True)
-        results = self._datapaths(ops, Signal(32, name="x"), Signal(FUNC_BITS, name="func"))
-        self._latency = max(v.t for v in results.values()) + 1
-        self._stats = dict(ops.stats, result_stage={f: v.t for f, v in results.items()})
+        # Trace once for the result stages (the latency), then build the whole unit once more
+        # in a scratch module for the operator statistics.
+        results = self._datapaths(self._tracer(), Signal(32, name="x"),
+                                  Signal(FUNC_BITS, name="func"))
+        self._stage = {f: v.t for f, v in results.items()}
+        self._latency = max(self._stage.values()) + 1
+        ops = self._tracer()
+        self._build(ops.module, ops, Signal(32, name="x"), Signal(FUNC_BITS, name="func"),
+                    Signal(name="valid"))
+        self._stats = dict(ops.stats, result_stage=dict(self._stage))
         super().__init__({
             "i": In(stream.Signature(SpecialOperand, always_ready=True)),
             "o": Out(stream.Signature(32, always_ready=True)),
         })
         self._MustUse__silence = False
 
-    def _datapaths(self, o, x_bits, func_bits):
-        """Build every datapath with the op set ``o``; return ``{func: result _Val}``."""
+    def _datapaths(self, o, x_bits, func_bits, late=None):
+        """Build every datapath with the op set ``o``; return ``{func: result _Val}``.
+
+        ``late`` maps the independent functions (rsqrt, tanh_grad) to the stage at which they
+        take ``x``: started late (from the shared ``x`` delay line), their results need no
+        delay line of their own to reach the output multiplexer.
+        """
         fs = self._functions
         x = _Val(x_bits, 0, "f")
+        late = late or {}
+
+        def x_at(func):
+            t = late.get(func, 0)
+            return x if t == 0 else _Val(o.at(x, t), t, "f")
 
         def code_is(*names):
             cond = func_bits == FUNCTION_CODES[names[0]]
@@ -407,11 +421,11 @@ class SpecialFunctionUnit(wiring.Component):
             if "recip" in fs:
                 out["recip"] = r
         if "rsqrt" in fs:
-            out["rsqrt"] = S.rsqrt_sequence(o, x)
+            out["rsqrt"] = S.rsqrt_sequence(o, x_at("rsqrt"))
         if "tanh" in fs:
             out["tanh"] = S.tanh_tail(o, x, a, ps, e, r)
         if "tanh_grad" in fs:
-            out["tanh_grad"] = S.tanh_grad_sequence(o, x)
+            out["tanh_grad"] = S.tanh_grad_sequence(o, x_at("tanh_grad"))
         if gelus:
             er, sig = S.gelu_logistic(o, t_gelu, e, r)
             if "gelu" in fs:
@@ -438,18 +452,26 @@ class SpecialFunctionUnit(wiring.Component):
     @property
     def stats(self):
         """Operator counts of this instance: FP32 units (``mul``, ``add``, ``compare``),
-        ``delay_bits`` (alignment shift-register bits) and ``result_stage`` (per function, the
-        stage its result is ready, before the output register)."""
+        ``delay_bits`` (alignment shift-register bits, the function code's included) and
+        ``result_stage`` (per function, the stage its result is ready when it starts at stage
+        0; rsqrt and tanh_grad are started late in the unit so that they end at the output
+        multiplexer)."""
         return dict(self._stats, result_stage=dict(self._stats["result_stage"]))
 
-    def elaborate(self, platform):
-        m = Module()
+    def _tracer(self):
+        scratch = Module()
+        scratch._MustUse__silence = True
+        ops = _PipelineOps(scratch, "trace", trace_only=True, impl=self._impl)
+        ops.module = scratch
+        return ops
+
+    def _build(self, m, ops, x_bits, func_bits, valid_in):
+        """Build the datapaths, the output multiplexer and the valid chain into ``m``; return
+        ``(out, valid)`` (the registered result and ``valid_in`` delayed by the latency)."""
         last = self._latency - 1          # stage of the output multiplexer's inputs
-        ops = _PipelineOps(m, "sf", impl=self._impl)
-        func_code = Signal(FUNC_BITS, name="func_s0")
-        m.d.comb += func_code.eq(self.i.payload.func)
-        results = self._datapaths(ops, self.i.payload.x, func_code)
-        code = ops.at(_Val(func_code, 0, "i"), last)
+        late = {f: last - self._stage[f] for f in ("rsqrt", "tanh_grad") if f in self._stage}
+        results = self._datapaths(ops, x_bits, func_bits, late)
+        code = ops.at(_Val(func_bits, 0, "i"), last)
         # Delay chains are built outside the Switch (their registers must always shift).
         aligned = {func: ops.at(value, last) for func, value in results.items()}
 
@@ -461,10 +483,18 @@ class SpecialFunctionUnit(wiring.Component):
             with m.Default():
                 m.d.sync += out.eq(CANONICAL_NAN)
 
-        valid = self.i.valid
+        valid = valid_in
         for k in range(1, self._latency + 1):
             nxt = Signal(name=f"valid_s{k}")
             m.d.sync += nxt.eq(valid)
             valid = nxt
+        return out, valid
+
+    def elaborate(self, platform):
+        m = Module()
+        func_code = Signal(FUNC_BITS, name="func_s0")
+        m.d.comb += func_code.eq(self.i.payload.func)
+        out, valid = self._build(m, _PipelineOps(m, "sf", impl=self._impl), self.i.payload.x,
+                                 func_code, self.i.valid)
         m.d.comb += [self.o.payload.eq(out), self.o.valid.eq(valid)]
         return m
