@@ -56,6 +56,25 @@ def _engine(args):
     return 0
 
 
+def _layer(args):
+    from ttrain.testbench.top import bench_layer
+    ranks = tuple(r for r in args.ranks.split(",") if r)
+    if args.lanes < 4 or args.lanes & (args.lanes - 1):
+        raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
+    report = bench_layer(args.out, rank_sets=ranks, steps=args.steps, lanes=args.lanes,
+                         slots=args.slots,
+                         progress=None if args.json else lambda m: print(m, flush=True))
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    for e in report["entries"]:
+        print(f"{e['name']:12s} cycles {e['cycles']:>9,} engine {e['engine_cycles']:>9,} "
+              f"ideal {e['ideal_cycles']:>9,} utilization {e['utilization']:7.2%} "
+              f"sequencing overhead {e['overhead']:6.2%} (vector {e['busy_vector']:,}, "
+              f"update {e['busy_update']:,} busy cycles) bit-exact")
+    return 0
+
+
 def _fp32(args):
     mod = _tests_module("test_fp32_verilator")
     units = mod.UNITS if args.unit == "all" else (args.unit,)
@@ -86,6 +105,16 @@ def register(sub):
     e.add_argument("--ranks", default="r10,r20",
                    help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
     e.set_defaults(func=_engine)
+    la = bsub.add_parser("layer", help="paper-layer training steps on the accelerator top")
+    la.add_argument("--json", action="store_true", help="print the JSON report")
+    la.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report here")
+    la.add_argument("--lanes", type=int, default=8, help="engine lanes = banks (default 8)")
+    la.add_argument("--slots", type=int, default=16,
+                    help="interleaved output slots per lane (default 16)")
+    la.add_argument("--steps", type=int, default=3, help="consecutive training steps (default 3)")
+    la.add_argument("--ranks", default="r10,r20",
+                    help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
+    la.set_defaults(func=_layer)
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")
     f.add_argument("--unit", default="all", choices=["mul", "add", "compare", "all"])
     f.add_argument("--pairs", type=int, default=1_000_000, help="pairs per unit (default 1M)")

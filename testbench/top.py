@@ -8,6 +8,7 @@ store images) and :func:`run_top` plays them on a Verilator build of
 :func:`ttrain.golden.interpreter.run`.
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,3 +279,63 @@ def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide"):
     impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
     return {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
             "vector": vector, "store_impl": impl}
+
+
+def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=32, lanes=8,
+                slots=16, test_dir=None, progress=None):
+    """Consecutive training steps of the paper layer on the accelerator top under Verilator.
+
+    Every store word is compared with the interpreter after every step (a mismatch raises
+    :class:`SimulationError`). Returns the report ``{"config", "entries", "total"}``: per step
+    the measured cycles, the engine's own cycles summed over the step's CONTRACTs (measured in
+    the same run), the ideal cycles (MACs / lanes), utilization = ideal / cycles, sequencing
+    overhead = cycles / engine cycles - 1, and the vector / update units' busy cycles.
+    """
+    import tempfile
+    import time
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 50:
+        raise ValueError(f"steps must be an int in 1..50, not {steps!r}")
+    layers = paper_layers(batch=batch, rank_sets=rank_sets)
+    cfg = shared_config(layers, lanes=lanes, slots=slots)
+    words = sum(cfg["store_sizes"].values())
+    rom_depth = 1 << (words * (steps + 2) + 4096).bit_length()
+    t0 = time.time()
+    if progress:
+        progress(f"building the accelerator ({lanes} lanes, stores {cfg['store_sizes']}); "
+                 f"the first build takes 10-20 minutes")
+    name = "ttrain_top_paper" + ("" if (lanes, slots) == (8, 16) else f"_l{lanes}_s{slots}")
+    top = build_top(cfg, name, rom_depth=rom_depth)
+    build_s = time.time() - t0
+    root = Path(test_dir or tempfile.mkdtemp(prefix="layer-bench-"))
+    entries, totals = [], {}
+    for name, cl in layers.items():
+        sess, stats = layer_session(cl, cfg["store_sizes"], steps=steps, seed=1)
+        if progress:
+            progress(f"{name}: {steps} steps, {len(cl.program.instructions)} instructions")
+        t1 = time.time()
+        res = run_top(top, sess, test_dir=root / name, timeout=4 * 3600)
+        sim_s = time.time() - t1
+        for s, (r, st) in enumerate(zip(res, stats)):
+            ideal = -(-st.macs // lanes)
+            entries.append({
+                "name": f"{name}.step{s}", "cycles": r["cycles"],
+                "engine_cycles": r["engine_cycles"], "ideal_cycles": ideal, "macs": st.macs,
+                "utilization": ideal / r["cycles"],
+                "overhead": r["cycles"] / r["engine_cycles"] - 1,
+                "busy_engine": r["busy_engine"], "busy_vector": r["busy_vector"],
+                "busy_update": r["busy_update"], "instructions": r["executed"],
+                "vector_elements": st.elementwise, "updated_words": st.updated,
+                "bit_exact": True})
+        last = entries[-1]
+        totals[name] = {k: last[k] for k in ("cycles", "engine_cycles", "ideal_cycles",
+                                             "utilization", "overhead")}
+        totals[name]["sim_seconds"] = round(sim_s, 1)
+    report = {"config": {"lanes": lanes, "slots": slots, "banks": lanes, "batch": batch,
+                         "steps": steps, "layer": "[12,8,8 | 8,8,12]",
+                         "ranks": {n: PAPER_RANKS[n] for n in layers},
+                         "store_sizes": cfg["store_sizes"], "build_seconds": round(build_s, 1)},
+              "entries": entries, "total": totals}
+    if out_json:
+        Path(out_json).write_text(json.dumps(report, indent=1))
+    return report
