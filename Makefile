@@ -11,7 +11,7 @@ CONFIG ?= tiny
 export AMARANTH_USE_YOSYS := builtin
 export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
 
-.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine train-atis clean distclean
+.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer train-atis clean distclean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 14
@@ -45,6 +45,9 @@ bench-fp32: $(STAMP)  ## one million random pairs per FP32 unit under Verilator
 
 bench-engine: $(STAMP)  ## TT-linear training step of the paper layer on the engine (Verilator)
 	$(VENV)/bin/ttrain bench engine --out build/bench-engine.json
+
+bench-layer: $(STAMP)  ## 3 compiled training steps of the paper layer on the accelerator top (Verilator)
+	$(VENV)/bin/ttrain bench layer --out build/bench-layer.json
 
 train-atis: $(STAMP)  ## train the small preset on ATIS (../shared/data/atis)
 	$(VENV)/bin/ttrain train --config small --data ../shared/data/atis
