@@ -33,18 +33,19 @@ scatter index error stops the run at that instruction.
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out, connect
+from amaranth.lib.wiring import Out, connect
 
 from ..golden.isa import STORE_IDS, STORE_NAMES
 from .engine import ContractionEngine, StoreSpec
 from .sequencer import Sequencer
-from .vector import VectorUnit
+from .vector_wide import WideVectorUnit
 
 __all__ = ["Accelerator", "store_sizes_for", "VECTOR_KINDS"]
 
-#: Vector / update unit implementations: ``"wide"`` (:class:`WideVectorUnit`, ``banks`` lanes
-#: per beat, pipelined) and ``"scalar"`` (:class:`VectorUnit`, one element at a time).
-VECTOR_KINDS = ("wide", "scalar")
+#: Vector / update unit implementations: ``"wide"`` (:class:`~ttrain.rtl.vector_wide.
+#: WideVectorUnit`, ``banks`` lanes per beat, pipelined). The one-element-at-a-time
+#: :class:`~ttrain.rtl.vector.VectorUnit` is not offered: it has no store-port interface.
+VECTOR_KINDS = ("wide",)
 
 
 def store_sizes_for(program_sizes, banks, minimum=None):
@@ -64,41 +65,6 @@ def store_sizes_for(program_sizes, banks, minimum=None):
         need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)), 1)
         out[name] = -(-need // banks) * banks
     return out
-
-
-class _ScalarPortAdapter(wiring.Component):
-    """One-word beats on a store port for a :class:`VectorUnit` in handshake mode.
-
-    A read is offered only while every earlier write has landed (``wr_idle``), so the unit's
-    reads always see its own writes (reduction accumulators, repeated scatter indices).
-    """
-
-    def __init__(self, port_sig, addr_bits):
-        self._sig = port_sig
-        super().__init__({
-            "port": Out(port_sig),
-            "rd_en": In(1), "rd_store": In(2), "rd_addr": In(addr_bits), "rd_data": Out(32),
-            "rd_ready": Out(1), "rd_valid": Out(1),
-            "wr_en": In(1), "wr_store": In(2), "wr_addr": In(addr_bits), "wr_data": In(32),
-            "wr_ready": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        p = self.port
-        m.d.comb += [
-            p.rd.valid.eq(self.rd_en & p.wr_idle),
-            p.rd.payload.store.eq(self.rd_store), p.rd.payload.addr.eq(self.rd_addr),
-            p.rd.payload.mask.eq(1),
-            self.rd_ready.eq(p.rd.ready & p.wr_idle),
-            self.rd_valid.eq(p.rd_data.valid), self.rd_data.eq(p.rd_data.payload[0]),
-            p.rd_data.ready.eq(1),
-            p.wr.valid.eq(self.wr_en), p.wr.payload.store.eq(self.wr_store),
-            p.wr.payload.addr.eq(self.wr_addr), p.wr.payload.mask.eq(1),
-            p.wr.payload.data[0].eq(self.wr_data),
-            self.wr_ready.eq(p.wr.ready),
-        ]
-        return m
 
 
 class Accelerator(wiring.Component):
@@ -189,22 +155,10 @@ class Accelerator(wiring.Component):
 
     def _vector_unit(self, m, name, port):
         eng = self._engine
-        if self._vector == "wide":
-            from .vector_wide import WideVectorUnit
-            unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
-                                  store_bits=eng.port_signature.store_bits)
-            m.submodules[name] = unit
-            connect(m, unit.mem, port)
-            return unit
-        unit = m.submodules[name] = VectorUnit(addr_bits=eng.addr_bits, handshake=True)
-        ad = m.submodules[f"{name}_port"] = _ScalarPortAdapter(eng.port_signature,
-                                                               eng.addr_bits)
-        connect(m, ad.port, port)
-        for sig in ("rd_en", "rd_store", "rd_addr", "wr_en", "wr_store", "wr_addr",
-                    "wr_data"):
-            m.d.comb += getattr(ad, sig).eq(getattr(unit, sig))
-        for sig in ("rd_data", "rd_ready", "rd_valid", "wr_ready"):
-            m.d.comb += getattr(unit, sig).eq(getattr(ad, sig))
+        unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
+                              store_bits=eng.port_signature.store_bits)
+        m.submodules[name] = unit
+        connect(m, unit.mem, port)
         return unit
 
     def elaborate(self, platform):
