@@ -69,14 +69,16 @@ class _PipelineOps:
     counts the FP32 units instantiated.
     """
 
-    def __init__(self, m, prefix, *, trace_only=False, impl="amaranth"):
+    def __init__(self, m, prefix, *, trace_only=False, impl="amaranth", plan=None):
         self._m = m
         self._trace_only = trace_only
         self._impl = impl
+        self._given_plan = plan
+        self.plan = []
         self._prefix = prefix
         self._delays = {}
         self._n = 0
-        self.stats = {"mul": 0, "add": 0, "compare": 0, "delay_bits": 0}
+        self.stats = {"mul": 0, "add": 0, "compare": 0}
 
     # -- plumbing ----------------------------------------------------------------------------
     def _name(self, what):
@@ -96,20 +98,46 @@ class _PipelineOps:
         return self.const(v)
 
     def at(self, v, t):
-        """Return the value of ``v`` delayed to stage ``t`` (constants as they are)."""
+        """Return the value of ``v`` delayed to stage ``t`` (constants as they are).
+
+        Every value gets at most one delay line: one wide reset-less register shifted by the
+        value's width each cycle, tapped at each needed delay. Its depth comes from the plan
+        recorded by a previous identical build (``plan=``); without a plan (recording), the
+        depths are recorded in :attr:`plan` and ``v`` itself is returned.
+        """
         if v.t is None or v.t == t:
             return v.value
         if v.t > t:
             raise AssertionError(f"value needed at stage {t} is only valid at stage {v.t}")
-        key = id(v)
-        chain = self._delays.setdefault(key, [v, [v.value]])[1]
-        while len(chain) <= t - v.t:
-            prev = chain[-1]
-            reg = Signal.like(prev, name=self._name("d"), reset_less=True)
-            self._m.d.sync += reg.eq(prev)
-            self.stats["delay_bits"] += len(reg)
-            chain.append(reg)
-        return chain[t - v.t]
+        d = t - v.t
+        entry = self._delays.get(id(v))
+        if entry is None:
+            index = len(self._delays)
+            line = None
+            if self._given_plan is not None:
+                depth = self._given_plan[index]
+                width = len(v.value)
+                line = Signal(width * depth, name=self._name("dl"), reset_less=True)
+                self._m.d.sync += line.eq(Cat(v.value, line[0:width * (depth - 1)])
+                                          if depth > 1 else v.value)
+            entry = self._delays[id(v)] = [v, index, line]
+            self.plan.append(0)
+        _, index, line = entry
+        if line is None:
+            self.plan[index] = max(self.plan[index], d)
+            return v.value
+        width = len(v.value)
+        if d > self._given_plan[index]:
+            raise AssertionError(f"delay {d} beyond the planned depth {self._given_plan[index]}")
+        tap = line[(d - 1) * width:d * width]
+        return tap.as_signed() if v.value.shape().signed else tap
+
+    @property
+    def delay_bits(self):
+        """Bits of all delay lines (of the plan recorded or given)."""
+        plan = self._given_plan if self._given_plan is not None else self.plan
+        return sum(len(v.value) * depth for (v, index, _), depth
+                   in zip(self._delays.values(), plan))
 
     def _align(self, *vals):
         ts = [v.t for v in vals if v.t is not None]
@@ -365,7 +393,8 @@ class SpecialFunctionUnit(wiring.Component):
         ops = self._tracer()
         self._build(ops.module, ops, Signal(32, name="x"), Signal(FUNC_BITS, name="func"),
                     Signal(name="valid"))
-        self._stats = dict(ops.stats, result_stage=dict(self._stage))
+        self._plan = tuple(ops.plan)
+        self._stats = dict(ops.stats, delay_bits=ops.delay_bits, result_stage=dict(self._stage))
         super().__init__({
             "i": In(stream.Signature(SpecialOperand, always_ready=True)),
             "o": Out(stream.Signature(32, always_ready=True)),
@@ -494,7 +523,7 @@ class SpecialFunctionUnit(wiring.Component):
         m = Module()
         func_code = Signal(FUNC_BITS, name="func_s0")
         m.d.comb += func_code.eq(self.i.payload.func)
-        out, valid = self._build(m, _PipelineOps(m, "sf", impl=self._impl), self.i.payload.x,
-                                 func_code, self.i.valid)
+        ops = _PipelineOps(m, "sf", impl=self._impl, plan=self._plan)
+        out, valid = self._build(m, ops, self.i.payload.x, func_code, self.i.valid)
         m.d.comb += [self.o.payload.eq(out), self.o.valid.eq(valid)]
         return m
