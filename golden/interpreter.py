@@ -5,7 +5,9 @@ list of instructions, or the flat instruction words) on a memory image (store na
 ``uint32`` array of FP32 words) exactly as the hardware must:
 
 * CONTRACT calls :func:`ttrain.golden.contract.contract` (its accumulation order);
-* elementwise ops use ``fp32_add/sub/mul`` (one rounding each, canonical NaN);
+* elementwise ops use ``fp32_add/sub/mul`` (one rounding each, canonical NaN); the special
+  functions (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``) use
+  :func:`ttrain.golden.special.fp32_special` (fixed FP32 sequences, bit-exact);
 * ``rsum`` adds sequentially from ``-0.0`` (or the old value), ``rmax`` takes ``fp32_max``
   sequentially from the first element (or the old value);
 * ``copy``, ``fill`` and ``gather`` move words without arithmetic;
@@ -37,10 +39,11 @@ import numpy as np
 
 from .contract import check_descriptor, contract, validate, view_addresses
 from .isa import (ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_INDEX, ERR_LOOP,
-                  ERR_NO_END, ERR_NONE, ERR_OVERLAP, ERR_STORE, Barrier,
+                  ERR_NO_END, ERR_NONE, ERR_OVERLAP, ERR_STORE, SPECIAL_OPS, Barrier,
                   Contract, Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce,
                   Update, bits_f32, decode_program)
 from .numerics import fp32_add, fp32_max, fp32_mul, fp32_sub, fp32_sum
+from .special import fp32_special
 
 __all__ = ["run", "Stats", "check_program", "dynamic_stream"]
 
@@ -324,6 +327,8 @@ def _execute(instr, image, stats):
             if op in ("add", "sub", "mul"):
                 b = _f32(image[instr.b.store], _addresses(instr.b, r, c))
                 res = {"add": fp32_add, "sub": fp32_sub, "mul": fp32_mul}[op](a, b)
+            elif op in SPECIAL_OPS:
+                res = fp32_special(op, a)
             elif op == "scale":
                 res = fp32_mul(a, imm)
             else:  # addi

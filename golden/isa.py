@@ -37,6 +37,7 @@ import numpy as np
 
 from .contract import (Descriptor, View, ERROR_NONE, ERROR_STORE, ERROR_DIM, ERROR_A_RANGE,
                        ERROR_B_RANGE, ERROR_C_RANGE)
+from .special import FUNCTION_CODES
 
 __all__ = [
     "WORDS", "STORE_IDS", "STORE_NAMES", "OPCODES", "MNEMONICS", "ERROR_CODES", "ISAError",
@@ -45,7 +46,7 @@ __all__ = [
     "End", "Barrier", "Loop", "EndLoop", "Contract", "Elementwise", "Reduce", "Gather",
     "Update", "Region", "Program", "encode", "decode", "encode_program", "decode_program",
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
-    "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH",
+    "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
 ]
 
 #: 32-bit words per instruction (512 bits).
@@ -111,8 +112,12 @@ class ISAError(ValueError):
 
 OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = 0x01, 0x02, 0x03, 0x04
 OP_CONTRACT = 0x08
+#: Unary special-function elementwise ops (``golden.special``): opcode ``0x40`` + function code
+#: (:data:`ttrain.golden.special.FUNCTION_CODES`), i.e. 0x40..0x46; 0x47..0x7F stay reserved.
+SPECIAL_OPS = {name: 0x40 + code for name, code in FUNCTION_CODES.items()}
 ELEMENTWISE_OPS = {"add": 0x10, "sub": 0x11, "mul": 0x12, "scale": 0x13, "addi": 0x14,
                    "copy": 0x15, "fill": 0x16}
+ELEMENTWISE_OPS.update(SPECIAL_OPS)
 REDUCE_OPS = {"sum": 0x20, "max": 0x21}
 GATHER_OPS = {"gather": 0x28, "scatter_add": 0x29}
 OP_UPDATE = 0x30
@@ -129,6 +134,7 @@ MNEMONICS = {v: k for k, v in OPCODES.items()}
 
 # elementwise ops: which source slots they read and whether they use the immediate
 _EW_SOURCES = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}
+_EW_SOURCES.update({name: 1 for name in SPECIAL_OPS})
 _EW_IMM = {"scale", "addi", "fill"}
 
 
@@ -257,8 +263,11 @@ class Elementwise:
 
     ``add``/``sub``/``mul``: ``d = fp32_op(a, b)``; ``scale``: ``d = fp32_mul(a, imm)``;
     ``addi``: ``d = fp32_add(a, imm)``; ``copy``: ``d = a`` (the words, unchanged);
-    ``fill``: ``d = imm`` (bits unchanged). All reads happen before the writes; ``d`` may be the
-    very same view as a source (in place) but must not otherwise overlap one.
+    ``fill``: ``d = imm`` (bits unchanged); the special functions of :data:`SPECIAL_OPS`
+    (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``): ``d = fp32_special(op, a)``
+    (:func:`ttrain.golden.special.fp32_special`, bit-exact fixed FP32 sequences). All reads
+    happen before the writes; ``d`` may be the very same view as a source (in place) but must
+    not otherwise overlap one.
 
     Slots: 0 = d, 1 = a, 2 = b. ``imm`` is the FP32 bit pattern of the scalar.
     """
@@ -507,8 +516,8 @@ def decode(words, pc=None):
             raise ISAError(ERR_FIELD, "bits [31:22] of word 0 and [31:24] of word 1 are "
                                       "reserved: clear them")
         if op not in MNEMONICS:
-            raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (special functions "
-                                       f"0x40..0x7f are reserved for a later issue)")
+            raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (0x47..0x7f are "
+                                       f"reserved for more special functions)")
         name = MNEMONICS[op]
         stores = (w[1] & 0xFF, w[1] >> 8 & 0xFF, w[1] >> 16 & 0xFF)
 

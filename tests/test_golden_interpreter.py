@@ -14,6 +14,7 @@ from ttrain.golden.isa import (
     ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM, ERR_INDEX, ERR_LOOP, ERR_NO_END, ERR_OPCODE,
     ERR_OVERLAP, ERR_STORE, WORDS, Barrier, Contract, Elementwise, End, EndLoop, Gather,
     ISAError, Loop, Program, Reduce, Update, encode_program, f32_bits)
+from ttrain.golden.special import FUNCTIONS, fp32_special
 
 SIZES = {"param": 96, "grad": 96, "act": 128, "scratch": 128}
 
@@ -84,6 +85,63 @@ def test_elementwise_ops_bit_exact(op):
     assert np.array_equal(out["scratch"][mask], img["scratch"][mask])
     for s in ("param", "grad", "act"):
         assert np.array_equal(out[s], img[s])
+
+
+_EDGES = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001,
+                   0x00000001, 0x80000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,
+                   0x3F800000, 0xBF800000, 0x42B20000, 0xC2D00000, 0x3F200000, 0xC1A00000],
+                  dtype=np.uint32)
+
+
+@pytest.mark.parametrize("func", FUNCTIONS)
+def test_special_functions_bit_exact(func):
+    """Every special op equals golden.special.fp32_special on random words, wide-range values
+    and edge patterns, through strided views (transposed source), in place, and in a LOOP."""
+    rng = np.random.default_rng(sum(map(ord, func)))
+    sizes = {"param": 64, "grad": 64, "act": 256, "scratch": 256}
+    img = image(rng, sizes)
+    vals = np.concatenate([_EDGES, rng.integers(0, 2**32, 40, dtype=np.uint32),
+                           (rng.standard_normal(62) * 8).astype(np.float32).view(np.uint32)])
+    img["act"][:120] = vals
+    rows, cols = 10, 12
+    a = View("act", 0, 1, 10)                    # column j of the source is words 10j..10j+9
+    d = View("scratch", 3, 13, 1)
+    out, st = run(prog(Elementwise(func, rows, cols, d, a)), img)
+    assert st.ok and st.elementwise == rows * cols and st.by_op[func] == 1
+    ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    src = img["act"][ii + 10 * jj]
+    want = np.asarray(fp32_special(func, src.view(np.float32)), np.float32).view(np.uint32)
+    assert np.array_equal(out["scratch"][3 + 13 * ii + jj], want)
+    mask = np.ones(sizes["scratch"], bool)
+    mask[3 + 13 * ii + jj] = False
+    assert np.array_equal(out["scratch"][mask], img["scratch"][mask])
+    for s in ("param", "grad", "act"):
+        assert np.array_equal(out[s], img[s])
+    # in place, 12 x 10 over the same words
+    v = View("act", 0, 10, 1)
+    out, st = run(prog(Elementwise(func, 12, 10, v, v)), img)
+    assert st.ok
+    assert np.array_equal(out["act"][:120], np.asarray(
+        fp32_special(func, vals.view(np.float32)), np.float32).view(np.uint32))
+    assert np.array_equal(out["act"][120:], img["act"][120:])
+    # a LOOP stepping both bases: row t of act -> row t of scratch
+    out, st = run(prog(Loop(12, (10, 20, 0)),
+                       Elementwise(func, 1, 10, View("scratch", 0), View("act", 0),
+                                   step=(2, 1, 0)), EndLoop()), img)
+    assert st.ok and st.by_op[func] == 12 and st.elementwise == 120
+    got = out["scratch"][(20 * np.arange(12)[:, None] + np.arange(10)).ravel()]
+    assert np.array_equal(got, np.asarray(fp32_special(func, vals.view(np.float32)),
+                                          np.float32).view(np.uint32))
+
+
+def test_special_function_overlap_and_range_checked():
+    rng = np.random.default_rng(4)
+    img = image(rng)
+    v = View("act", 0, 4, 1)
+    out, st = run(prog(Elementwise("exp", 2, 4, View("act", 1, 4, 1), v)), img)
+    assert st.error == ERR_OVERLAP and all(np.array_equal(out[s], img[s]) for s in SIZES)
+    out, st = run(prog(Elementwise("tanh", 2, 4, v, View("act", SIZES["act"] - 4, 4, 1))), img)
+    assert st.error == ERR_A_RANGE and all(np.array_equal(out[s], img[s]) for s in SIZES)
 
 
 def test_elementwise_in_place_allowed_partial_overlap_rejected():
@@ -260,7 +318,7 @@ def test_errors_leave_image_unchanged_and_next_program_runs(case, code):
     }
     if case == "opcode":
         words = encode_program([good, End()])
-        words[WORDS] = 0x41        # a reserved special-function opcode as the 2nd instruction
+        words[WORDS] = 0x47        # a reserved special-function opcode as the 2nd instruction
         program = words
     elif case == "no_end":
         program = [good]

@@ -6,7 +6,7 @@ import pytest
 from ttrain.golden.contract import Descriptor, View
 from ttrain.golden.isa import (
     ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE, ERR_STORE, ELEMENTWISE_OPS,
-    GATHER_OPS, MNEMONICS, OPCODES, STORE_IDS, WORDS, Barrier, Contract,
+    GATHER_OPS, MNEMONICS, OPCODES, SPECIAL_OPS, STORE_IDS, WORDS, Barrier, Contract,
     Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce, Region, Update,
     assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
 
@@ -42,7 +42,8 @@ def random_instr(rng, kind):
                        rview(rng, True), bool(rng.integers(2)), rdim(rng))
         return Contract(d, rstep(rng))
     if kind in ELEMENTWISE_OPS:
-        nsrc = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}[kind]
+        nsrc = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0,
+                **{k: 1 for k in SPECIAL_OPS}}[kind]
         st = rstep(rng)
         st = tuple(s if i <= nsrc else 0 for i, s in enumerate(st))
         imm = int(rng.integers(0, 2**32)) if kind in ("scale", "addi", "fill") else 0
@@ -138,8 +139,57 @@ def _words(ins):
     return list(encode(ins))
 
 
+def test_special_opcodes():
+    """The special functions are unary elementwise ops 0x40 + golden.special function code;
+    the rest of the reserved range 0x47..0x7F stays unassigned."""
+    from ttrain.golden.special import FUNCTION_CODES
+    assert set(SPECIAL_OPS) == set(FUNCTION_CODES) == {
+        "exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad"}
+    for name, code in FUNCTION_CODES.items():
+        assert OPCODES[name] == SPECIAL_OPS[name] == ELEMENTWISE_OPS[name] == 0x40 + code
+    assert not any(0x47 <= op <= 0x7F for op in MNEMONICS)
+    ins = decode_program(assemble("exp rows=2 cols=3 d=act@0:3,1 a=scratch@5:1,4+i2\n"
+                                  "gelu_grad rows=1 cols=1 d=act@9 a=act@9\n"))
+    assert ins[0] == Elementwise("exp", 2, 3, View("act", 0, 3, 1), View("scratch", 5, 1, 4),
+                                 step=(0, 3, 0))
+    assert ins[1] == Elementwise("gelu_grad", 1, 1, View("act", 9), View("act", 9))
+    assert disassemble(encode(ins[0])) == "exp rows=2 cols=3 d=act@0:3,1 a=scratch@5:1,4+i2\n"
+    # field legality exactly as copy (one source, no immediate, slot 2 unused)
+    for name in SPECIAL_OPS:
+        with pytest.raises(ValueError, match="takes no immediate"):
+            Elementwise(name, 1, 1, View("act", 0), View("act", 0), imm=1)
+        with pytest.raises(ValueError, match="leave b as None"):
+            Elementwise(name, 1, 1, View("act", 0), View("act", 0), View("act", 1))
+        with pytest.raises(TypeError):
+            Elementwise(name, 1, 1, View("act", 0))
+        with pytest.raises(ISAError, match="unused operand"):
+            Elementwise(name, 1, 1, View("act", 0), View("act", 0), step=(0, 0, 1))
+        good = _words(Elementwise(name, 2, 2, View("act", 0, 2, 1), View("grad", 4, 2, 1)))
+        for i, v in ((3, 1), (12, 5), (7, 1), (11, 2)):   # imm, slot 2 view, batch strides
+            w = list(good)
+            w[i] = v
+            with pytest.raises(ISAError) as e:
+                decode(w)
+            assert e.value.code == ERR_FIELD, (name, i)
+        w = list(good)
+        w[1] |= 2 << 16                                  # slot 2 store id
+        with pytest.raises(ISAError) as e:
+            decode(w)
+        assert e.value.code == ERR_FIELD
+        w = list(good)
+        w[1] |= 7 << 8                                   # slot 1 store id 7
+        with pytest.raises(ISAError) as e:
+            decode(w)
+        assert e.value.code == ERR_STORE
+        w = list(good)
+        w[2] &= 0xFFFF0000                               # rows = 0
+        with pytest.raises(ISAError) as e:
+            decode(w)
+        assert e.value.code == ERR_DIM
+
+
 def test_decode_illegal_opcode():
-    for op in (0x00, 0x05, 0x40, 0x7F, 0xFF):
+    for op in (0x00, 0x05, 0x47, 0x4F, 0x50, 0x7F, 0xFF):
         w = [op] + [0] * (WORDS - 1)
         with pytest.raises(ISAError) as e:
             decode(w)
