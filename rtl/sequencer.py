@@ -14,6 +14,10 @@ golden's priority order when several fields are wrong (the first check the golde
 * elementwise: flags, unused slot store/step/view words, an immediate on a non-immediate op ->
   ``ERR_FIELD``; then per used slot (0, 1, 2): store id -> ``ERR_STORE``, batch stride ->
   ``ERR_FIELD``; then zero rows/cols -> ``ERR_DIM``;
+  the special functions ``exp recip rsqrt tanh tanh_grad gelu gelu_grad`` (opcodes 0x40..0x46,
+  :data:`ttrain.golden.isa.SPECIAL_OPS`) are unary elementwise ops with ``copy``'s checks and
+  class ``elementwise`` (the sequencer sends them to the vector unit, which needs
+  ``WideVectorUnit(special=True)``); 0x47..0x7F stay ``ERR_OPCODE``;
 * reduce: flags > 1, slot 2 fields, word 3 -> ``ERR_FIELD``; slots 0, 1 store/batch; zero
   rows/cols -> ``ERR_DIM``; ``d`` column stride -> ``ERR_FIELD``;
 * gather/scatter_add: flags -> ``ERR_FIELD``; slots 0, 1, 2 store/batch; zero rows/cols/

@@ -20,6 +20,12 @@ Executes one decoded instruction at a time over strided store views, bit-exactly
 The unit does not check address ranges, store ids or field legality: the sequencer does that
 before it issues an instruction (``golden.interpreter.check_program`` semantics).
 
+**Not implemented here:** the special-function ops (``exp recip rsqrt tanh tanh_grad gelu
+gelu_grad``, :data:`ttrain.golden.isa.SPECIAL_OPS`). :func:`vector_command` encodes them (they
+are elementwise instructions) but this one-element unit has no special-function datapath and
+must not be sent one (its result would be wrong); the accelerator top uses
+:class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``.
+
 Micro-architecture: one element at a time (read operand(s), one FP unit pass, write), which
 keeps reads strictly after the previous element's write (in-place views, repeated scatter
 indices and reduction accumulators are then trivially correct). Throughput is about
@@ -42,7 +48,9 @@ from .fp32 import FP32Add, FP32Compare, FP32Mul
 
 __all__ = ["VectorUnit", "VectorView", "VectorCommand", "VECTOR_OPCODES", "vector_command"]
 
-#: Opcodes the unit executes (the ISA's elementwise, reduce and gather opcodes).
+#: Opcodes of vector instructions (the ISA's elementwise -- including the special functions
+#: 0x40..0x46, which only :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``
+#: executes --, reduce, gather and UPDATE opcodes).
 VECTOR_OPCODES = (tuple(ELEMENTWISE_OPS.values()) + tuple(REDUCE_OPS.values())
                   + tuple(GATHER_OPS.values()) + (OP_UPDATE,))
 
@@ -68,6 +76,8 @@ def _view_fields(view):
 
 def vector_command(instr):
     """Return the :data:`VectorCommand` field dict of a golden vector instruction.
+
+    Special-function ops encode like ``copy`` (``op`` = their opcode, slot 1 = the source).
 
     Parameters
     ----------

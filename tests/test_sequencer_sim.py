@@ -10,8 +10,8 @@ from amaranth.sim import Simulator
 
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
-from ttrain.golden.isa import (ERR_INDEX, STORE_IDS, Elementwise, End, Gather, Reduce, Update,
-                               f32_bits)
+from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, SPECIAL_OPS, STORE_IDS, Elementwise,
+                               End, Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.vector import VectorCommand, VectorUnit, vector_command
 
 SIZE = 64
@@ -288,6 +288,10 @@ def _legal_words(rng):
            encode(Contract(random_descriptor(rng, sizes), (1, 0, 2)))]
     for kind in KINDS:
         out.append(encode(_random_instr(rng, kind)))
+    for kind in SPECIAL_OPS:                   # unary special functions (0x40..0x46)
+        rows, cols = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        out.append(encode(Elementwise(kind, rows, cols, _view(rng, rows, cols),
+                                      _view(rng, rows, cols), step=(1, 2, 0))))
     return out
 
 
@@ -304,13 +308,25 @@ def _decoder_cases(rng):
             v = list(w)
             v[int(rng.integers(0, 16))] = int(rng.choice([0, 1, int(rng.integers(0, 2**32))]))
             words.append(v)
-        for op in (0x00, 0x05, 0x17, 0x22, 0x2A, 0x31, 0x40, 0xFF):  # unassigned opcodes
+        for op in (0x00, 0x05, 0x17, 0x22, 0x2A, 0x31, 0x47, 0x4F, 0x50, 0x7F, 0xFF,
+                   int(rng.integers(0x47, 0x80))):   # unassigned, incl. reserved special
             v = list(w)
             v[0] = (v[0] & ~0xFF) | op
             words.append(v)
         v = list(w)                            # bad store id in each slot
         v[1] |= int(rng.integers(4, 256)) << (8 * int(rng.integers(0, 3)))
         words.append(v)
+        if w[0] & 0xFF in SPECIAL_OPS.values():   # copy's field rules: imm, slot 2, batch
+            for i, val in ((3, 1), (12, 1), (15, 2), (7, 1), (11, 4)):
+                v = list(w)
+                v[i] = val
+                words.append(v)
+            v = list(w)
+            v[0] |= 1 << 20                    # a step select on the unused slot 2
+            words.append(v)
+            v = list(w)
+            v[0] = (v[0] & ~0xFF) | ELEMENTWISE_OPS["copy"]   # the same fields as copy
+            words.append(v)
     loop = _legal_words(rng)[3]
     words.append([loop[0], loop[1], 0] + list(loop[3:]))          # zero loop count
     upd = _legal_words(rng)[4]
@@ -321,17 +337,19 @@ def _decoder_cases(rng):
 
 
 def test_decoder_error_codes_match_golden():
-    from ttrain.rtl.sequencer import InstructionDecoder
+    from ttrain.rtl.sequencer import CLASS_NAMES, InstructionDecoder
     rng = np.random.default_rng(11)
     cases = _decoder_cases(rng)
     want = [_golden_code(w) for w in cases]
     dut = InstructionDecoder()
     got = []
+    cls = []
 
     async def tb(ctx):
         for w in cases:
             ctx.set(dut.word, sum(int(x) << (32 * i) for i, x in enumerate(w)))
             got.append(ctx.get(dut.error))
+            cls.append(ctx.get(dut.cls))
 
     sim = Simulator(dut)
     sim.add_testbench(tb)
@@ -339,6 +357,12 @@ def test_decoder_error_codes_match_golden():
     mism = [(i, hex(cases[i][0]), want[i], got[i]) for i in range(len(cases))
             if want[i] != got[i]]
     assert not mism, mism[:10]
+    # the special ops are legal elementwise instructions (routed to the vector unit)
+    ew_bit = 1 << CLASS_NAMES.index("elementwise")
+    special = [i for i, w in enumerate(cases) if w[0] & 0xFF in SPECIAL_OPS.values()]
+    assert sum(want[i] == 0 for i in special) >= len(SPECIAL_OPS)
+    assert all(cls[i] == ew_bit for i in special if want[i] == 0)
+    assert {want[i] for i in special} >= {0, 1, 7}
     # every error code the decoder can raise appears among the cases
     assert {0, 1, 2, 6, 7, 8, 9}.issubset(set(want)), sorted(set(want))
 
