@@ -44,7 +44,7 @@ def test_small_unit_matches_golden_with_idle_cycles():
     dut = SpecialFunctionUnit(functions=("tanh_grad", "recip"))
     assert dut.functions == ("recip", "tanh_grad")               # code order
     rng = np.random.default_rng(0)
-    n = 240
+    n = 120
     xs = np.concatenate([
         nx.f32_to_bits(np.linspace(-3, 3, n // 2).astype(np.float32)),
         rng.integers(0, 1 << 32, n - n // 2, dtype=np.uint64).astype(np.uint32)])
