@@ -1,0 +1,146 @@
+"""``ttrain resources``: store memory map on the U50 and the Yosys logic estimate."""
+
+import json
+import math
+
+import pytest
+
+from ttrain.main import main
+from ttrain.plan_cmd import build_report as plan_report
+from ttrain.platforms.u50 import U50_CAPACITY
+from ttrain.resources_cmd import (STORE_CATEGORY, _parse_stat, fit_memory, logic_depth,
+                                  memory_map, store_sizes_from_plan)
+
+
+def test_capacity_figures():
+    # AMD DS965 (U50) / DS890 (VU35P): 872K LUTs, 1,743K FFs, 5,952 DSPs, 47.3 Mb BRAM in
+    # 36 Kb blocks, 180 Mb URAM in 288 Kb blocks.
+    assert U50_CAPACITY["ramb36"] * 36 * 1024 == pytest.approx(47.3e6 * 1.048576, rel=0.01)
+    assert U50_CAPACITY["uram288"] * 288 * 1024 == pytest.approx(180e6 * 1.048576, rel=0.01)
+    assert U50_CAPACITY["ramb18"] == 2 * U50_CAPACITY["ramb36"]
+    assert (U50_CAPACITY["lut"], U50_CAPACITY["ff"], U50_CAPACITY["dsp48e2"]) == \
+        (872_000, 1_743_000, 5952)
+
+
+@pytest.mark.parametrize("config,banks", [("tiny", 8), ("paper-l1", 8), ("paper-l3", 4)])
+def test_store_sizes_follow_the_plan(config, banks):
+    onchip = plan_report(config)["onchip_bytes"]
+    sizes = store_sizes_from_plan(config, banks)
+    assert set(sizes) == set(STORE_CATEGORY)
+    for store, cat in STORE_CATEGORY.items():
+        need = math.ceil(onchip[cat] / 4)
+        assert sizes[store] % banks == 0
+        assert need <= sizes[store] < need + banks
+
+
+def test_memory_map_rules():
+    # Rows per bank: 1024 -> one RAMB36; 512 -> one RAMB18; 1536 -> RAMB36 + RAMB18;
+    # 4096 rows -> URAM288 under "auto"; 4097 rows of URAM -> 2 per bank.
+    sizes = {"param": 8 * 1024, "grad": 8 * 512, "act": 8 * 1536, "scratch": 8 * 4096}
+    mm = memory_map(sizes, 8)
+    by = {s["name"]: s for s in mm["stores"]}
+    assert (by["param"]["ramb36"], by["param"]["ramb18"], by["param"]["uram288"]) == (8, 0, 0)
+    assert (by["grad"]["ramb36"], by["grad"]["ramb18"]) == (0, 8)
+    assert (by["act"]["ramb36"], by["act"]["ramb18"]) == (8, 8)
+    assert (by["scratch"]["style"], by["scratch"]["uram288"]) == ("ultra", 8)
+    assert mm["total"]["ramb36"] == 16 and mm["total"]["ramb18"] == 16
+    assert mm["total"]["ramb36_equiv"] == 24
+    assert mm["total"]["bytes"] == 4 * sum(sizes.values())
+    ultra = memory_map({"param": 4 * 4097 + 4 * 3}, 4, "ultra")
+    assert ultra["stores"][0]["uram288"] == 8
+    block = memory_map({"param": 8 * 4096}, 8, {"param": "block"})
+    assert block["stores"][0]["ramb36"] == 32 and block["stores"][0]["uram288"] == 0
+
+
+def test_memory_map_bad_input():
+    with pytest.raises(ValueError, match="multiple of banks"):
+        memory_map({"param": 100}, 8)
+    with pytest.raises(ValueError, match="power of two"):
+        memory_map({"param": 96}, 3)
+
+
+@pytest.mark.parametrize("config", ["paper-l1", "paper-l2", "paper-l3"])
+def test_paper_presets_fit_the_u50(config):
+    fit = fit_memory(store_sizes_from_plan(config, 8), 8)
+    assert fit["fits"], f"{config} does not fit the U50 by the memory map"
+    best = fit["best"]
+    assert best["left"]["ramb36_equiv"] >= 0 and best["left"]["uram288"] >= 0
+    # The left-over figures are capacity minus the mapped primitives.
+    t = best["map"]["total"]
+    assert best["left"]["uram288"] == U50_CAPACITY["uram288"] - t["uram288"]
+    assert best["left"]["ramb36_equiv"] == U50_CAPACITY["ramb36"] - t["ramb36"] - t["ramb18"] / 2
+    # Every word of the plan has a home: primitives x words per primitive >= store words.
+    for s in best["map"]["stores"]:
+        slots = s["ramb36"] * 1024 + s["ramb18"] * 512 + s["uram288"] * 4096
+        assert slots >= s["words"]
+
+
+def test_paper_l3_needs_a_mixed_mapping():
+    fit = fit_memory(store_sizes_from_plan("paper-l3", 8), 8)
+    assert not fit["auto"]["fits"]                      # all-URAM default: 800 > 640
+    styles = fit["best"]["styles"]
+    assert set(styles.values()) == {"block", "ultra"}
+
+
+def test_fit_reports_no_fit():
+    fit = fit_memory({"param": 8 * 4096}, 8,
+                     capacity={"ramb36": 10, "ramb18": 20, "uram288": 4})
+    assert not fit["fits"] and fit["best"] is None
+    fit = fit_memory({"param": 8 * 1024}, 8, reserve={"ramb36_equiv": 1340})
+    assert fit["auto"]["left"]["ramb36_equiv"] == 1344 - 1340 - 8
+
+
+def test_parse_stat():
+    text = """
+=== top ===
+
+     1234 wires
+       42 cells
+       10   LUT6
+        3   FDRE
+        2   DSP48E2
+       32   ttrain_ram_block
+"""
+    assert _parse_stat(text) == {"LUT6": 10, "FDRE": 3, "DSP48E2": 2, "ttrain_ram_block": 32}
+
+
+def _cell(type_, ins, outs, in_port="I0", out_port="O"):
+    conn = {f"{in_port}{i}": [b] for i, b in enumerate(ins)}
+    conn[out_port] = outs
+    dirs = {p: "input" for p in conn}
+    dirs[out_port] = "output"
+    return {"type": type_, "connections": conn, "port_directions": dirs}
+
+
+def test_logic_depth_counts_levels_between_registers():
+    # FF(q=2) -> LUT(2->3) -> LUT(3->4) -> CARRY(4->5) -> FF(d=5); a shorter side path
+    # FF(q=2) -> LUT(2->6) -> FF; and a second register stage FF(5->7) -> LUT(7->8).
+    cells = {
+        "ff0": _cell("FDRE", [5], [7], "D", "Q"),
+        "ffa": _cell("FDRE", [1], [2], "D", "Q"),
+        "l1": _cell("LUT2", [2, 9], [3]),
+        "l2": _cell("LUT4", [3], [4]),
+        "c1": _cell("CARRY4", [4], [5], "S", "CO"),
+        "l3": _cell("LUT1", [2], [6]),
+        "l4": _cell("LUT3", [7], [8]),
+    }
+    netlist = {"modules": {"top": {"cells": cells}}}
+    d = logic_depth(netlist)
+    assert d["levels"] == 3
+    assert d["path"] == ["LUT2", "LUT4", "CARRY4"]
+    assert logic_depth({"modules": {"top": {"cells": {}}}})["levels"] == 0
+    with pytest.raises(ValueError, match="not in the netlist"):
+        logic_depth(netlist, top="other")
+
+
+def test_cli_memory_map_json(capsys):
+    assert main(["resources", "--config", "paper-l3", "--no-synth", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["estimate"] is True and rep["fits"] is True and rep["logic"] is None
+    assert rep["memory_map"]["auto"]["fits"] is False
+    assert rep["memory_map"]["best"]["left"]["uram288"] >= 0
+
+
+def test_cli_bad_lanes(capsys):
+    assert main(["resources", "--config", "tiny", "--lanes", "3", "--no-synth"]) == 2
+    assert "power of two" in capsys.readouterr().err
