@@ -5,8 +5,10 @@
 ``add sub mul scale addi copy fill``, reductions ``rsum``/``rmax`` with ``accumulate``,
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
-keeps one read beat and one write beat in flight per cycle. See ``docs/vector-unit.md`` for the
-figures and for what the sequencer must guarantee.
+keeps one read beat and one write beat in flight per cycle. With ``special=True`` it also runs
+the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``) through one
+:class:`~ttrain.rtl.special.SpecialFunctionUnit`. See ``docs/vector-unit.md`` for the figures
+and for what the sequencer must guarantee.
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal
@@ -14,9 +16,12 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..golden.isa import ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
+                          REDUCE_OPS, SPECIAL_OPS)
+from ..golden.special import FUNCTION_CODES, FUNCTIONS
 from .fp32 import FP32Add, FP32Compare, FP32Mul
 from .port import StorePortSignature
+from .special import SpecialFunctionUnit
 from .vector import VectorCommand
 
 __all__ = ["WideVectorUnit"]
@@ -33,6 +38,13 @@ _K_CHK = 4      # gather/scatter pre-pass: index words to check against table_ro
 _K_IDX = 5      # gather/scatter: the index of the next row
 
 _HISTORY = 4    # scatter_add: row indices remembered to skip the wait for wr_idle
+
+
+def _or(conds):
+    out = Const(0, 1)
+    for cnd in conds:
+        out = out | cnd
+    return out
 
 
 def _latency_of(unit_class):
@@ -73,6 +85,20 @@ class WideVectorUnit(wiring.Component):
       was last drained waits until every earlier write has landed (``wr_idle``) before it
       reads the table, so repeated indices accumulate in list order.
 
+    * special functions (``special=True``): read beats exactly as ``copy`` (wide, transposed,
+      flattened or single), but the one :class:`~ttrain.rtl.special.SpecialFunctionUnit` takes
+      one word per cycle: a serializer feeds the beat's active lanes one by one (the next beat
+      loads as the last lane of the previous one goes in), a collector puts the results, in
+      order, back into lanes and pushes the whole beat (with the address/mask kept in a small
+      FIFO) into the result FIFO. Throughput: 1 element per cycle for full beats; a beat
+      holds a result-FIFO credit from the moment it is taken until it is written, so about
+      ``(special_latency + 2 * width) / width`` beats must be in flight: the result FIFO is
+      sized for that (``width`` elements per beat). Single-element beats (views that allow
+      neither wide nor transposed beats) therefore run at about ``depth / special_latency``
+      elements per cycle. With ``special=False`` a special op ends at once with error
+      :data:`~ttrain.golden.isa.ERR_OPCODE` and writes nothing (the sequencer only checks the
+      error of a gather/scatter: do not send special ops to such a unit).
+
     The arithmetic is ``width`` :class:`~ttrain.rtl.fp32.FP32Mul` followed by ``width``
     :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles, fixed), plus ``width``
     :class:`~ttrain.rtl.fp32.FP32Compare` for ``rmax``. The FP units cannot stall, so a credit
@@ -102,6 +128,17 @@ class WideVectorUnit(wiring.Component):
     max_reads : int
         Read beats in flight (tag FIFO depth, >= 2); it must cover the port's read round trip
         for full throughput.
+    special : bool
+        Build the special-function datapath (one :class:`~ttrain.rtl.special.SpecialFunctionUnit`,
+        53 FP32Mul / 31 FP32Add; latency :attr:`special_latency`).
+    special_impl : {"amaranth", "verilog"}
+        The unit's ``impl``: ``"verilog"`` instantiates the FP32 units as the modules of
+        :data:`ttrain.rtl.special.FP_UNIT_MODULES`, which the Verilog build must supply (fast
+        Verilator builds); ``"amaranth"`` for the Amaranth simulator.
+    special_functions : iterable of str or None
+        Build only these functions (``None``: all of
+        :data:`ttrain.golden.special.FUNCTIONS`); a left-out function gives the canonical NaN
+        (for small simulation builds only).
 
     Members
     -------
@@ -122,7 +159,8 @@ class WideVectorUnit(wiring.Component):
         The store port (reads, read data, writes, ``wr_idle``).
     """
 
-    def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16):
+    def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
+                 special=False, special_impl="amaranth", special_functions=None):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -139,6 +177,21 @@ class WideVectorUnit(wiring.Component):
             groups = add_latency + 2
         _int("groups", groups, 1, 256, f"{add_latency + 2} gives full reduction throughput")
         _int("max_reads", max_reads, 2, 4096, "cover the port's read round trip")
+        if not isinstance(special, bool):
+            raise TypeError(f"WideVectorUnit special must be a bool (build the special-function "
+                            f"unit), not {special!r}")
+        if special_impl not in ("amaranth", "verilog"):
+            raise ValueError(f"WideVectorUnit special_impl must be 'amaranth' (Amaranth "
+                             f"simulator) or 'verilog' (FP_UNIT_MODULES instances), not "
+                             f"{special_impl!r}")
+        if special_functions is not None and not special:
+            raise ValueError("WideVectorUnit special_functions needs special=True; leave it "
+                             "None or set special=True")
+        self._sfu = None
+        if special:
+            funcs = FUNCTIONS if special_functions is None else special_functions
+            self._sfu = SpecialFunctionUnit(functions=funcs, impl=special_impl)
+            self._sfu._MustUse__silence = True    # elaborated as a submodule, if at all
         self._width = width
         self._addr_bits = addr_bits
         self._store_bits = store_bits
@@ -156,11 +209,77 @@ class WideVectorUnit(wiring.Component):
     store_bits = property(lambda self: self._store_bits, doc="Store id width at the port.")
     groups = property(lambda self: self._groups, doc="Reduction accumulator slots.")
     max_reads = property(lambda self: self._max_reads, doc="Read beats in flight at most.")
+    special = property(lambda self: self._sfu is not None,
+                       doc="True when the special-function unit is built.")
+
+    @property
+    def special_latency(self):
+        """Latency of the special-function unit (``None`` without ``special``)."""
+        return None if self._sfu is None else self._sfu.latency
+
+    @property
+    def result_depth(self):
+        """Result FIFO entries (= credits: element beats taken and not yet written)."""
+        d = self.latency + 4
+        if self._sfu is not None:
+            W = self._width
+            d = max(d, -(-(self._sfu.latency + 2 * W + 4) // W) + 2)
+        return d
 
     @property
     def latency(self):
         """Cycles from an element beat's last read data to its result (mul + add)."""
         return _latency_of(FP32Mul) + _latency_of(FP32Add)
+
+    def _special(self, m, c, take, dat, tg, res_in, ser_busy):
+        """Serializer -> SpecialFunctionUnit -> collector; return the result-FIFO push."""
+        W = self._width
+        AB = self._addr_bits
+        Lanes = data.ArrayLayout(32, W)
+        m.submodules.sfu = sfu = self._sfu
+        # function code of the op (0x40 + code today; mapped from the tables anyway)
+        code = Signal(range(8))
+        for name, opc in SPECIAL_OPS.items():
+            with m.If(c.op == opc):
+                m.d.comb += code.eq(FUNCTION_CODES[name])
+        # serializer: lane 0 goes in each cycle, the rest shift down
+        ser = Signal(Lanes)
+        ser_mask = Signal(W)
+        m.d.comb += [sfu.i.valid.eq(ser_mask[0]), sfu.i.payload.x.eq(ser[0]),
+                     sfu.i.payload.func.eq(code),
+                     ser_busy.eq(ser_mask[1] if W > 1 else 0)]
+        with m.If(take):
+            m.d.sync += [ser.eq(dat), ser_mask.eq(tg.mask)]
+        with m.Else():
+            m.d.sync += ser_mask.eq(ser_mask >> 1)
+            for w in range(W - 1):
+                m.d.sync += ser[w].eq(ser[w + 1])
+        # write address and lane mask of each beat in the unit, in order
+        Meta = data.StructLayout({"mask": W, "waddr": AB})
+        m.submodules.sp_meta = meta = fifo.SyncFIFO(width=Meta.size, depth=self.result_depth)
+        mw = Signal(Meta)
+        m.d.comb += [mw.mask.eq(tg.mask), mw.waddr.eq(tg.waddr),
+                     meta.w_data.eq(mw.as_value()), meta.w_en.eq(take)]
+        head = Meta(meta.r_data)
+        # collector: result k of a beat goes to lane k; the beat is complete at its last lane
+        k = Signal(range(W + 1))
+        col = Signal(Lanes)
+        more = Signal(W + 1)
+        m.d.comb += more.eq(head.mask >> 1)
+        last = Signal()
+        m.d.comb += last.eq(~more.bit_select(k, 1))
+        push = Signal()
+        m.d.comb += [push.eq(sfu.o.valid & last), meta.r_en.eq(push)]
+        with m.If(sfu.o.valid):
+            m.d.sync += k.eq(Mux(last, 0, k + 1))
+            for w in range(W):
+                with m.If(k == w):
+                    m.d.sync += col[w].eq(sfu.o.payload)
+        with m.If(c.op.matches(*[f"{v:08b}" for v in SPECIAL_OPS.values()])):
+            for w in range(W):
+                m.d.comb += res_in.data[w].eq(Mux(k == w, sfu.o.payload, col[w]))
+            m.d.comb += [res_in.mask.eq(head.mask), res_in.waddr.eq(head.waddr)]
+        return push
 
     def elaborate(self, platform):
         # Three decoupled parts, connected by FIFOs:
@@ -184,13 +303,17 @@ class WideVectorUnit(wiring.Component):
         LM = _latency_of(FP32Mul)
         LA = _latency_of(FP32Add)
         LEW = LM + LA
-        DEPTH = LEW + 4                       # result FIFO entries (credits)
+        DEPTH = self.result_depth             # result FIFO entries (credits)
+        SP = self._sfu is not None
         Lanes = data.ArrayLayout(32, W)
 
         # ---- command ----------------------------------------------------------------------
         c = Signal(VectorCommand)
         op = c.op
         ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
+        is_sp = Signal()                      # a special-function op
+        m.d.comb += is_sp.eq(_or(ew[k] for k in SPECIAL_OPS))
+        sp_on = is_sp if SP else Const(0, 1)
         is_sum = op == REDUCE_OPS["sum"]
         is_max = op == REDUCE_OPS["max"]
         is_red = Signal()
@@ -306,7 +429,7 @@ class WideVectorUnit(wiring.Component):
                 # used views, transposition, flattening, lanes
                 is_ewop = Signal()
                 m.d.comb += is_ewop.eq(ew["add"] | ew["sub"] | ew["mul"] | ew["scale"]
-                                       | ew["addi"] | ew["copy"] | ew["fill"])
+                                       | ew["addi"] | ew["copy"] | ew["fill"] | sp_on)
                 used = [Const(1), ~ew["fill"], two_src]
                 colok = [(v.col == 1) | ((v.col == 0) if s else 0) for s, v in enumerate(views)]
                 rowok = [(v.row == 1) | ((v.row == 0) if s else 0) for s, v in enumerate(views)]
@@ -326,7 +449,10 @@ class WideVectorUnit(wiring.Component):
                              coff.eq(0), idx_ok.eq(0), hist_v.eq(0)]
                 for s, v in enumerate(views):
                     m.d.sync += [base[s].eq(v.base), ad[s].eq(v.base), rb[s].eq(v.base)]
-                with m.If(is_upd):
+                with m.If(is_sp & ~sp_on):             # no special-function unit
+                    m.d.sync += err.eq(ERR_OPCODE)
+                    m.next = "FINISH"
+                with m.Elif(is_upd):
                     m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
                     for s in range(3):
                         m.d.sync += [rstr[s].eq(0), bcast[s].eq(0), step[s].eq(W)]
@@ -545,12 +671,14 @@ class WideVectorUnit(wiring.Component):
         for w in range(W):
             m.d.comb += dat[w].eq(Mux(tg.bx, raw[0], raw[w]))
         space = credits < DEPTH
+        ser_busy = Signal()       # special: the serializer still has lanes after this cycle
         slot_busy = Signal()
         m.d.comb += slot_busy.eq(busy.bit_select(tg.g, 1))
         ok = Signal()
         with m.Switch(tg.kind):
             with m.Case(_K_FIRE):
-                m.d.comb += ok.eq(space)
+                # special: the serializer must be free by the end of this cycle
+                m.d.comb += ok.eq(space & (~sp_on | ~ser_busy))
             with m.Case(_K_ACC):
                 m.d.comb += ok.eq(~slot_busy)
             with m.Case(_K_RED):
@@ -575,7 +703,8 @@ class WideVectorUnit(wiring.Component):
                 m.d.sync += err.eq(ERR_INDEX)
 
         # ---- elementwise pipeline: multiply stage, add stage (12 cycles) ---------------------
-        ew_fire = kind_is[_K_FIRE]
+        ew_fire = Signal()
+        m.d.comb += ew_fire.eq(kind_is[_K_FIRE] & ~sp_on)
         s0_x = Signal(Lanes)
         s0_y = Signal(Lanes)
         for w in range(W):
@@ -678,11 +807,18 @@ class WideVectorUnit(wiring.Component):
         with m.If(is_red):
             m.d.comb += [res_in.data.eq(ret_val), res_in.mask.eq(ret_mask),
                          res_in.waddr.eq(ret_addr)]
+        with m.Elif(sp_on):
+            pass                  # driven by _special
         with m.Else():
             m.d.comb += [res_in.data.eq(ew_out), res_in.mask.eq(meta_line[LEW].mask),
                          res_in.waddr.eq(meta_line[LEW].waddr),
                          res_in.waddr2.eq(meta_line[LEW].waddr2)]
-        m.d.comb += [res.w_en.eq(Mux(is_red, red_push, valid_line[LEW])),
+        sp_push = Const(0, 1)
+        if SP:
+            sp_push = self._special(m, c, kind_is[_K_FIRE] & sp_on, dat, tg, res_in, ser_busy)
+        else:
+            m.d.comb += ser_busy.eq(0)
+        m.d.comb += [res.w_en.eq(Mux(is_red, red_push, Mux(sp_on, sp_push, valid_line[LEW]))),
                      res.w_data.eq(res_in.as_value())]
 
         rq = Res(res.r_data)
@@ -700,7 +836,7 @@ class WideVectorUnit(wiring.Component):
         with m.If(wr_take):
             m.d.sync += phase.eq(is_upd & ~phase)
 
-        inc = ew_fire | (red_fire & tg.last)
+        inc = kind_is[_K_FIRE] | (red_fire & tg.last)
         with m.If(inc & ~pop):
             m.d.sync += credits.eq(credits + 1)
         with m.Elif(pop & ~inc):

@@ -176,13 +176,14 @@ async def execute(ctx, dut, model, instr, *, max_cycles=20000):
 
 
 def simulate(width, instrs, *, seed, groups=None, timing=None, images=None,
-             addr_bits=ADDR_BITS):
+             addr_bits=ADDR_BITS, **unit_kw):
     """Run ``instrs`` through one WideVectorUnit; return per-instruction results.
 
     ``images``: one image (name -> uint32 array) per instruction, loaded into the port model
-    before it. Returns a list of ``(cycles, error, elements, image_after)``.
+    before it. Returns a list of ``(cycles, error, elements, image_after)``. ``unit_kw``: more
+    WideVectorUnit parameters (``special=True`` ...).
     """
-    dut = WideVectorUnit(width=width, addr_bits=addr_bits, groups=groups)
+    dut = WideVectorUnit(width=width, addr_bits=addr_bits, groups=groups, **unit_kw)
     rng = np.random.default_rng(seed)
     out = []
 
@@ -414,7 +415,7 @@ def benchmark_cases(rows=8, cols=64):
     }
 
 
-def measure(width, cases, *, timing=FAST, seed=0):
+def measure(width, cases, *, timing=FAST, seed=0, **unit_kw):
     """Return {name: (cycles, elements)} for ``cases`` (name -> instruction) on one unit."""
     rng = np.random.default_rng(seed)
     names = list(cases)
@@ -428,7 +429,8 @@ def measure(width, cases, *, timing=FAST, seed=0):
                 np.arange(ins.rows) % ins.table_rows
         images.append(image)
     instrs = [cases[k] for k in names]
-    results = simulate(width, instrs, seed=seed, timing=timing, images=images, addr_bits=12)
+    results = simulate(width, instrs, seed=seed, timing=timing, images=images, addr_bits=12,
+                       **unit_kw)
     check_against_golden(instrs, images, results)
     return {k: (r[0], (ins.count if isinstance(ins, Update) else ins.rows * ins.cols))
             for k, r, ins in zip(names, results, instrs)}
@@ -525,10 +527,15 @@ def test_partial_overlaps_are_illegal_programs():
     ({"width": 4, "addr_bits": 8, "groups": 0}, "groups"),
     ({"width": 4, "addr_bits": 8, "max_reads": 1}, "max_reads"),
     ({"width": True, "addr_bits": 8}, "width"),
+    ({"width": 4, "addr_bits": 8, "special": True, "special_impl": "vhdl"}, "special_impl"),
+    ({"width": 4, "addr_bits": 8, "special_functions": ("exp",)}, "needs special=True"),
+    ({"width": 4, "addr_bits": 8, "special": True, "special_functions": ("log",)}, "unknown"),
 ])
 def test_bad_parameters_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         WideVectorUnit(**kwargs)
+    with pytest.raises(TypeError, match="special must be a bool"):
+        WideVectorUnit(width=4, addr_bits=8, special=1)
 
 
 def test_signature():
@@ -545,3 +552,70 @@ def test_lint_clean():
     for width, groups in ((4, None), (1, 1)):
         assert lint_verilator(WideVectorUnit(width=width, addr_bits=12, groups=groups),
                               name=f"ttrain_vector_wide_w{width}") == ""
+
+
+# -- special functions ---------------------------------------------------------------------------
+
+# a small special-function unit for the Amaranth simulator (the full one is ~90 FP32 units;
+# tests/test_top_verilator.py runs every function on the full unit under Verilator)
+SP_FUNCS = ("recip", "tanh_grad")
+SP_EDGES = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFF800001,
+                     0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0x3F800000, 0xBF800000, 0x00800000,
+                     0x7E800000, 0x3F000000], np.uint32)
+
+
+def _special_image(rng):
+    image = random_image(rng)
+    for name in image:                        # edge patterns scattered over every store
+        pick = rng.choice(image[name].size, SP_EDGES.size, replace=False)
+        image[name][pick] = SP_EDGES
+    return image
+
+
+def test_special_functions_match_golden():
+    """Special ops (a recip + tanh_grad unit) through every beat shape: wide rows, transposed,
+    dense, strided (one element per beat), broadcast row / column, in place; random port
+    stalls; edge patterns (zeros, infinities, NaNs, subnormals) in every store."""
+    rng = np.random.default_rng(23)
+    v = View("act", 3, 9, 1)
+    instrs = [
+        Elementwise("recip", 5, 13, View("scratch", 1, 13, 1), View("act", 40, 13, 1)),   # dense
+        Elementwise("tanh_grad", 3, 10, View("scratch", 0, 12, 1), View("grad", 7, 11, 1)),
+        Elementwise("recip", 7, 3, View("param", 0, 1, 9), View("act", 5, 1, 8)),   # transposed
+        Elementwise("tanh_grad", 3, 4, View("act", 0, 9, 2), View("grad", 1, 5, 1)),  # strided
+        Elementwise("recip", 4, 9, v, v),                                           # in place
+        Elementwise("tanh_grad", 4, 6, View("scratch", 100, 6, 1), View("param", 9, 0, 1)),
+        Elementwise("recip", 2, 5, View("grad", 30, 5, 1), View("act", 77, 1, 0)),   # bcast col
+    ]
+    images = [_special_image(rng) for _ in instrs]
+    for ins in instrs:
+        assert check_program([ins, End()], SIZES)[0] == 0, ins
+    results = simulate(4, instrs, seed=23, timing=STALLY, images=images, special=True,
+                       special_functions=SP_FUNCS)
+    check_against_golden(instrs, images, results)
+
+
+def test_special_throughput_and_missing_unit():
+    """8 lanes, always-ready port: a dense 4 x 48 special op streams one element per cycle
+    (<= elements + latency + 40 cycles); a strided one (one element per beat) is bounded by the
+    result FIFO credits. Without ``special`` the unit ends a special op with ERR_OPCODE and
+    writes nothing."""
+    from ttrain.golden.isa import ERR_OPCODE
+    dense = Elementwise("tanh_grad", 4, 48, View("act", 1024, 48, 1), View("act", 0, 48, 1))
+    strided = Elementwise("recip", 8, 6, View("scratch", 0, 8, 1), View("act", 0, 6, 9))
+    unit = WideVectorUnit(width=8, addr_bits=12, special=True, special_functions=SP_FUNCS)
+    lat, depth = unit.special_latency, unit.result_depth
+    assert depth * 8 >= lat + 16                  # credits cover the latency for full beats
+    got = measure(8, {"dense": dense, "strided": strided}, special=True,
+                  special_functions=SP_FUNCS)
+    cycles, n = got["dense"]
+    assert n <= cycles <= n + lat + 40, (cycles, n, lat)
+    cycles, n = got["strided"]
+    assert cycles <= (n / depth + 1) * (lat + 12), (cycles, n, depth, lat)
+    rng = np.random.default_rng(3)
+    image = random_image(rng)
+    res = simulate(4, [Elementwise("exp", 2, 3, View("act", 0, 3, 1), View("grad", 0, 3, 1))],
+                   seed=3, images=[image])
+    cycles, error, elements, after = res[0]
+    assert error == ERR_OPCODE and elements == 0
+    assert all(np.array_equal(after[k], image[k]) for k in image)
