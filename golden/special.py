@@ -453,7 +453,7 @@ def tanh_grad_sequence(o, t):
 
 
 def gelu_head(o, x):
-    """Return ``(xl, xc, xx, t)`` of gelu and gelu_grad: clamped inputs, ``xc*xc`` and ``t = 2u``."""
+    """Return ``(xl, xc, xx, t)`` of gelu and gelu_grad: clamped inputs, ``xc*xc``, ``t = 2u``."""
     xl = o.max(x, o.const(GELU_CLAMP[0]))
     xc = o.min(xl, o.const(GELU_CLAMP[1]))
     xx = o.mul(xc, xc)

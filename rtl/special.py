@@ -11,17 +11,18 @@ in hardware: each FP32 multiply/add/subtract becomes an :class:`~ttrain.rtl.fp32
 :class:`~ttrain.rtl.fp32.FP32Compare`, and the exact bit/integer ops (exponent split with a
 leading-zero count, exponent insertion, seeds, selects) small combinational logic. Every value
 carries the pipeline stage at which it is valid; an operation whose inputs arrive at different
-stages delays the earlier ones with reset-less shift registers (shared between users), so each
-function becomes a fully pipelined datapath scheduled as soon as possible. The unit builds one
-such datapath per function, delays every result to the slowest one and selects by ``func``.
-So the hardware runs exactly the golden sequence; it computes no expected values.
+stages takes the earlier ones from a delay line (one wide reset-less shift register per value,
+tapped by every user), so each function becomes a fully pipelined datapath scheduled as soon as
+possible. One exp and one reciprocal datapath are shared by the functions that use them (the
+function code selects their inputs); every result is delayed to the slowest one and the output
+multiplexer selects by ``func``. So the hardware runs exactly the golden sequences; it computes
+no expected values.
 
 Integer/bit ops that do arithmetic (``split``, ``pow2``, ``scale_exp``, ``int_from_magic``,
 ``rsqrt_seed``, ``iadd``/``isub``/``ishr``/``iand``) end in a register (1 cycle); selects,
 sign and classification logic are combinational (0 cycles) in front of the next register.
 """
 
-import numpy as np
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -354,8 +355,8 @@ class SpecialFunctionUnit(wiring.Component):
         simulator; the converted Verilog repeats each unit's module once per instance).
         ``"verilog"``: they are instances of the modules :data:`FP_UNIT_MODULES`, which the
         build must supply (converted once each from :mod:`ttrain.rtl.fp32`). Same hardware;
-        the Verilog is about 40 times smaller and Verilator compiles each unit once instead
-        of 90 times. Not for the Amaranth simulator.
+        the Verilog is over ten times smaller and Verilator compiles each FP32 unit once
+        instead of once per instance. Not for the Amaranth simulator.
 
     Members
     -------

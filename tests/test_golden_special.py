@@ -20,7 +20,6 @@ from ttrain.golden import special as S
 
 NAN = 0x7FC00000
 INF = 0x7F800000
-F32_MAX = 0x7F7FFFFF
 
 
 def bits(x):
@@ -299,8 +298,8 @@ def _steps(func, start, count):
     ("gelu", 0x3F000000, True)])
 def test_monotone_on_consecutive_inputs(func, start, increasing):
     # exp's softmax ordering, tanh across its branch switch at 0.625 (0x3F200000 lies inside
-    # the 0x3F000000 window), recip on the first 2**20 significands of a binade. Negative windows walk
-    # towards -inf as the bits grow, so the expected direction flips.
+    # the 0x3F000000 window), recip on the first 2**20 significands of a binade. Negative
+    # windows walk towards -inf as the bits grow, so the expected direction flips.
     steps = _steps(func, start, 1 << 20)
     grows = increasing != (start >= 1 << 31)
     assert np.all(steps >= 0) if grows else np.all(steps <= 0)

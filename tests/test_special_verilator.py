@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:                      # when run as a script
