@@ -1,8 +1,12 @@
 """The Alveo U50 platform writes a Vivado build tree (no Vivado needed)."""
 
 import gc
+import json
 import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
@@ -94,3 +98,60 @@ def test_cattrip_left_to_the_design():
 def test_bad_argument():
     with pytest.raises(TypeError, match="drive_cattrip"):
         AlveoU50Platform(drive_cattrip="yes")
+
+
+# ---- FuseSoC core --------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_core_file_parses():
+    import yaml
+    text = (ROOT / "ttrain.core").read_text()
+    assert text.startswith("CAPI=2:\n")
+    core = yaml.safe_load(text)
+    assert core["name"].startswith("ttrain:ttrain:accelerator:")
+    for f in core["filesets"]["ram"]["files"]:
+        assert (ROOT / f).is_file(), f
+    gen = core["generators"]["ttrain_accelerator"]
+    assert (ROOT / gen["command"]).is_file()
+    for target, t in core["targets"].items():
+        for g in t.get("generate", []):
+            params = core["generate"][g]["parameters"]
+            assert core["generate"][g]["generator"] == "ttrain_accelerator"
+            module = "ttrain_accelerator_" + params["config"].replace("-", "_")
+            assert t["toplevel"] == module, target
+
+
+def test_generator_under_fusesoc_protocol(tmp_path):
+    """Run the generator as FuseSoC does (one YAML argument, output in the cwd)."""
+    import yaml
+    core = yaml.safe_load((ROOT / "ttrain.core").read_text())
+    script = ROOT / core["generators"]["ttrain_accelerator"]["command"]
+    gapi = {"gapi": "1.0", "files_root": str(ROOT), "vlnv": "::ttrain_gen_tiny:0",
+            "parameters": {"config": "tiny", "lanes": 1, "imem_depth": 16}}
+    (tmp_path / "gen.yml").write_text(yaml.safe_dump(gapi))
+    res = subprocess.run([sys.executable, str(script), "gen.yml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    gen_core = yaml.safe_load((tmp_path / "ttrain_gen_tiny.core").read_text())
+    files = gen_core["filesets"]["rtl"]["files"]
+    assert files == ["ttrain_accelerator_tiny.v"]
+    assert gen_core["targets"]["default"]["toplevel"] == "ttrain_accelerator_tiny"
+    verilog = (tmp_path / files[0]).read_text()
+    assert re.search(r"^module ttrain_accelerator_tiny\(", verilog, re.M)
+    # The stores are instances of the RAM template of the core's `ram` fileset, 4 stores x 1 bank.
+    ram_v = (ROOT / core["filesets"]["ram"]["files"][0]).read_text()
+    kinds = re.findall(r"^\s*(ttrain_ram_(?:block|ultra))\s+#\(", verilog, re.M)
+    assert len(kinds) == 4
+    for k in set(kinds):
+        assert f"module {k}" in ram_v
+    ports = json.loads((tmp_path / "ttrain_accelerator_tiny.ports.json").read_text())
+    names = {p["name"] for p in ports["ports"]}
+    for p in ports["ports"]:
+        assert re.search(rf"\b(input|output)\s+(\[\d+:0\]\s+)?{re.escape(p['name'])}\b",
+                         verilog), p
+    assert {"clk", "rst", "start", "busy", "done", "error"} <= names
+    # Store sizes: the memory plan's, rounded to whole rows of one bank.
+    from ttrain.resources_cmd import store_sizes_from_plan
+    assert ports["store_words"] == store_sizes_from_plan("tiny", 1)
