@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,8 @@ from ttrain.plan_cmd import build_report as plan_report
 from ttrain.platforms.u50 import U50_CAPACITY
 from ttrain.resources_cmd import (STORE_CATEGORY, _parse_stat, fit_memory, logic_depth,
                                   memory_map, store_sizes_from_plan)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_capacity_figures():
@@ -144,3 +147,61 @@ def test_cli_memory_map_json(capsys):
 def test_cli_bad_lanes(capsys):
     assert main(["resources", "--config", "tiny", "--lanes", "3", "--no-synth"]) == 2
     assert "power of two" in capsys.readouterr().err
+
+
+def test_cli_tiny_with_logic_estimate(capsys):
+    """`ttrain resources --config tiny` with the Yosys estimate (1 lane to keep make test fast;
+    cached under build/resources, keyed by the RTL sources)."""
+    cache = str(ROOT / "build" / "resources")
+    assert main(["resources", "--config", "tiny", "--lanes", "1", "--json",
+                 "--cache-dir", cache]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    logic = rep["logic"]
+    assert rep["estimate"] is True
+    assert logic["store_banks"] == 4 * rep["banks"]          # the four stores are black boxes
+    assert logic["dsp48e2"] >= 2                             # FP32 multipliers map to DSP48E2s
+    assert logic["lut"] > 1000 and logic["ff"] > 1000
+    assert logic["ramb36"] + logic["ramb18"] >= 1            # the instruction memory
+    assert 0 < logic["logic_levels"] == len(logic["critical_path"])
+    assert all(t.startswith(("LUT", "MUXF", "CARRY", "INV")) for t in logic["critical_path"])
+    assert logic["cells"].get("DSP48E2", 0) == logic["dsp48e2"]
+    t = rep["total"]
+    assert t["lut"] == logic["lut"] and t["dsp48e2"] == logic["dsp48e2"]
+    mm = rep["memory_map"]["best"]["total"]
+    assert t["ramb36_equiv"] == mm["ramb36_equiv"] + logic["ramb36"] + logic["ramb18"] / 2
+    assert rep["fits"] is True
+    # Second run: from the cache, same figures; the text report labels them as estimates.
+    assert main(["resources", "--config", "tiny", "--lanes", "1", "--cache-dir", cache]) == 0
+    text = capsys.readouterr().out
+    assert "ESTIMATES" in text and "cached" in text
+    assert f"DSP48E2 {logic['dsp48e2']:>9,}" in text
+
+
+def test_scaled_estimate_extrapolates_linearly(monkeypatch):
+    import ttrain.resources_cmd as rc
+    seen = []
+
+    def fake(*, store_sizes, lanes, banks, **kw):
+        seen.append((lanes, banks, store_sizes))
+        base = {"lut": 1000, "ff": 2000, "dsp48e2": 3, "ramb36": 1, "ramb18": 2,
+                "uram288": 0, "carry": 40}
+        per_lane = {"lut": 500, "ff": 700, "dsp48e2": 8, "ramb36": 0, "ramb18": 1,
+                    "uram288": 0, "carry": 10}
+        out = {k: base[k] + per_lane[k] * lanes for k in base}
+        out.update(logic_levels=10 + lanes, critical_path=["LUT6"] * (10 + lanes),
+                   cached=False, seconds={"convert": 1.0, "synth": 2.0})
+        return out
+    monkeypatch.setattr(rc, "synth_estimate", fake)
+    est = rc.scaled_estimate("tiny", lanes=8)
+    assert [(n, b) for n, b, _ in seen] == [(1, 1), (2, 2)]
+    assert seen[0][2] == store_sizes_from_plan("tiny", 1)
+    assert (est["lut"], est["ff"], est["dsp48e2"], est["ramb18"]) == \
+        (1000 + 500 * 8, 2000 + 700 * 8, 3 + 8 * 8, 2 + 8)
+    assert est["logic_levels"] == 12 and est["store_banks"] == 32
+    assert est["seconds"] == {"convert": 2.0, "synth": 4.0}
+    rep = rc.build_report("tiny", lanes=8)                      # auto -> scaled above 2 lanes
+    assert "extrapolated" in rep["logic"]["method"] and rep["total"]["lut"] == 5000
+    with pytest.raises(ValueError, match="from_lanes"):
+        rc.scaled_estimate("tiny", lanes=8, from_lanes=(2, 1))
+    with pytest.raises(ValueError, match="banks = lanes"):
+        rc.build_report("tiny", lanes=8, banks=4, synth="scaled")
