@@ -89,6 +89,15 @@ class Accelerator(wiring.Component):
     store_impl, store_style : str or dict
         :class:`~ttrain.rtl.store.BankedStore` ``impl`` / ``style``, for all stores or per
         store name.
+    special : bool
+        Give the vector unit (not the update unit) a special-function unit
+        (``WideVectorUnit(special=True)``): the ISA's ``exp recip rsqrt tanh tanh_grad gelu
+        gelu_grad``. Without it a program must not use them (the vector unit would end such an
+        instruction with ``ERR_OPCODE`` without writing, which the sequencer does not check).
+    special_impl : {"amaranth", "verilog"}
+        The special unit's ``impl``; ``"verilog"`` needs the modules of
+        :data:`ttrain.rtl.special.FP_UNIT_MODULES` in the build
+        (``testbench.top.build_top`` adds them).
 
     Members
     -------
@@ -107,7 +116,15 @@ class Accelerator(wiring.Component):
 
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
-                 store_style="auto"):
+                 store_style="auto", special=False, special_impl="amaranth"):
+        if not isinstance(special, bool):
+            raise TypeError(f"special must be a bool (build the special-function unit), not "
+                            f"{special!r}")
+        if special_impl not in ("amaranth", "verilog"):
+            raise ValueError(f"special_impl must be 'amaranth' or 'verilog', not "
+                             f"{special_impl!r}")
+        self._special = special
+        self._special_impl = special_impl
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -153,10 +170,13 @@ class Accelerator(wiring.Component):
     imem_depth = property(lambda self: self._imem_depth, doc="Instruction memory depth.")
     banks = property(lambda self: self._engine.banks, doc="Banks per store = host beat width.")
 
-    def _vector_unit(self, m, name, port):
+    special = property(lambda self: self._special, doc="The vector unit has the special unit.")
+
+    def _vector_unit(self, m, name, port, special=False):
         eng = self._engine
         unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
-                              store_bits=eng.port_signature.store_bits)
+                              store_bits=eng.port_signature.store_bits, special=special,
+                              special_impl=self._special_impl)
         m.submodules[name] = unit
         connect(m, unit.mem, port)
         return unit
@@ -165,7 +185,7 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.engine = eng = self._engine
         m.submodules.sequencer = seq = self._seq
-        vec = self._vector_unit(m, "vector", eng.port0)
+        vec = self._vector_unit(m, "vector", eng.port0, special=self._special)
         upd = self._vector_unit(m, "update", eng.port1)
 
         # ---- host -------------------------------------------------------------------------

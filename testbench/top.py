@@ -18,10 +18,11 @@ from ..golden.interpreter import run as interpret
 from ..golden.isa import STORE_IDS
 from ..rtl.store import ram_verilog_path
 from ..rtl.top import Accelerator, store_sizes_for
-from .verilator import (SimulationError, TESTBENCH_DIR, build_verilator, component_ports,
-                        run_cocotb)
+from .verilator import (SimulationError, TESTBENCH_DIR, build_root, build_verilator,
+                        component_ports, convert_component, run_cocotb)
 
-__all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image", "default_sizes"]
+__all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image",
+           "default_sizes", "special_fp_sources"]
 
 
 DRIVER = TESTBENCH_DIR / "top_driver_tb.v"
@@ -42,18 +43,56 @@ class TopBuild:
     rom_depth: int         # command words the driver holds
 
 
+def special_fp_sources():
+    """Write the Verilog of the FP32 units an ``impl="verilog"`` special-function unit
+    instantiates (:data:`ttrain.rtl.special.FP_UNIT_MODULES`, converted from
+    :mod:`ttrain.rtl.fp32`) plus a Verilator control file with the Amaranth waivers for those
+    files (``build_verilator`` copies extra sources out of the ``amaranth/`` folders the
+    general waivers cover); return the paths, control file first."""
+    import os
+
+    from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
+    from ..rtl.special import FP_UNIT_MODULES
+    units = {"ttrain_sf_fp32_mul": FP32Mul(), "ttrain_sf_fp32_add": FP32Add(),
+             "ttrain_sf_fp32_compare": FP32Compare(latency=1)}
+    if set(units) != set(FP_UNIT_MODULES):
+        raise AssertionError(f"FP_UNIT_MODULES changed to {sorted(FP_UNIT_MODULES)}: update "
+                             f"special_fp_sources")
+    folder = build_root() / "special_fp_units"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {f"{name}.v": convert_component(unit, name) for name, unit in units.items()}
+    rules = ("WIDTHTRUNC", "WIDTHEXPAND", "PROCASSINIT", "UNUSEDSIGNAL", "CASEINCOMPLETE",
+             "DECLFILENAME")
+    files["special_fp_units.vlt"] = "`verilator_config\n" + "".join(
+        f'lint_off -rule {rule} -file "*/ttrain_sf_fp32_*.v"\n' for rule in rules)
+    paths = []
+    for fname, text in files.items():
+        path = folder / fname
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)                   # atomic: pytest-xdist workers may race
+        paths.append(path)
+    return [paths[-1], *paths[:-1]]
+
+
 def build_top(config, name, *, rom_depth=1 << 20):
     """Build (or reuse) ``Accelerator(**config)`` (Verilog module ``name``) under the host
-    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words."""
+    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words. With
+    ``special=True, special_impl="verilog"`` in ``config`` the build also gets the FP32 unit
+    modules the special-function unit instantiates (:func:`special_fp_sources`)."""
     if rom_depth < 1 or rom_depth & (rom_depth - 1):
         raise ValueError(f"rom_depth must be a power of two, not {rom_depth}")
     acc = Accelerator(**config)
+    extra = [DRIVER, ram_verilog_path()]
+    if acc.special and config.get("special_impl") == "verilog":
+        extra = special_fp_sources() + extra
     widths = {p: len(v) for p, (v, _) in component_ports(acc).items()}
     params = {"NB": acc.banks, "SB": acc.engine.port_signature.store_bits,
               "AB": acc.engine.addr_bits, "IA": widths["imem_addr"], "LW": widths["length"],
               "ROM_DEPTH": rom_depth, "RES_DEPTH": RES_DEPTH}
     build = build_verilator(acc, name=name, toplevel="top_driver_tb",
-                            extra_sources=[DRIVER, ram_verilog_path()],
+                            extra_sources=extra,
                             defines={"DUT": name}, parameters=params, public="top")
     return TopBuild(build, dict(config), rom_depth)
 
@@ -267,9 +306,12 @@ def paper_layers(batch=32, lr=0.01, rank_sets=tuple(PAPER_RANKS)):
             for name in rank_sets}
 
 
-def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide"):
+def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide",
+                  special=False):
     """Accelerator keyword arguments whose stores fit every program of ``compiled`` (a dict of
-    CompiledLayer); stores of more than 64k words use the Verilog RAM template."""
+    CompiledLayer); stores of more than 64k words use the Verilog RAM template. ``special``:
+    the vector unit gets the special-function unit (``special_impl="verilog"``, fast
+    Verilator builds)."""
     need = {}
     for cl in compiled.values():
         for store, words in cl.program.store_sizes.items():
@@ -277,8 +319,11 @@ def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide"):
     banks = lanes
     sizes = store_sizes_for(need, banks)
     impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
-    return {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
-            "vector": vector, "store_impl": impl}
+    cfg = {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
+           "vector": vector, "store_impl": impl}
+    if special:
+        cfg.update(special=True, special_impl="verilog")
+    return cfg
 
 
 def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=32, lanes=8,

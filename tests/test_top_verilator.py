@@ -6,8 +6,10 @@ driver ``testbench/top_driver_tb.v``: three consecutive training steps of TT-lin
 (bi-directional and left-to-right orders, batched and sample-loop programs) and of a dense
 layer, every word of every store compared after every step; illegal programs (opcode, address
 range) that must change no word, followed by a valid run; a gather whose index is out of the
-table (run-time error after the earlier instructions completed); and a corrupted expectation
-that the driver must report. The paper's 768x768 layer runs in ``ttrain bench layer``.
+table (run-time error after the earlier instructions completed); a program that uses every
+special function (softmax rows, tanh/tanh_grad, gelu/gelu_grad, rsqrt, recip on edge values)
+on the build's special-function unit (``special=True``); and a corrupted expectation that the
+driver must report. The paper's 768x768 layer runs in ``ttrain bench layer``.
 """
 
 import dataclasses
@@ -20,7 +22,7 @@ from ttrain.golden.config import TTSpec
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, Elementwise, End, Gather,
-                               Program, decode_program, f32_bits)
+                               Program, Reduce, decode_program, f32_bits)
 from ttrain.rtl.sequencer import Sequencer
 from ttrain.rtl.top import Accelerator
 from ttrain.rtl.vector import VectorUnit
@@ -46,7 +48,7 @@ def programs():
 
 @pytest.fixture(scope="module")
 def top(programs):
-    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=64)
+    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=64, special=True)
     return build_top(cfg, "ttrain_top_l4", rom_depth=1 << 16)
 
 
@@ -127,6 +129,62 @@ def test_gather_index_error_stops_at_that_instruction(top, tmp_path):
     sess.run("gather_error", expect=want, error=1, code=ERR_INDEX, pc=1)
     res = run_top(top, sess, test_dir=tmp_path, timeout=300)
     assert res[0]["error_code"] == ERR_INDEX
+
+
+def test_special_functions_program_bit_exact(top, tmp_path):
+    """Every special op on the top's vector unit (full SpecialFunctionUnit, Verilog FP units):
+    a softmax over the rows of a 4 x 12 matrix (rmax, sub with a broadcast column, exp in
+    place, rsum, recip, mul), tanh then tanh_grad of its output, gelu on a transposed view,
+    gelu_grad, rsqrt and recip in place on random values with edge patterns; every store word
+    compared with the interpreter, twice (the second run starts from the first's result)."""
+    sizes = top.config["store_sizes"]
+    assert top.config.get("special") and top.config.get("special_impl") == "verilog"
+    rng = np.random.default_rng(8)
+    image = {s: (4 * rng.standard_normal(n)).astype(np.float32).view(np.uint32)
+             for s, n in sizes.items()}
+    edges = np.array([0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00000001,
+                      0x807FFFFF, 0x7F7FFFFF, 0x3F800000, 0xC2D00000, 0x42B20000, 0x00800000],
+                     np.uint32)
+    for store, base in (("param", 0), ("grad", 12), ("act", 160)):
+        image[store][base:base + edges.size] = edges
+    image["act"][:48] = (8 * rng.standard_normal(48)).astype(np.float32).view(np.uint32)
+    X, Y = View("act", 0, 12, 1), View("act", 48, 12, 1)
+    E, mx, sm, rc = (View("scratch", 0, 12, 1), View("scratch", 48, 1, 0),
+                     View("scratch", 52, 1, 0), View("scratch", 56, 1, 1))
+    th = View("scratch", 64, 8, 1)
+    prog = [
+        Reduce("max", 4, 12, mx, X),
+        Elementwise("sub", 4, 12, E, X, mx),                 # b: one word per row, broadcast
+        Elementwise("exp", 4, 12, E, E),
+        Reduce("sum", 4, 12, sm, E),
+        Elementwise("recip", 4, 1, rc, View("scratch", 52, 1, 1)),
+        Elementwise("mul", 4, 12, Y, E, View("scratch", 56, 1, 0)),
+        Elementwise("tanh", 4, 8, th, View("act", 96, 8, 1)),
+        Elementwise("tanh_grad", 4, 8, th, th),
+        Elementwise("gelu", 8, 4, View("scratch", 96, 4, 1), View("act", 128, 1, 8)),
+        Elementwise("gelu_grad", 4, 8, View("act", 192, 8, 1), View("act", 160, 8, 1)),
+        Elementwise("rsqrt", 4, 12, View("param", 0, 12, 1), View("param", 0, 12, 1)),
+        Elementwise("recip", 4, 12, View("grad", 0, 12, 1), View("grad", 0, 12, 1)),
+        End(),
+    ]
+    words = Program(prog, sizes).words()
+    used = {ins.op for ins in prog if isinstance(ins, Elementwise)}
+    assert {"exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad"} <= used
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(words)
+    cur = image
+    for step in range(2):
+        want, st = interpret(words, cur)
+        assert st.ok, st.message
+        sess.run(f"special{step}", expect=want)
+        cur = want
+    # the softmax rows sum to about 1 (a sanity check of the golden program itself)
+    y = cur["act"][48:96].view(np.float32).reshape(4, 12)
+    assert np.all(np.isfinite(y))
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert [r["error"] for r in res] == [0, 0]
+    assert all(r["status_ok"] == 1 and r["busy_vector"] > 0 for r in res), res
 
 
 def test_driver_reports_a_wrong_word(top, programs, tmp_path):
