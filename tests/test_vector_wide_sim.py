@@ -552,6 +552,11 @@ def test_lint_clean():
     for width, groups in ((4, None), (1, 1)):
         assert lint_verilator(WideVectorUnit(width=width, addr_bits=12, groups=groups),
                               name=f"ttrain_vector_wide_w{width}") == ""
+    # with a (small, impl="verilog") special-function unit and its FP32 unit modules
+    from ttrain.testbench.top import special_fp_sources
+    assert lint_verilator(WideVectorUnit(width=4, addr_bits=12, special=True,
+                                         special_impl="verilog", special_functions=SP_FUNCS),
+                          name="ttrain_vector_wide_sp", extra_sources=special_fp_sources()) == ""
 
 
 # -- special functions ---------------------------------------------------------------------------
