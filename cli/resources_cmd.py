@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 __all__ = ["store_sizes_from_plan", "memory_map", "fit_memory", "synth_estimate",
-           "scaled_estimate",
+           "scaled_estimate", "synth_component",
            "logic_depth", "build_report", "format_report", "STORE_CATEGORY"]
 
 #: Store name -> category of the memory plan (``onchip_bytes``) it holds.
@@ -331,23 +331,41 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
         out = json.loads(result_file.read_text())
         out["cached"] = True
         return out
-    command = _yosys_command()
-
+    _yosys_command()                                  # fail early if Yosys is missing
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    from amaranth.back import rtlil
-
-    from .rtl.store import ram_verilog_path
     from .rtl.top import Accelerator
-    from .testbench.verilator import component_ports
-
-    work = cache / f"synth-{key}"
-    work.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
     log(f"converting the accelerator top ({lanes} lanes, {banks} banks) to RTLIL ...")
     top = Accelerator(store_sizes=store_sizes,
                       lanes=lanes, banks=banks, imem_depth=imem_depth,
                       store_impl="verilog", store_style="block")
-    (work / "top.il").write_text(rtlil.convert(top, name="top", ports=component_ports(top)))
+    out = _synthesize(top, cache / f"synth-{key}", timeout=timeout, log=log)
+    out.update(params=params, key=key)
+    result_file.write_text(json.dumps(out, indent=1) + "\n")
+    out["cached"] = False
+    return out
+
+
+def synth_component(component, work_dir, *, timeout=600):
+    """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
+
+    The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
+    same counts (``lut``, ``ff``, ``dsp48e2``, ..., ``logic_levels``, ``critical_path``).
+    """
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None)
+
+
+def _synthesize(component, work, *, timeout, log):
+    command = _yosys_command()
+    from amaranth.back import rtlil
+
+    from .rtl.store import ram_verilog_path
+    from .testbench.verilator import component_ports
+
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    (work / "top.il").write_text(rtlil.convert(component, name="top",
+                                               ports=component_ports(component)))
     shutil.copyfile(ram_verilog_path(), work / "ram.v")
     t1 = time.monotonic()
     log(f"  {t1 - t0:.0f} s; yosys synth_xilinx -family xcup ...")
@@ -364,13 +382,10 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
     cells = _parse_stat((work / "stat.txt").read_text())
     depth = logic_depth(json.loads((work / "netlist.json").read_text()))
     (work / "netlist.json").unlink()                 # large; the counts are kept
-    out = {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
-           "critical_path": depth["path"], "params": params, "key": key,
-           "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
-    result_file.write_text(json.dumps(out, indent=1) + "\n")
     (work / "top.il").unlink()
-    out["cached"] = False
-    return out
+    return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
+            "critical_path": depth["path"],
+            "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
 
 
 # ---- report ---------------------------------------------------------------------------------
@@ -541,7 +556,12 @@ def register(sub):
     from .golden.config import preset_names
     p = sub.add_parser(
         "resources", help="U50 fit of a preset: store memory map and a Yosys logic estimate",
-        description=__doc__.split("\n\n")[1] + " Presets: " + ", ".join(preset_names()) + ".")
+        description="Estimate whether a preset fits the Alveo U50 (no Vivado): the four stores "
+                    "sized from `ttrain plan`'s on-chip memory and mapped to RAMB36/RAMB18/"
+                    "URAM288 (and, if the default mapping does not fit, the per-store mapping "
+                    "that does), plus a Yosys synth_xilinx estimate of the accelerator's logic "
+                    "(LUT, FF, DSP48E2, RAMs, logic levels). Presets: "
+                    + ", ".join(preset_names()) + ".")
     p.add_argument("--config", required=True, metavar="NAME", help="preset name")
     p.add_argument("--lanes", type=int, default=8, metavar="P",
                    help="contraction-engine lanes (power of two; default 8)")
