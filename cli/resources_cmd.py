@@ -159,7 +159,8 @@ def fit_memory(store_sizes, banks, capacity=None, reserve=None):
     auto = entry("auto")
     best = auto if auto["fits"] else None
     names = list(store_sizes)
-    for combo in itertools.product(("block", "ultra"), repeat=len(names) * (best is None)):
+    combos = [] if best else itertools.product(("block", "ultra"), repeat=len(names))
+    for combo in combos:
         e = entry(dict(zip(names, combo)))
         if e["fits"] and (best is None or e["left_fraction"] > best["left_fraction"]):
             best = e
@@ -180,10 +181,12 @@ def _yosys_command():
 def _source_hash(params):
     """Hash of the RTL/golden sources, RAM template, tool versions and ``params``."""
     import amaranth
-    root = Path(__file__).resolve().parent.parent
+
+    from . import golden, rtl
     h = hashlib.sha256()
-    for sub in ("rtl", "golden"):
-        for path in sorted((root / sub).glob("*.py")) + sorted((root / sub).glob("*.v")):
+    for pkg in (rtl, golden):
+        folder = Path(pkg.__file__).parent
+        for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*.v")):
             h.update(path.name.encode())
             h.update(path.read_bytes())
     try:
