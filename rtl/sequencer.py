@@ -17,7 +17,10 @@ golden's priority order when several fields are wrong (the first check the golde
   the special functions ``exp recip rsqrt tanh tanh_grad gelu gelu_grad`` (opcodes 0x40..0x46,
   :data:`ttrain.golden.isa.SPECIAL_OPS`) are unary elementwise ops with ``copy``'s checks and
   class ``elementwise`` (the sequencer sends them to the vector unit, which needs
-  ``WideVectorUnit(special=True)``); 0x47..0x7F stay ``ERR_OPCODE``;
+  ``WideVectorUnit(special=True)``); 0x47..0x7F stay ``ERR_OPCODE``. A decoder built with
+  ``special=False`` (an accelerator without the special-function unit) treats 0x40..0x46 as
+  unassigned too (``ERR_OPCODE`` in the static pass: the program is rejected before any store
+  word changes, instead of the instruction being skipped);
 * reduce: flags > 1, slot 2 fields, word 3 -> ``ERR_FIELD``; slots 0, 1 store/batch; zero
   rows/cols -> ``ERR_DIM``; ``d`` column stride -> ``ERR_FIELD``;
 * gather/scatter_add: flags -> ``ERR_FIELD``; slots 0, 1, 2 store/batch; zero rows/cols/
@@ -33,7 +36,8 @@ from amaranth.lib.wiring import In, Out
 from ..golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
                           ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE, ERR_STORE,
                           GATHER_OPS, MNEMONICS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP,
-                          OP_LOOP, OP_UPDATE, REDUCE_OPS, STORE_IDS, STORE_NAMES, WORDS)
+                          OP_LOOP, OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, STORE_IDS, STORE_NAMES,
+                          WORDS)
 from ..golden.isa import _EW_IMM, _EW_SOURCES
 from .vector import VectorCommand
 
@@ -80,9 +84,18 @@ class InstructionDecoder(wiring.Component):
         Loop increment select per slot.
     store : ``Out(8).array(3)``
         Store id per slot.
+
+    Parameters
+    ----------
+    special : bool
+        Whether the special-function opcodes (:data:`ttrain.golden.isa.SPECIAL_OPS`) are
+        legal (the accelerator has a special-function unit); if not they are ``ERR_OPCODE``.
     """
 
-    def __init__(self):
+    def __init__(self, *, special=True):
+        if not isinstance(special, bool):
+            raise TypeError(f"special must be a bool, not {special!r}")
+        self._special = special
         super().__init__({
             "word": In(32 * WORDS), "error": Out(4), "cls": Out(len(CLASS_NAMES)),
             "op": Out(8), "flags": Out(8), "step": Out(2).array(3), "store": Out(8).array(3),
@@ -128,15 +141,18 @@ class InstructionDecoder(wiring.Component):
         is_ew = Signal()
         is_red = Signal()
         is_gat = Signal()
-        m.d.comb += [is_ew.eq(_any(op == v for v in ELEMENTWISE_OPS.values())),
+        ew_ops = {k: v for k, v in ELEMENTWISE_OPS.items()
+                  if self._special or k not in SPECIAL_OPS}
+        m.d.comb += [is_ew.eq(_any(op == v for v in ew_ops.values())),
                      is_red.eq(_any(op == v for v in REDUCE_OPS.values())),
                      is_gat.eq(_any(op == v for v in GATHER_OPS.values()))]
         m.d.comb += self.cls.eq(Cat(*[is_op[OP_END], is_op[OP_BARRIER], is_op[OP_LOOP],
                                           is_op[OP_ENDLOOP], is_op[OP_CONTRACT], is_ew, is_red,
                                           is_gat, is_op[OP_UPDATE]]))
         assigned = 0
-        for v in MNEMONICS:
-            assigned = assigned | (op == v)
+        for v, name in MNEMONICS.items():
+            if self._special or name not in SPECIAL_OPS:
+                assigned = assigned | (op == v)
 
         with m.If((w[0][22:32] != 0) | (w[1][24:32] != 0)):
             m.d.comb += self.error.eq(ERR_FIELD)
@@ -239,6 +255,9 @@ class Sequencer(wiring.Component):
     overlap : bool
         Allow instructions on different units to run concurrently (else strictly one at a
         time, e.g. when the units share one memory port).
+    special : bool
+        The vector unit has a special-function unit; if not, special-function opcodes are
+        rejected as ``ERR_OPCODE`` in the static pass (see :class:`InstructionDecoder`).
 
     Members
     -------
@@ -263,7 +282,8 @@ class Sequencer(wiring.Component):
         Unit command streams; ``*_done`` pulses once per finished command.
     """
 
-    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True):
+    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True,
+                 special=True):
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -281,6 +301,9 @@ class Sequencer(wiring.Component):
         self._depth = imem_depth
         self._max_dim = max_dim
         self._overlap = bool(overlap)
+        if not isinstance(special, bool):
+            raise TypeError(f"special must be a bool, not {special!r}")
+        self._special = special
         super().__init__({
             "imem_we": In(1), "imem_addr": In(range(16 * imem_depth)), "imem_data": In(32),
             "length": In(range(imem_depth + 1)), "start": In(1),
@@ -296,7 +319,7 @@ class Sequencer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dec = dec = InstructionDecoder()
+        m.submodules.dec = dec = InstructionDecoder(special=self._special)
 
         # ---- instruction memory: 16 word columns, one instruction per row ----------------
         pc = Signal(range(self._depth + 1))

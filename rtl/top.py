@@ -92,8 +92,8 @@ class Accelerator(wiring.Component):
     special : bool
         Give the vector unit (not the update unit) a special-function unit
         (``WideVectorUnit(special=True)``): the ISA's ``exp recip rsqrt tanh tanh_grad gelu
-        gelu_grad``. Without it a program must not use them (the vector unit would end such an
-        instruction with ``ERR_OPCODE`` without writing, which the sequencer does not check).
+        gelu_grad``. Without it the sequencer rejects a program that uses them with
+        ``ERR_OPCODE`` (static pass: no store word changes).
     special_impl : {"amaranth", "verilog"}
         The special unit's ``impl``; ``"verilog"`` needs the modules of
         :data:`ttrain.rtl.special.FP_UNIT_MODULES` in the build
@@ -151,7 +151,7 @@ class Accelerator(wiring.Component):
         self._vector = vector
         self._seq = Sequencer(store_sizes=self._sizes, imem_depth=imem_depth,
                               max_dim=self._engine.max_dim if dim_bits < 16 else None,
-                              overlap=overlap)
+                              overlap=overlap, special=special)
         host_sig = self._engine.signature.members
         seq_sig = self._seq.signature.members
         super().__init__({

@@ -10,8 +10,8 @@ from amaranth.sim import Simulator
 
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
-from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, SPECIAL_OPS, STORE_IDS, Elementwise,
-                               End, Gather, Reduce, Update, f32_bits)
+from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, STORE_IDS,
+                               Elementwise, End, Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.vector import VectorCommand, VectorUnit, vector_command
 
 SIZE = 64
@@ -614,3 +614,31 @@ def test_sequencer_index_error_stops_at_the_gather():
     assert (code, pc, executed) == (ERR_INDEX, 1, st.instructions) == (st.error, st.error_pc, 1)
     for s in STORES:
         np.testing.assert_array_equal(got[s], want[s])
+
+
+def test_decoder_without_special_unit_rejects_special_opcodes():
+    from ttrain.rtl.sequencer import InstructionDecoder
+    rng = np.random.default_rng(12)
+    cases = _decoder_cases(rng)
+    want = [_golden_code(w) for w in cases]
+    special = [i for i, w in enumerate(cases) if w[0] & 0xFF in SPECIAL_OPS.values()]
+    assert special
+    dut = InstructionDecoder(special=False)
+    got = []
+
+    async def tb(ctx):
+        for w in cases:
+            ctx.set(dut.word, sum(int(x) << (32 * i) for i, x in enumerate(w)))
+            got.append(ctx.get(dut.error))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    for i, w in enumerate(cases):
+        reserved = (w[0] >> 22) or (w[1] >> 24)       # ERR_FIELD is checked before the opcode
+        if i in special and not reserved:
+            assert got[i] == ERR_OPCODE, (hex(w[0]), got[i])
+        else:
+            assert got[i] == want[i], (hex(w[0]), got[i], want[i])
+    with pytest.raises(TypeError, match="special must be a bool"):
+        InstructionDecoder(special=1)
