@@ -11,10 +11,10 @@ CONFIG ?= tiny
 export AMARANTH_USE_YOSYS := builtin
 export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
 
-.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer train-atis clean distclean
+.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer resources-paper train-atis clean distclean
 
 help:  ## list targets
-	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 14
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 18
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ bench-fp32: $(STAMP)  ## one million random pairs per FP32 unit under Verilator
 
 bench-engine: $(STAMP)  ## TT-linear training step of the paper layer on the engine (Verilator)
 	$(VENV)/bin/ttrain bench engine --out build/bench-engine.json
+
+resources-paper: $(STAMP)  ## U50 memory map + Yosys logic estimate of paper-l1/l2/l3 (long)
+	for c in paper-l1 paper-l2 paper-l3; do $(VENV)/bin/ttrain resources --config $$c || exit 1; done
 
 bench-layer: $(STAMP)  ## 3 compiled training steps of the paper layer on the accelerator top (Verilator)
 	$(VENV)/bin/ttrain bench layer --out build/bench-layer.json
