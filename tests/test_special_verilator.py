@@ -15,7 +15,6 @@ Also a command-line run for larger sweeps::
 
 import argparse
 import functools
-import os
 import sys
 import tempfile
 import time
@@ -29,11 +28,10 @@ if str(_HERE) not in sys.path:                      # when run as a script
 
 from ttrain.golden import numerics as nx  # noqa: E402
 from ttrain.golden import special as S  # noqa: E402
-from ttrain.rtl.fp32 import FP32Add, FP32Compare, FP32Mul  # noqa: E402
-from ttrain.rtl.special import FP_UNIT_MODULES, SpecialFunctionUnit  # noqa: E402
-from ttrain.testbench.verilator import (TESTBENCH_DIR, build_root,  # noqa: E402
-                                        build_verilator, convert_component, lint_verilator,
-                                        run_cocotb)
+from ttrain.rtl.special import SpecialFunctionUnit  # noqa: E402
+from ttrain.testbench.top import special_fp_sources  # noqa: E402
+from ttrain.testbench.verilator import (TESTBENCH_DIR, build_verilator,  # noqa: E402
+                                        lint_verilator, run_cocotb)
 
 COCOTB_DIR = _HERE / "cocotb"
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"
@@ -47,33 +45,6 @@ INVALID_CODE = 7
 
 
 @functools.cache
-def fp_unit_sources():
-    """Write the Verilog of the FP32 units the ``impl="verilog"`` unit instantiates; return
-    the paths (one module each, converted from rtl/fp32.py under FP_UNIT_MODULES' names)."""
-    units = {"ttrain_sf_fp32_mul": FP32Mul(), "ttrain_sf_fp32_add": FP32Add(),
-             "ttrain_sf_fp32_compare": FP32Compare(latency=1)}
-    assert set(units) == set(FP_UNIT_MODULES)
-    folder = build_root() / "special_fp_units"
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {f"{name}.v": convert_component(unit, name) for name, unit in units.items()}
-    # These are Amaranth output too, but build_verilator copies extra sources into src/, where
-    # testbench/waivers.vlt (which matches amaranth/ folders) does not reach: the same rules,
-    # for exactly these three files.
-    rules = ("WIDTHTRUNC", "WIDTHEXPAND", "PROCASSINIT", "UNUSEDSIGNAL", "CASEINCOMPLETE",
-             "DECLFILENAME")
-    files["special_fp_units.vlt"] = "`verilator_config\n" + "".join(
-        f'lint_off -rule {rule} -file "*/ttrain_sf_fp32_*.v"\n' for rule in rules)
-    paths = []
-    for fname, text in files.items():
-        path = folder / fname
-        if not path.is_file() or path.read_text() != text:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)                       # atomic: pytest-xdist workers may race
-        paths.append(path)
-    return [paths[-1], *paths[:-1]]                 # the control file first
-
-
 def build_unit(unit=None):
     """Build (or reuse) the streaming simulation of the full unit; return the VerilatorBuild.
 
@@ -81,7 +52,7 @@ def build_unit(unit=None):
     Verilog modules, which Verilator compiles once each.
     """
     unit = unit or SpecialFunctionUnit(impl="verilog")
-    return build_verilator(unit, name=NAME, extra_sources=[*fp_unit_sources(), WRAPPER],
+    return build_verilator(unit, name=NAME, extra_sources=[*special_fp_sources(), WRAPPER],
                            toplevel="fp32_stream_tb", defines={"DUT": NAME}, public="top",
                            parameters={"IN_W": IN_W, "OUT_W": 32, "DEPTH": DEPTH,
                                        "MAX_LATENCY": unit.latency})
@@ -203,7 +174,7 @@ def test_lint_wall():
     # small instance: -Wall lint time grows with the FP32 instances. (Every build is also
     # linted with Verilator's default warnings, which are fatal.)
     unit = SpecialFunctionUnit(functions=("exp", "rsqrt", "tanh_grad"), impl="verilog")
-    assert lint_verilator(unit, name="special_unit_lint", extra_sources=fp_unit_sources(),
+    assert lint_verilator(unit, name="special_unit_lint", extra_sources=special_fp_sources(),
                           flags=("-Wall",)) == ""
 
 
