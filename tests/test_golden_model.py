@@ -139,10 +139,22 @@ def test_loss_is_sum_of_heads_and_float32_path():
 
 # ------------------------------------------------------------------ full-layout reference
 
-def reference_logits(cfg, params, batch):
+def reference_logits(cfg, params, batch, rng=None):
     """The post-LN model written out on the full (n, S, D) grid with the layer functions
-    (the model itself computes only the real tokens)."""
+    (the model itself computes only the real tokens). With a generator ``rng``, the training
+    path: explicit dropout masks drawn in the model's documented order (embedding, per layer
+    attention then FFN output, pooled vector; one uniform per real token and feature)."""
     mask = batch["mask"]
+    n, s = mask.shape
+    t = int(mask.sum())
+    keep = 1.0 - cfg.dropout
+
+    def draw_tokens():
+        if rng is None:
+            return 1.0
+        full = np.zeros((n, s, cfg.d_model))
+        full[mask] = (rng.random((t, cfg.d_model)) >= cfg.dropout) / keep
+        return full
 
     def ln(x, name):
         return L.layernorm_forward(x, params[f"{name}.gamma"], params[f"{name}.beta"],
@@ -155,14 +167,22 @@ def reference_logits(cfg, params, batch):
         cfg.embedding, [params[f"emb.tok.core{k}"] for k in range(cfg.embedding.d)],
         batch["tokens"])[0]
     x = ln(tok + params["emb.pos"][None] + params["emb.seg"][batch["segments"]], "emb.ln")
+    x = x * draw_tokens()
     for i in range(cfg.n_layers):
         e = f"enc{i}"
         proj = {p: (M.tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
                 for p in "qkvo"}
-        x = ln(x + L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)[0], f"{e}.ln1")
+        att = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)[0]
+        x = ln(x + att * draw_tokens(), f"{e}.ln1")
         h = L.gelu_forward(ttl(x, f"{e}.ffn1", cfg.ffn1))[0]
-        x = ln(x + ttl(h, f"{e}.ffn2", cfg.ffn2), f"{e}.ln2")
-    pooled = np.tanh(ttl(x[:, 0], "pooler", cfg.pooler))
+        x = ln(x + ttl(h, f"{e}.ffn2", cfg.ffn2) * draw_tokens(), f"{e}.ln2")
+    if cfg.pooling == "mean":
+        pin = (x * mask[..., None]).sum(axis=1) / mask.sum(axis=1)[:, None]
+    else:
+        pin = x[:, 0]
+    pooled = np.tanh(ttl(pin, "pooler", cfg.pooler))
+    if rng is not None:
+        pooled = pooled * ((rng.random(pooled.shape) >= cfg.dropout) / keep)
     intent = pooled @ params["intent.weight"] + params["intent.bias"]
     if not cfg.slot_head:
         return intent, None
@@ -418,49 +438,6 @@ def test_gradients_with_dropout_smoothing_and_pooling(pooling, slot_head):
     fd_check(cfg, params, batch, rng, grads, f)
 
 
-def reference_training_logits(cfg, params, batch, rng):
-    """Intent logits written out on the full (n, S, D) grid with explicit dropout masks drawn
-    in the model's documented order (embedding, per layer attention then FFN output, pooled
-    vector; one uniform per real token and feature), label-free."""
-    mask = batch["mask"]
-    n, s = mask.shape
-    t = int(mask.sum())
-    keep = 1.0 - cfg.dropout
-
-    def draw_tokens():
-        full = np.zeros((n, s, cfg.d_model))
-        full[mask] = (rng.random((t, cfg.d_model)) >= cfg.dropout) / keep
-        return full
-
-    def ln(x, name):
-        return L.layernorm_forward(x, params[f"{name}.gamma"], params[f"{name}.beta"],
-                                   cfg.ln_eps)[0]
-
-    def ttl(x, name, spec):
-        return L.tt_linear_bias_forward(spec, M.tt_cores(params, name, spec),
-                                        params[f"{name}.bias"], x)[0]
-    tok = L.ttm_embedding_forward(
-        cfg.embedding, [params[f"emb.tok.core{k}"] for k in range(cfg.embedding.d)],
-        batch["tokens"])[0]
-    x = ln(tok + params["emb.pos"][None] + params["emb.seg"][batch["segments"]], "emb.ln")
-    x = x * draw_tokens()
-    for i in range(cfg.n_layers):
-        e = f"enc{i}"
-        proj = {p: (M.tt_cores(params, f"{e}.{p}", cfg.attention), params[f"{e}.{p}.bias"])
-                for p in "qkvo"}
-        att = L.mha_forward(cfg.attention, proj, x, mask, cfg.n_heads)[0]
-        x = ln(x + att * draw_tokens(), f"{e}.ln1")
-        h = L.gelu_forward(ttl(x, f"{e}.ffn1", cfg.ffn1))[0]
-        x = ln(x + ttl(h, f"{e}.ffn2", cfg.ffn2) * draw_tokens(), f"{e}.ln2")
-    if cfg.pooling == "mean":
-        pin = (x * mask[..., None]).sum(axis=1) / mask.sum(axis=1)[:, None]
-    else:
-        pin = x[:, 0]
-    pooled = np.tanh(ttl(pin, "pooler", cfg.pooler))
-    pooled = pooled * ((rng.random(pooled.shape) >= cfg.dropout) / keep)
-    return pooled @ params["intent.weight"] + params["intent.bias"]
-
-
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_dropout_masks_and_pooling_match_full_layout_reference(pooling):
     cfg = TINY.with_(n_layers=2, dropout=0.25, pooling=pooling)
@@ -470,12 +447,12 @@ def test_dropout_masks_and_pooling_match_full_layout_reference(pooling):
     assert not batch["mask"].all()
     _, _, out = M.forward_backward(cfg, params, batch, need_grads=False,
                                    rng=np.random.default_rng(8))
-    want = reference_training_logits(cfg, params, batch, np.random.default_rng(8))
+    want = reference_logits(cfg, params, batch, np.random.default_rng(8))[0]
     np.testing.assert_allclose(out["intent_logits"], want, rtol=1e-11, atol=1e-12)
     # evaluation (no generator): no dropout at all
     _, _, ev = M.forward_backward(cfg, params, batch, need_grads=False)
-    want0 = reference_training_logits(cfg.with_(dropout=0.0), params, batch,
-                                      np.random.default_rng(8))
+    want0 = reference_logits(cfg.with_(dropout=0.0), params, batch,
+                             np.random.default_rng(8))[0]
     np.testing.assert_allclose(ev["intent_logits"], want0, rtol=1e-11, atol=1e-12)
     assert not np.allclose(ev["intent_logits"], out["intent_logits"])
 
