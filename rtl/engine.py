@@ -572,9 +572,13 @@ class ContractionEngine(wiring.Component):
         h_ok = Signal()
         depth_of = Array([Const(st.depth, AB + 1) for st in self._stores]
                          + [Const(0, AB + 1)] * ((1 << SB) - n_stores))
+
+        def in_store(req):
+            """A beat's lane mask without the lanes past the end of its store."""
+            return Cat(*[req.mask[w] & ((req.addr + w) < depth_of[req.store])
+                         for w in range(NB)])
         h_mask = Signal(NB)
-        m.d.comb += h_mask.eq(Cat(*[
-            hreq.mask[w] & ((hreq.addr + w) < depth_of[hreq.store]) for w in range(NB)]))
+        m.d.comb += h_mask.eq(in_store(hreq))
         m.d.comb += [
             h_ok.eq(~self.busy & ~self.start & rh.can_load & wh.can_load & (resp_credit != 0)),
             self.host_i.ready.eq(h_ok),
@@ -592,9 +596,6 @@ class ContractionEngine(wiring.Component):
         m.d.sync += resp_credit.eq(resp_credit - rh.load + (resp.r_rdy & self.host_o.ready))
 
         # ---- store ports (vector / update units), served busy or not ----------------------
-        def in_store(req):
-            return Cat(*[req.mask[w] & ((req.addr + w) < depth_of[req.store])
-                         for w in range(NB)])
         for i, (pr, pw) in enumerate(zip(prs, pws)):
             port = getattr(self, f"port{i}")
             # 8 beats of response buffer: one read beat per cycle is sustained with a

@@ -189,8 +189,9 @@ def run_top(build, session, *, test_dir, timeout=None):
     test_dir.mkdir(parents=True, exist_ok=True)
     rom = session.rom()
     if rom.size > build.rom_depth:
+        need = 1 << (rom.size - 1).bit_length()
         raise ValueError(f"the session needs {rom.size} command words; the build holds "
-                         f"{build.rom_depth}: build_top(..., rom_depth={1 << (rom.size - 1).bit_length()})")
+                         f"{build.rom_depth}: build_top(..., rom_depth={need})")
     runs = [j for j in session.jobs if j["kind"] == "run"]
     if len(runs) > (RES_DEPTH - 64) // 16:
         raise ValueError(f"at most {(RES_DEPTH - 64) // 16} runs per session, got {len(runs)}")
