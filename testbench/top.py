@@ -350,8 +350,9 @@ def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=3
     if progress:
         progress(f"building the accelerator ({lanes} lanes, stores {cfg['store_sizes']}); "
                  f"the first build takes 10-20 minutes")
-    name = "ttrain_top_paper" + ("" if (lanes, slots) == (8, 16) else f"_l{lanes}_s{slots}")
-    top = build_top(cfg, name, rom_depth=rom_depth)
+    build_name = "ttrain_top_paper" + ("" if (lanes, slots) == (8, 16)
+                                       else f"_l{lanes}_s{slots}")
+    top = build_top(cfg, build_name, rom_depth=rom_depth)
     build_s = time.time() - t0
     root = Path(test_dir or tempfile.mkdtemp(prefix="layer-bench-"))
     entries, totals = [], {}
