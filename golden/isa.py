@@ -113,7 +113,8 @@ class ISAError(ValueError):
 OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = 0x01, 0x02, 0x03, 0x04
 OP_CONTRACT = 0x08
 #: Unary special-function elementwise ops (``golden.special``): opcode ``0x40`` + function code
-#: (:data:`ttrain.golden.special.FUNCTION_CODES`), i.e. 0x40..0x46; 0x47..0x7F stay reserved.
+#: (:data:`ttrain.golden.special.FUNCTION_CODES`), i.e. 0x40..0x47 (0x47 = ``log``); 0x48..0x7F
+#: stay reserved.
 SPECIAL_OPS = {name: 0x40 + code for name, code in FUNCTION_CODES.items()}
 ELEMENTWISE_OPS = {"add": 0x10, "sub": 0x11, "mul": 0x12, "scale": 0x13, "addi": 0x14,
                    "copy": 0x15, "fill": 0x16}
@@ -264,7 +265,7 @@ class Elementwise:
     ``add``/``sub``/``mul``: ``d = fp32_op(a, b)``; ``scale``: ``d = fp32_mul(a, imm)``;
     ``addi``: ``d = fp32_add(a, imm)``; ``copy``: ``d = a`` (the words, unchanged);
     ``fill``: ``d = imm`` (bits unchanged); the special functions of :data:`SPECIAL_OPS`
-    (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``): ``d = fp32_special(op, a)``
+    (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``): ``d = fp32_special(op, a)``
     (:func:`ttrain.golden.special.fp32_special`, bit-exact fixed FP32 sequences). All reads
     happen before the writes; ``d`` may be the very same view as a source (in place) but must
     not otherwise overlap one.
@@ -516,7 +517,7 @@ def decode(words, pc=None):
             raise ISAError(ERR_FIELD, "bits [31:22] of word 0 and [31:24] of word 1 are "
                                       "reserved: clear them")
         if op not in MNEMONICS:
-            raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (0x47..0x7f are "
+            raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (0x48..0x7f are "
                                        f"reserved for more special functions)")
         name = MNEMONICS[op]
         stores = (w[1] & 0xFF, w[1] >> 8 & 0xFF, w[1] >> 16 & 0xFF)

@@ -1,6 +1,6 @@
 """Special functions as fixed sequences of FP32 operations (the golden definition).
 
-exp, reciprocal, rsqrt, tanh, GELU and their derivatives, each defined as **one fixed sequence**
+exp, reciprocal, rsqrt, tanh, GELU and their derivatives and the natural logarithm, each defined as **one fixed sequence**
 of the FP32 operations of :mod:`ttrain.golden.numerics` (RNE multiply, add, subtract, IEEE
 ``maximum``/``minimum``, ``<``), plus a handful of exact integer and bit operations on the IEEE
 fields that hardware does with a few LUTs (exponent insertion for ``2**n``, splitting a float
@@ -40,6 +40,9 @@ is_inf, sign(a)``
 ``scale_exp(a, n)``         bits of ``a`` plus ``n << 23`` (``a * 2**n`` while that stays normal)
 ``int_from_magic(k)``       bits of ``k`` minus ``0x4B400000`` (``k - 1.5*2**23`` as an integer
                             when ``k`` is an integer-valued float in ``[2**23, 2**24)``)
+``magic_from_int(n)``       the float with bits ``0x4B400000 + n``, i.e. ``1.5*2**23 + n``
+                            exactly (for ``|n| < 2**22``); ``magic_from_int(n) - 1.5*2**23``
+                            is ``n`` as a float, exactly (the inverse of ``int_from_magic``)
 ``rsqrt_seed(a)``           bits ``0x5F3759DF - (bits(a) >> 1)`` (the classic magic-constant seed)
 ``iadd, isub(a, b)``,       integer add, subtract, arithmetic right shift by a constant, AND
 ``ishr(a, k), iand(a, k)``  with a constant
@@ -68,6 +71,8 @@ tanh           odd: ``tanh(-x) = -tanh(x)`` bit for bit, ``tanh(±0) = ±0``,
 tanh_grad      ``1 - t*t`` of the tanh *output* ``t`` (plain IEEE on any input)
 gelu           ``gelu(+inf) = +inf``, ``gelu(-inf) = -0``, ``gelu(±0) = ±0``
 gelu_grad      ``gelu_grad(+inf) = 1``, ``gelu_grad(-inf) = +0``
+log            ``log(±0) = -inf``, ``log(+inf) = +inf``, ``log(1) = +0``, ``log(x < 0) = NaN``
+               (including ``-inf``); subnormal inputs are fine
 =============  =======================================================================
 """
 
@@ -80,16 +85,16 @@ from . import numerics as nx
 __all__ = [
     "FUNCTIONS", "FUNCTION_CODES", "NumpyOps",
     "exp_sequence", "recip_sequence", "rsqrt_sequence", "tanh_sequence", "tanh_grad_sequence",
-    "gelu_sequence", "gelu_grad_sequence", "SEQUENCES",
+    "gelu_sequence", "gelu_grad_sequence", "log_sequence", "SEQUENCES",
     "logistic_exp_input", "logistic_recip_input", "logistic_core", "tanh_head", "tanh_tail",
     "gelu_head", "gelu_logistic", "gelu_tail", "gelu_grad_tail",
     "fp32_exp", "fp32_recip", "fp32_div", "fp32_rsqrt", "fp32_tanh", "fp32_tanh_grad",
-    "fp32_gelu", "fp32_gelu_grad", "fp32_special",
+    "fp32_gelu", "fp32_gelu_grad", "fp32_log", "fp32_special",
     "EXP_CLAMP", "GELU_CLAMP", "TANH_POLY_BELOW", "INT_BITS",
 ]
 
 #: One-input special functions, in the order of their unit function codes (``FUNCTION_CODES``).
-FUNCTIONS = ("exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad")
+FUNCTIONS = ("exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad", "log")
 #: Function code of each name (the ``func`` field of the RTL unit's input).
 FUNCTION_CODES = {name: code for code, name in enumerate(FUNCTIONS)}
 
@@ -126,6 +131,14 @@ _GELU_2C = _f32(2.0 * math.sqrt(2.0 / math.pi))
 #: gelu and gelu_grad work on x clamped to this interval (beyond it, the logistic factor is
 #: exactly 0 or 1 in FP32); gelu's final multiply uses max(x, -20) so large x pass through.
 GELU_CLAMP = (-20.0, 20.0)
+
+#: log reduces the significand m in [1, 2) to m/2 when m is above this (binary32 sqrt 2,
+#: 0x3FB504F3), so that log works on m in [0.7071, 1.4142] and f = m - 1 in [-0.293, 0.415].
+_SQRT2 = _f32(math.sqrt(2.0))
+#: log(1 + f) = f - f**2/2 + f**3 P(f) on that interval (Cephes logf, minimax in float32).
+_LOG_P = tuple(_f32(c) for c in (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1,
+                                 -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+                                 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,6 +262,11 @@ class NumpyOps:
     def int_from_magic(k):
         """Return ``bits(k) - 0x4B400000`` as an integer."""
         return _wrap_int(_bits(k) - _MAGIC_BITS)
+
+    @staticmethod
+    def magic_from_int(n):
+        """Return the float with bits ``0x4B400000 + n`` (``1.5*2**23 + n`` for ``|n| < 2**22``)."""
+        return _from_bits(_MAGIC_BITS + np.asarray(n, dtype=np.int64))
 
     @staticmethod
     def rsqrt_seed(a):
@@ -515,11 +533,47 @@ def gelu_grad_sequence(o, x):
     return gelu_grad_tail(o, xc, xx, r, er, sig)
 
 
+def log_sequence(o, x):
+    """Sequence of :func:`fp32_log` (Cephes logf: exponent, reduced significand, polynomial).
+
+    ::
+
+        (m, e) = split(|x|)                   # |x| = m * 2**e, m in [1, 2), subnormals too
+        c  = sqrt2 < m                        # reduce to m in [sqrt(1/2), sqrt(2)]:
+        mr = m * 2**-1 if c else m            #   exponent field - 1 (exact)
+        fe = (magic(e + 1) if c else magic(e)) - 1.5*2**23    # the exponent as a float, exact
+        f  = mr - 1                           # exact (Sterbenz), in [-0.293, 0.415]
+        z  = f * f
+        y  = (Horner(P0..P8, f) * f) * z      # f**3 P(f)
+        y  = (y + fe * LN2_LO) - z * 0.5      # LN2_LO = -2.12194440e-4
+        r  = (f + y) + fe * LN2_HI            # LN2_HI = 0.693359375: fe * LN2_HI exact
+        r  = -inf if x = +-0; +inf if x = +inf; NaN if x is NaN or x < 0 (x != -0)
+
+    ``magic(n)`` is :meth:`NumpyOps.magic_from_int`. 14 multiplies, 13 adds/subtracts,
+    1 compare.
+    """
+    a = o.abs(x)
+    m, e = o.split(a)
+    c = o.lt(o.const(_SQRT2), m)
+    mr = o.select(c, o.scale_exp(m, -1), m)
+    fe = o.sub(o.select(c, o.magic_from_int(o.iadd(e, 1)), o.magic_from_int(e)),
+               o.const(_MAGIC))
+    f = o.sub(mr, o.const(1.0))
+    z = o.mul(f, f)
+    y = o.mul(o.mul(_horner(o, _LOG_P, f), f), z)
+    y = o.sub(o.add(y, o.mul(fe, o.const(_LN2_LO))), o.mul(z, o.const(0.5)))
+    r = o.add(o.add(f, y), o.mul(fe, o.const(_LN2_HI)))
+    r = o.select(o.is_zero(a), o.const(np.float32(-np.inf)), r)
+    r = o.select(o.is_inf(x), o.const(np.float32(np.inf)), r)
+    bad = o.or_(o.is_nan(x), o.and_(o.sign(x), o.not_(o.is_zero(a))))
+    return o.select(bad, o.const(np.float32(np.nan)), r)
+
+
 #: Sequence function of each entry of :data:`FUNCTIONS`.
 SEQUENCES = {
     "exp": exp_sequence, "recip": recip_sequence, "rsqrt": rsqrt_sequence,
     "tanh": tanh_sequence, "tanh_grad": tanh_grad_sequence,
-    "gelu": gelu_sequence, "gelu_grad": gelu_grad_sequence,
+    "gelu": gelu_sequence, "gelu_grad": gelu_grad_sequence, "log": log_sequence,
 }
 
 _NP = NumpyOps()
@@ -574,6 +628,9 @@ fp32_gelu = _public(gelu_sequence, "fp32_gelu",
 fp32_gelu_grad = _public(gelu_grad_sequence, "fp32_gelu_grad",
                          "Return ``d gelu / dx`` of :func:`fp32_gelu`'s function elementwise.",
                          "Accuracy: see ``docs/special-functions.md``.")
+
+fp32_log = _public(log_sequence, "fp32_log", "Return the natural logarithm ``log(x)`` elementwise.",
+                   "Accuracy: see ``docs/special-functions.md``.")
 
 
 def fp32_div(a, b):

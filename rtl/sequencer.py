@@ -14,11 +14,11 @@ golden's priority order when several fields are wrong (the first check the golde
 * elementwise: flags, unused slot store/step/view words, an immediate on a non-immediate op ->
   ``ERR_FIELD``; then per used slot (0, 1, 2): store id -> ``ERR_STORE``, batch stride ->
   ``ERR_FIELD``; then zero rows/cols -> ``ERR_DIM``;
-  the special functions ``exp recip rsqrt tanh tanh_grad gelu gelu_grad`` (opcodes 0x40..0x46,
+  the special functions ``exp recip rsqrt tanh tanh_grad gelu gelu_grad log`` (opcodes 0x40..0x47,
   :data:`ttrain.golden.isa.SPECIAL_OPS`) are unary elementwise ops with ``copy``'s checks and
   class ``elementwise`` (the sequencer sends them to the vector unit, which needs
-  ``WideVectorUnit(special=True)``); 0x47..0x7F stay ``ERR_OPCODE``. A decoder built with
-  ``special=False`` (an accelerator without the special-function unit) treats 0x40..0x46 as
+  ``WideVectorUnit(special=True)``); 0x48..0x7F stay ``ERR_OPCODE``. A decoder built with
+  ``special=False`` (an accelerator without the special-function unit) treats 0x40..0x47 as
   unassigned too (``ERR_OPCODE`` in the static pass: the program is rejected before any store
   word changes, instead of the instruction being skipped);
 * reduce: flags > 1, slot 2 fields, word 3 -> ``ERR_FIELD``; slots 0, 1 store/batch; zero

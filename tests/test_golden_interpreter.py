@@ -134,6 +134,23 @@ def test_special_functions_bit_exact(func):
                                           np.float32).view(np.uint32))
 
 
+def test_log_opcode_runs_fp32_log():
+    """``log`` (opcode 0x47, the loss's log-sum-exp) is golden.special.fp32_log word for word,
+    on the positive sums a softmax produces and on the edge patterns."""
+    from ttrain.golden.special import fp32_log
+    rng = np.random.default_rng(47)
+    img = image(rng, {"param": 64, "grad": 64, "act": 256, "scratch": 256}, special=False)
+    vals = np.concatenate([_EDGES, rng.uniform(1, 64, 46).astype(np.float32).view(np.uint32)])
+    img["act"][:64] = vals
+    words = encode_program([Elementwise("log", 8, 8, View("scratch", 0, 8, 1),
+                                       View("act", 0, 8, 1)), End()])
+    assert words[0] & 0xFF == 0x47
+    out, st = run(words, img)
+    assert st.ok and st.by_op["log"] == 1 and st.elementwise == 64
+    want = np.asarray(fp32_log(vals.view(np.float32)), np.float32).view(np.uint32)
+    assert np.array_equal(out["scratch"][:64], want)
+
+
 def test_special_function_overlap_and_range_checked():
     rng = np.random.default_rng(4)
     img = image(rng)
@@ -318,7 +335,7 @@ def test_errors_leave_image_unchanged_and_next_program_runs(case, code):
     }
     if case == "opcode":
         words = encode_program([good, End()])
-        words[WORDS] = 0x47        # a reserved special-function opcode as the 2nd instruction
+        words[WORDS] = 0x48        # a reserved special-function opcode as the 2nd instruction
         program = words
     elif case == "no_end":
         program = [good]

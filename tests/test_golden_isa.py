@@ -141,19 +141,25 @@ def _words(ins):
 
 def test_special_opcodes():
     """The special functions are unary elementwise ops 0x40 + golden.special function code;
-    the rest of the reserved range 0x47..0x7F stays unassigned."""
+    log (appended last) is 0x47; the rest of the reserved range 0x48..0x7F stays unassigned."""
     from ttrain.golden.special import FUNCTION_CODES
     assert set(SPECIAL_OPS) == set(FUNCTION_CODES) == {
-        "exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad"}
+        "exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad", "log"}
+    assert OPCODES["log"] == 0x47 and MNEMONICS[0x47] == "log"
     for name, code in FUNCTION_CODES.items():
         assert OPCODES[name] == SPECIAL_OPS[name] == ELEMENTWISE_OPS[name] == 0x40 + code
-    assert not any(0x47 <= op <= 0x7F for op in MNEMONICS)
+    assert not any(0x48 <= op <= 0x7F for op in MNEMONICS)
     ins = decode_program(assemble("exp rows=2 cols=3 d=act@0:3,1 a=scratch@5:1,4+i2\n"
-                                  "gelu_grad rows=1 cols=1 d=act@9 a=act@9\n"))
+                                  "gelu_grad rows=1 cols=1 d=act@9 a=act@9\n"
+                                  "log rows=3 cols=2 d=scratch@0:1,3 a=act@2:2,1\n"))
     assert ins[0] == Elementwise("exp", 2, 3, View("act", 0, 3, 1), View("scratch", 5, 1, 4),
                                  step=(0, 3, 0))
     assert ins[1] == Elementwise("gelu_grad", 1, 1, View("act", 9), View("act", 9))
     assert disassemble(encode(ins[0])) == "exp rows=2 cols=3 d=act@0:3,1 a=scratch@5:1,4+i2\n"
+    assert ins[2] == Elementwise("log", 3, 2, View("scratch", 0, 1, 3), View("act", 2, 2, 1))
+    assert encode(ins[2])[0] & 0xFF == 0x47
+    assert decode(encode(ins[2])) == ins[2]
+    assert disassemble(encode(ins[2])) == "log rows=3 cols=2 d=scratch@0:1,3 a=act@2:2,1\n"
     # field legality exactly as copy (one source, no immediate, slot 2 unused)
     for name in SPECIAL_OPS:
         with pytest.raises(ValueError, match="takes no immediate"):
@@ -189,7 +195,7 @@ def test_special_opcodes():
 
 
 def test_decode_illegal_opcode():
-    for op in (0x00, 0x05, 0x47, 0x4F, 0x50, 0x7F, 0xFF):
+    for op in (0x00, 0x05, 0x48, 0x4F, 0x50, 0x7F, 0xFF):
         w = [op] + [0] * (WORDS - 1)
         with pytest.raises(ISAError) as e:
             decode(w)

@@ -197,6 +197,30 @@ def test_gelu_grad_accuracy():
     assert rel_error(y[near], ref[near]).max() <= 4e-6
 
 
+def test_log_accuracy():
+    # Random bit patterns of every positive finite binade, subnormals on a grid, and a dense
+    # window on each side of 1 and of the reduction switch at sqrt 2 (0x3FB504F3).
+    x = np.abs(random_bits(1 << 18, seed=11))
+    x = x[np.isfinite(x) & (x != 0)]
+    x = np.concatenate([
+        x, f32(np.arange(1, 1 << 23, 61, dtype=np.uint32)),
+        f32(np.arange(0x3F700000, 0x3F880000, 5, dtype=np.uint32)),
+        f32(np.arange(0x3FB504F3 - (1 << 16), 0x3FB504F3 + (1 << 16), 3, dtype=np.uint32))])
+    ref = np.log(x.astype(np.float64))
+    y = S.fp32_log(x)
+    assert ulp_error(y, ref).max() <= 1.0
+    nonzero = ref != 0
+    assert rel_error(y[nonzero], ref[nonzero]).max() <= 1.2e-7
+
+
+def test_log_of_powers_of_two_and_exact_one():
+    # log(2**k) = k ln 2 for every binade (subnormal ones too), correctly rounded here.
+    k = np.arange(-149, 128)
+    y = S.fp32_log(np.exp2(k).astype(np.float32))
+    np.testing.assert_array_equal(bits(y), bits((k * math.log(2)).astype(np.float32)))
+    assert bits(S.fp32_log(np.float32(1.0))) == 0                      # +0, not -0
+
+
 def test_tanh_grad_is_two_roundings():
     t = np.concatenate([sweep(-1, 1), random_bits(1 << 14, seed=7)])
     y = S.fp32_tanh_grad(t)
@@ -243,6 +267,13 @@ SPECIAL = {
              0x7F7FFFFF: 0x7F7FFFFF, 0xFF7FFFFF: _NEG, 0xC1A00000: _NEG},   # gelu(-20) = -0
     "gelu_grad": {0: 0x3F000000, _NEG: 0x3F000000, INF: 0x3F800000, _NEG | INF: 0,
                   NAN: NAN, 0x7F7FFFFF: 0x3F800000, 0xFF7FFFFF: 0},
+    "log": {0: _NEG | INF, _NEG: _NEG | INF, INF: INF, _NEG | INF: NAN, NAN: NAN,
+            0xFFC00001: NAN, 0xBF800000: NAN, 0x80000001: NAN, 0xFF7FFFFF: NAN,
+            0x3F800000: 0,                                       # log(1) = +0
+            # correctly rounded (binary32 of the float64 log), checked in a test below
+            0x40000000: 0x3F317218, 0x3F000000: 0xBF317218,      # +-ln 2
+            0x7F7FFFFF: 0x42B17218, _MIN_SUB: 0xC2CE8ED0,        # log(FLT_MAX), log(2**-149)
+            0x00800000: 0xC2AEAC50, 0x41200000: 0x40135D8E},     # log(2**-126), log(10)
 }
 
 
@@ -252,6 +283,14 @@ def test_special_values(func):
     got = bits(S.fp32_special(func, f32(list(cases))))
     for (x, want), y in zip(cases.items(), got.tolist()):
         assert y == want, f"{func}({x:#010x}) = {y:#010x}, expected {want:#010x}"
+
+
+def test_log_table_values_are_the_float64_log_rounded():
+    # The finite expected patterns of SPECIAL["log"], from math.log and struct.
+    for x, want in SPECIAL["log"].items():
+        xv = struct.unpack("<f", struct.pack("<I", x))[0]
+        if 0 < xv < math.inf:
+            assert c32(math.log(xv)) == want, f"log({xv})"
 
 
 def test_rsqrt_of_min_subnormal_is_sqrt2_times_2_pow_74():
@@ -295,10 +334,12 @@ def _steps(func, start, count):
 @pytest.mark.parametrize("func, start, increasing", [
     ("exp", 0x3E000000, True), ("exp", 0xBF000000, True), ("exp", 0x42A00000, True),
     ("recip", 0x3F800000, False), ("tanh", 0x3F000000, True), ("tanh", 0x3E800000, True),
-    ("gelu", 0x3F000000, True)])
+    ("gelu", 0x3F000000, True), ("log", 0x3F780000, True),
+    ("log", 0x3FB504F3 - (1 << 19), True), ("log", 0x00000001, True), ("log", 0x7F000000, True)])
 def test_monotone_on_consecutive_inputs(func, start, increasing):
     # exp's softmax ordering, tanh across its branch switch at 0.625 (0x3F200000 lies inside
-    # the 0x3F000000 window), recip on the first 2**20 significands of a binade. Negative
+    # the 0x3F000000 window), recip on the first 2**20 significands of a binade, log across 1,
+    # across its reduction switch at sqrt 2, on subnormals and near FLT_MAX. Negative
     # windows walk towards -inf as the bits grow, so the expected direction flips.
     steps = _steps(func, start, 1 << 20)
     grows = increasing != (start >= 1 << 31)
@@ -488,8 +529,33 @@ def r_tanh_grad(t):
     return ref_sub(ONE, ref_mul(t, t))
 
 
+LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+         1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+         3.3333331174e-1)
+
+
+def r_log(x):
+    a = x & 0x7FFFFFFF
+    if _isnan(x) or (x >> 31 and a):
+        return NAN
+    if a == 0:
+        return _NEG | INF
+    if a == INF:
+        return INF
+    m, e = r_split(a)
+    if r_lt(c32(math.sqrt(2)), m):
+        m, e = m - (1 << 23), e + 1                      # m / 2, exactly
+    assert -149 <= e <= 128
+    fe = fb(float(e))
+    f = ref_sub(m, ONE)
+    z = ref_mul(f, f)
+    y = ref_mul(ref_mul(r_horner(LOG_P, f), f), z)
+    y = ref_sub(ref_add(y, ref_mul(fe, c32(-2.12194440e-4))), ref_mul(z, fb(0.5)))
+    return ref_add(ref_add(f, y), ref_mul(fe, fb(0.693359375)))
+
+
 SCALAR = {"exp": r_exp, "recip": r_recip, "rsqrt": r_rsqrt, "tanh": r_tanh,
-          "tanh_grad": r_tanh_grad, "gelu": r_gelu, "gelu_grad": r_gelu_grad}
+          "tanh_grad": r_tanh_grad, "gelu": r_gelu, "gelu_grad": r_gelu_grad, "log": r_log}
 
 #: Inputs per function for the scalar cross-check (pure Python, about 0.25 ms per gelu input).
 SCALAR_INPUTS = dict.fromkeys(S.FUNCTIONS, 4000)
@@ -500,7 +566,8 @@ def scalar_inputs(func, n, seed):
     a random grid, and random bit patterns (every class)."""
     rng = np.random.default_rng(seed)
     ranges = {"exp": (-105, 90), "recip": (-8, 8), "rsqrt": (0, 8), "tanh": (-6, 6),
-              "tanh_grad": (-1.5, 1.5), "gelu": (-12, 12), "gelu_grad": (-12, 12)}
+              "tanh_grad": (-1.5, 1.5), "gelu": (-12, 12), "gelu_grad": (-12, 12),
+              "log": (0, 3)}
     lo, hi = ranges[func]
     grid = rng.uniform(lo, hi, n // 2).astype(np.float32)
     rand = rng.integers(0, 1 << 32, n - n // 2 - len(SPECIAL[func]), dtype=np.uint64)
@@ -531,12 +598,15 @@ def test_scalar_reference_agrees_with_float64_on_a_few_values():
 # --------------------------------------------------------------------------------------------
 
 def test_function_codes_and_dispatch():
-    assert S.FUNCTIONS == ("exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad")
+    assert S.FUNCTIONS == ("exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad",
+                           "log")
     x = sweep(-3, 3, 64)
     for code, name in enumerate(S.FUNCTIONS):
         np.testing.assert_array_equal(bits(S.fp32_special(code, x)),
                                       bits(S.fp32_special(name, x)))
     np.testing.assert_array_equal(bits(S.fp32_special("exp", x)), bits(S.fp32_exp(x)))
+    np.testing.assert_array_equal(bits(S.fp32_special("log", x)), bits(S.fp32_log(x)))
+    assert "fp32_log" in S.__all__ and "log_sequence" in S.__all__
 
 
 def test_results_are_float32_arrays_of_the_input_shape():
@@ -546,14 +616,16 @@ def test_results_are_float32_arrays_of_the_input_shape():
 
 
 def test_bad_inputs_are_rejected_with_a_hint():
-    with pytest.raises(ValueError, match="function code must be in \\[0, 6\\]"):
-        S.fp32_special(7, 1.0)
+    with pytest.raises(ValueError, match="function code must be in \\[0, 7\\]"):
+        S.fp32_special(8, 1.0)
     with pytest.raises(ValueError, match="unknown special function 'sigmoid'; choose one of"):
         S.fp32_special("sigmoid", 1.0)
     with pytest.raises(ValueError, match="fp32_exp input.*as_f32"):
         S.fp32_exp(0.1)                       # float64 0.1 is not a binary32 value
     with pytest.raises(TypeError, match="fp32_tanh input"):
         S.fp32_tanh(np.array(["1"]))
+    with pytest.raises(ValueError, match="fp32_log input.*as_f32"):
+        S.fp32_log(0.1)
     with pytest.raises(ValueError, match="fp32_div operand b"):
         S.fp32_div(1.0, 0.1)
 
@@ -594,6 +666,11 @@ def accuracy_table(n=1 << 22, seed=0):
             ("gelu_grad", "sweep [-0.7, 10]", sweep(-0.7, 10, n), gelu_grad64),
             ("gelu_grad", "sweep [-3, -0.8]", sweep(-3, -0.8, n), gelu_grad64),
             ("gelu_grad", "sweep [-10, -3]", sweep(-10, -3, n), gelu_grad64),
+            ("log", "random bits (all positive finite)", np.abs(rand[rand != 0]), np.log),
+            ("log", "every 2nd significand in [1, 2)",
+             f32(np.arange(0x3F800000, 0x40000000, 2, dtype=np.uint32)), np.log),
+            ("log", "every 2nd value in [0.5, 1)",
+             f32(np.arange(0x3F000000, 0x3F800000, 2, dtype=np.uint32)), np.log),
         ]
         rows = []
         for func, what, x, ref64 in cases:
@@ -608,7 +685,33 @@ def accuracy_table(n=1 << 22, seed=0):
     return rows
 
 
+def log_sweep(step=1, chunk=1 << 22):
+    """Return ``(count, max ulp, worst input bits, max rel err)`` of fp32_log over every
+    ``step``-th bit pattern of the positive finite floats (subnormals included, from 0x1)."""
+    count, worst, worst_bits, worst_rel = 0, -1.0, 0, 0.0
+    for lo in range(1, 0x7F800000, chunk * step):
+        xb = np.arange(lo, min(lo + chunk * step, 0x7F800000), step, dtype=np.uint32)
+        x = f32(xb)
+        ref = np.log(x.astype(np.float64))
+        y = S.fp32_log(x)
+        err = ulp_error(y, ref)
+        k = int(err.argmax())
+        if err[k] > worst:
+            worst, worst_bits = float(err[k]), int(xb[k])
+        nonzero = ref != 0
+        if nonzero.any():
+            worst_rel = max(worst_rel, float(rel_error(y[nonzero], ref[nonzero]).max()))
+        count += len(xb)
+    return count, worst, worst_bits, worst_rel
+
+
 if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 3 and sys.argv[1] == "--log-sweep":
+        n, ulp, at, rel = log_sweep(int(sys.argv[2]))
+        print(f"log: {n:,} inputs (every {sys.argv[2]}th positive finite pattern), max ulp "
+              f"{ulp:.4f} at {at:#010x}, max rel err {rel:.3e}")
+        sys.exit(0)
     print("| function | inputs | count | max ulp | max rel err |")
     print("|---|---|---|---|---|")
     for func, what, count, ulp, rel in accuracy_table():
