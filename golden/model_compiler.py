@@ -1,0 +1,733 @@
+"""Whole-model compiler: one training step of the tensorized transformer as one program.
+
+:func:`compile_model` turns a :class:`~ttrain.golden.config.ModelConfig` into one sequencer
+program (``golden/isa.py``) that runs a complete training step on chip — TTM embedding gather,
+every encoder block, pooler, intent head, softmax cross-entropy, the whole backward pass with the
+bi-directional TT flow, and one SGD UPDATE over every parameter — plus the memory map of the
+four stores. Inside a step nothing leaves the chip except the sample in (token digits, segment
+ids, key-mask bias, one-hot labels, row weights) and the loss and logits out.
+
+Data layout and flow (``docs/model-compiler.md`` has the full table):
+
+* the step works on the **full grid** of ``R = batch * seq_len`` rows (row ``b * S + i``);
+  padded keys get the additive bias ``MASK_VALUE`` so their attention weight is exactly 0,
+  padded rows feed no loss, so their gradients are exactly zero and change no parameter
+  (the fast path ``golden/model.py`` skips them; both define the same function);
+* **TTM embedding**: the host writes the token's mixed-radix digits (most significant first)
+  as one index list per core; core ``k`` lives in the param store as ``(v_k, r_k, e_k,
+  r_{k+1})`` so each digit selects one contiguous slice, fetched by ``GATHER``; a chain of
+  batched ``CONTRACT`` (batch = rows) multiplies the slices; backward runs the chain back and
+  ``SCATTER_ADD`` accumulates the slice gradients into the core gradients (sparse);
+* position rows are added per sequence (``LOOP``), segment rows by ``GATHER``/``SCATTER_ADD``;
+* TT-linear layers are :func:`~ttrain.golden.compiler.compile_tt_linear` programs (the planner's
+  order, bi-directional by default) relocated into the model's stores: forward (merges, ``Y``,
+  bias) where the layer runs, backward (``dZ``, core gradients, ``dX``, bias gradient) where its
+  gradient arrives; their intermediates keep private scratch regions for the whole step;
+* attention per sequence (``LOOP`` over ``b``): ``Q K^T`` and ``P V`` as ``CONTRACT`` batched
+  over heads; scale, key mask, softmax (``rmax``, ``sub``, ``exp``, ``rsum``, ``recip``,
+  ``mul``) on the whole score block;
+* LayerNorm, GELU, tanh and the softmax cross-entropy from elementwise ops, reductions and the
+  special functions; the per-row loss is ``log(sum exp(z - max)) - (z - max)[label]``,
+  weighted by the host's row weight (``1/n`` for a real sentence, 0 for a padding row of a
+  short last batch), so ``loss`` is the batch mean;
+* parameters and their gradients share one layout (gradient ``g`` of ``p`` at the same offset
+  of the grad store), so the update is one ``UPDATE`` over the whole param store; every
+  gradient is written or accumulated from zero inside the step and UPDATE clears it again.
+
+The program is the numerical definition the RTL must match bit for bit (run it with
+``golden.interpreter.run``); it agrees with the float32 fast path within rounding
+(``tests/test_golden_model_compiler.py`` states the tolerance).
+"""
+
+from bisect import bisect_right
+from dataclasses import dataclass, replace as dc_replace
+from math import prod, sqrt
+
+import numpy as np
+
+from . import model as M
+from .compiler import _Alloc, _descriptor, compile_tt_linear
+from .config import ModelConfig
+from .contract import View
+from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
+                  Update, f32_bits, ELEMENTWISE_OPS)
+from .layers import MASK_VALUE
+from .tt import token_digits
+
+__all__ = ["CompiledModel", "compile_model", "model_unsupported"]
+
+_NEG0 = f32_bits(-0.0)
+
+
+def model_unsupported(cfg):
+    """Return why ``cfg`` cannot be compiled to one on-chip step (``""`` when it can)."""
+    why = []
+    if cfg.slot_head:
+        why.append("slot_head=True (the slot head is not compiled yet; use an intent-only "
+                   "preset)")
+    if cfg.dropout:
+        why.append(f"dropout={cfg.dropout} (random masks are not generated on chip; set "
+                   f"dropout=0, e.g. cfg.with_(dropout=0.0))")
+    if cfg.label_smoothing:
+        why.append("label_smoothing != 0 (set it to 0)")
+    if cfg.logit_adjustment:
+        why.append("logit_adjustment != 0 (set it to 0)")
+    if cfg.pooling != "cls":
+        why.append(f"pooling={cfg.pooling!r} (only \"cls\" is compiled)")
+    return "; ".join(why)
+
+
+class _Builder:
+    """Instruction list + allocator with small helpers for views and ops."""
+
+    def __init__(self):
+        self.alloc = _Alloc()
+        self.ins = []
+
+    def region(self, name, store, shape):
+        if name in self.alloc.regions:
+            raise AssertionError(f"region {name!r} allocated twice")
+        return self.alloc.region(name, store, shape)
+
+    def r(self, name):
+        return self.alloc.regions[name]
+
+    def mat(self, name, offset=0, rs=None, cs=1, bs=0):
+        """Row-major view of region ``name`` (rows of its last dimension)."""
+        r = self.r(name)
+        if rs is None:
+            rs = r.shape[-1] if len(r.shape) > 1 else 1
+        return View(r.store, r.base + offset, rs, cs, bs)
+
+    def col(self, name, offset=0):
+        """A region of one word per row, broadcast over columns (``col_stride`` 0)."""
+        r = self.r(name)
+        return View(r.store, r.base + offset, 1, 0)
+
+    def rowvec(self, name, offset=0):
+        """A vector broadcast over rows (``row_stride`` 0)."""
+        r = self.r(name)
+        return View(r.store, r.base + offset, 0, 1)
+
+    def ew(self, op, rows, cols, d, a=None, b=None, imm=None, step=(0, 0, 0)):
+        bits = 0 if imm is None else (imm if isinstance(imm, int) else f32_bits(imm))
+        self.ins.append(Elementwise(op, rows, cols, d, a, b, bits, step))
+
+    def rsum(self, rows, cols, d, a, step=(0, 0, 0)):
+        self.ins.append(Reduce("sum", rows, cols, d, a, step=step))
+
+    def rmax(self, rows, cols, d, a):
+        self.ins.append(Reduce("max", rows, cols, d, a))
+
+    def contract(self, m, n, k, a, b, c, batch=1, step=(0, 0, 0)):
+        desc = _descriptor(m, n, k, a, b, c, batch)
+        sc, sa, sb = step
+        self.ins.append(Contract(desc, (sc, sb, sa) if m > n else (sc, sa, sb)))
+
+    def loop(self, count, incs, body):
+        """Run ``body()`` (which appends instructions) ``count`` times; no LOOP when 1."""
+        if count == 1:
+            n = len(self.ins)
+            body()
+            # a single iteration: drop the step selects (t = 0 adds nothing)
+            for i in range(n, len(self.ins)):
+                self.ins[i] = dc_replace(self.ins[i], step=(0, 0, 0))
+            return
+        incs = tuple(incs) + (0,) * (3 - len(incs))
+        self.ins.append(Loop(count, incs))
+        body()
+        self.ins.append(EndLoop())
+
+
+@dataclass
+class _TTParts:
+    forward: list
+    backward: list
+
+
+def _relocate(instrs, layer_map, target):
+    """Move a compiled layer's instructions onto the model's regions.
+
+    ``layer_map``: the layer program's regions; ``target``: layer region name -> model Region
+    (same shape and layout). Every view base is translated from its region to the target.
+    """
+    by_store = {}
+    for name, r in layer_map.items():
+        by_store.setdefault(r.store, []).append((r.base, r.size, name))
+    for lst in by_store.values():
+        lst.sort()
+    starts = {s: [b for b, _, _ in lst] for s, lst in by_store.items()}
+
+    def move(v):
+        if v is None:
+            return None
+        lst = by_store[v.store]
+        i = bisect_right(starts[v.store], v.base) - 1
+        base, size, name = lst[i]
+        if not base <= v.base < base + size:
+            raise AssertionError(f"view at {v.store}@{v.base} is in no region")
+        t = target[name]
+        return View(t.store, t.base + v.base - base, v.row_stride, v.col_stride, v.batch_stride)
+
+    out = []
+    for ins in instrs:
+        if isinstance(ins, Contract):
+            d = ins.desc
+            out.append(dc_replace(ins, desc=dc_replace(d, a=move(d.a), b=move(d.b),
+                                                          c=move(d.c))))
+        elif isinstance(ins, (Elementwise,)):
+            out.append(dc_replace(ins, d=move(ins.d), a=move(ins.a), b=move(ins.b)))
+        elif isinstance(ins, Reduce):
+            out.append(dc_replace(ins, d=move(ins.d), a=move(ins.a)))
+        elif isinstance(ins, (Loop, EndLoop)):
+            out.append(ins)
+        else:
+            raise AssertionError(f"unexpected instruction in a TT layer: {ins}")
+    return out
+
+
+def _tt_layer(bld, name, spec, rows, x, y, dy, dx, order):
+    """Compile TT layer ``name`` onto regions ``x``/``y`` (forward) and ``dy``/``dx``.
+
+    Returns the relocated forward and backward instruction lists (not yet emitted).
+    """
+    layer = compile_tt_linear(spec, rows, order=order, update=False, pad=False)
+    prog = layer.program
+    ins = prog.instructions
+    # structure of compile_tt_linear (update=False, sample_loop=False, loss_scale=1):
+    #   forward steps, add(y += bias), sub(dy = y - target), backward steps,
+    #   rsum(bias grad), barrier, end
+    yb = prog.memory_map["y"].base
+    loss_at = [i for i, s in enumerate(ins) if isinstance(s, Elementwise) and s.op == "sub"
+               and s.a.store == "act" and s.a.base == yb]
+    if len(loss_at) != 1 or not isinstance(ins[-1], End) or not isinstance(ins[-2], Barrier):
+        raise AssertionError(f"unexpected structure of the compiled TT layer {name}")
+    i = loss_at[0]
+    target = {"x": bld.r(x), "y": bld.r(y), "dy": bld.r(dy), "dx": bld.r(dx),
+              "target": bld.r(dy)}       # never referenced after the loss is cut
+    for k in range(2 * spec.d):
+        target[f"core{k + 1}"] = bld.r(f"{name}.core{k}")
+        target[f"grad_core{k + 1}"] = bld.r(f"grad:{name}.core{k}")
+    target["bias"] = bld.r(f"{name}.bias")
+    target["grad_bias"] = bld.r(f"grad:{name}.bias")
+    for rname, r in prog.memory_map.items():
+        if r.store == "scratch":
+            target[rname] = bld.region(f"{name}.{rname}", "scratch", r.shape)
+    fwd = _relocate(ins[:i], prog.memory_map, target)
+    bwd = _relocate(ins[i + 1:-2], prog.memory_map, target)
+    return _TTParts(fwd, bwd)
+
+
+@dataclass
+class CompiledModel:
+    """A compiled whole-model training step.
+
+    Attributes
+    ----------
+    cfg : ModelConfig
+    program : Program
+        Instructions, store sizes and memory map.
+    lr : float
+        Learning rate in the UPDATE (see :meth:`program_for_lr`).
+    rows : int
+        Grid rows per step, ``batch * seq_len``.
+    sections : dict
+        ``"forward"``, ``"backward"``, ``"update"``: (first, end) instruction indices.
+    """
+    cfg: ModelConfig
+    program: Program
+    lr: float
+    rows: int
+    sections: dict
+
+    @property
+    def memory_map(self):
+        return self.program.memory_map
+
+    @property
+    def store_sizes(self):
+        return dict(self.program.store_sizes)
+
+    # ----------------------------------------------------------------------------------
+    # host side: images in and out
+
+    def _put(self, image, name, values, dtype=np.float32):
+        r = self.memory_map[name]
+        v = np.asarray(values)
+        if v.size != r.size:
+            raise ValueError(f"{name} needs {r.size} values (shape {r.shape}), got shape "
+                             f"{v.shape}")
+        words = np.ascontiguousarray(v, dtype=dtype).view(np.uint32).ravel()
+        image[r.store][r.base:r.base + r.size] = words
+
+    def _get(self, image, name):
+        r = self.memory_map[name]
+        return np.asarray(image[r.store][r.base:r.base + r.size], dtype=np.uint32) \
+            .view(np.float32).reshape(r.shape).copy()
+
+    def param_names(self):
+        return list(M.param_shapes(self.cfg))
+
+    def initial_image(self, params):
+        """Return a memory image holding ``params`` (from ``model.init_params``), rest zero."""
+        M.check_params(self.cfg, params)
+        image = self.program.empty_image()
+        self.set_params(image, params)
+        return image
+
+    def set_params(self, image, params):
+        """Write ``params`` into ``image`` (in place; TTM cores permuted to slice-major)."""
+        for name in self.param_names():
+            p = np.asarray(params[name], dtype=np.float32)
+            if name.startswith("emb.tok.core"):
+                p = p.transpose(1, 0, 2, 3)
+            self._put(image, name, p)
+
+    def params(self, image):
+        """Return the parameters of ``image`` as a dict like ``model.init_params``."""
+        out = {}
+        for name, shape in M.param_shapes(self.cfg).items():
+            v = self._get(image, name)
+            if name.startswith("emb.tok.core"):
+                v = v.transpose(1, 0, 2, 3)
+            out[name] = np.ascontiguousarray(v.reshape(shape))
+        return out
+
+    def grads(self, image):
+        """Return the gradient store as a dict (zero after the step's UPDATE)."""
+        out = {}
+        for name, shape in M.param_shapes(self.cfg).items():
+            v = self._get(image, "grad:" + name)
+            if name.startswith("emb.tok.core"):
+                v = v.transpose(1, 0, 2, 3)
+            out[name] = np.ascontiguousarray(v.reshape(shape))
+        return out
+
+    def sample_words(self, batch):
+        """Return ``{region name: uint32 words}`` of the sample inputs for ``batch``.
+
+        ``batch``: a labelled batch (``tokens``, ``segments``, ``mask``, ``intent``) of
+        ``1 .. cfg.batch`` sentences; a short batch is padded with rows of weight 0 (they
+        change nothing), so the loss is the mean over the given sentences.
+        """
+        cfg = self.cfg
+        M.validate_batch(cfg, batch, labels=True)
+        tokens = np.asarray(batch["tokens"])
+        n, s = tokens.shape
+        if s != cfg.seq_len:
+            raise ValueError(f"batch has sequence length {s}; the program was compiled for "
+                             f"seq_len = {cfg.seq_len}: pad or cut the batch to {cfg.seq_len}")
+        if n > cfg.batch:
+            raise ValueError(f"batch has {n} sentences; the program takes at most cfg.batch = "
+                             f"{cfg.batch}: split it")
+        B, S = cfg.batch, cfg.seq_len
+        tok = np.zeros((B, S), np.int64)
+        seg = np.zeros((B, S), np.int64)
+        mask = np.zeros((B, S), bool)
+        mask[:, 0] = True                                   # padding rows: [CLS] only
+        label = np.zeros(B, np.int64)
+        weight = np.zeros(B, np.float32)
+        tok[:n], seg[:n] = tokens, np.asarray(batch["segments"])
+        mask[:n] = np.asarray(batch["mask"], bool)
+        label[:n] = np.asarray(batch["intent"])
+        weight[:n] = np.float32(1.0) / np.float32(n)
+        digits = token_digits(cfg.embedding, tok.reshape(-1))     # (R, d)
+        words = {}
+        for k in range(cfg.embedding.d):
+            words[f"in.digits{k}"] = digits[:, k].astype(np.uint32)
+        words["in.seg"] = seg.reshape(-1).astype(np.uint32)
+        bias = np.where(mask, np.float32(0.0), np.float32(MASK_VALUE)).astype(np.float32)
+        words["in.mask_bias"] = bias.reshape(-1).view(np.uint32)
+        onehot = np.zeros((B, cfg.n_intents), np.float32)
+        onehot[np.arange(B), label] = 1.0
+        onehot[n:] = 0.0
+        words["in.onehot"] = onehot.reshape(-1).view(np.uint32)
+        words["in.weight"] = weight.view(np.uint32)
+        return words
+
+    def set_batch(self, image, batch):
+        """Write the sample inputs of ``batch`` into ``image`` (in place)."""
+        for name, w in self.sample_words(batch).items():
+            r = self.memory_map[name]
+            image[r.store][r.base:r.base + r.size] = w
+
+    def loss(self, image):
+        """The step's loss (mean cross-entropy over the batch's sentences)."""
+        return float(self._get(image, "loss")[0])
+
+    def logits(self, image, n=None):
+        """Intent logits ``(n, n_intents)`` of the last step (its forward pass)."""
+        v = self._get(image, "logits")
+        return v if n is None else v[:n]
+
+    def program_for_lr(self, lr):
+        """Return the instruction list with the UPDATE's learning rate set to ``lr``."""
+        ins = list(self.program.instructions)
+        i = self.sections["update"][0]
+        while not isinstance(ins[i], Update):
+            i += 1
+        ins[i] = dc_replace(ins[i], lr=f32_bits(float(lr)))
+        return ins
+
+
+def compile_model(cfg, *, lr=None, order="bidirectional"):
+    """Compile one training step of ``cfg`` (forward, backward, SGD update).
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        Intent-only model, ``pooling="cls"``, no dropout/label smoothing/logit adjustment
+        (:func:`model_unsupported` says what to change otherwise).
+    lr : float, optional
+        Learning rate of the UPDATE (default ``cfg.lr``); :meth:`CompiledModel.program_for_lr`
+        changes it per step.
+    order : str
+        TT contraction order for every TT layer (:data:`ttrain.golden.compiler.ORDERS`).
+
+    Returns
+    -------
+    CompiledModel
+    """
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"cfg must be a ModelConfig (golden.config.get_config), not "
+                        f"{type(cfg).__name__}")
+    why = model_unsupported(cfg)
+    if why:
+        raise ValueError(f"config {cfg.name!r} cannot be compiled to one on-chip step: {why}")
+    lr = cfg.lr if lr is None else lr
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) \
+            or lr <= 0:
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    if "log" not in ELEMENTWISE_OPS:
+        raise AssertionError("the ISA has no log op")
+
+    B, S, D, F, H = cfg.batch, cfg.seq_len, cfg.d_model, cfg.d_ffn, cfg.n_heads
+    C, dh, R = cfg.n_intents, cfg.d_head, cfg.batch * cfg.seq_len
+    emb = cfg.embedding
+    bld = _Builder()
+    reg = bld.region
+
+    # ---- parameters and gradients: identical layouts --------------------------------
+    shapes = M.param_shapes(cfg)
+    for name, shape in shapes.items():
+        if name.startswith("emb.tok.core"):
+            shape = (shape[1], shape[0], shape[2], shape[3])
+        reg(name, "param", shape)
+    for name, shape in shapes.items():
+        if name.startswith("emb.tok.core"):
+            shape = (shape[1], shape[0], shape[2], shape[3])
+        reg("grad:" + name, "grad", shape)
+    n_params = sum(prod(s) for s in shapes.values())
+
+    # ---- sample inputs and outputs --------------------------------------------------
+    for k in range(emb.d):
+        reg(f"in.digits{k}", "act", (R,))
+    reg("in.seg", "act", (R,))
+    reg("in.mask_bias", "act", (B, S))
+    reg("in.onehot", "act", (B, C))
+    reg("in.weight", "act", (B,))
+    reg("loss", "act", (1,))
+    reg("logits", "act", (B, C))
+    reg("probs", "act", (B, C))
+
+    # shared temporaries (one word per row, a row block)
+    for t in ("t.r1", "t.r2"):
+        reg(t, "act", (max(R, B * H * S),))
+    reg("t.RD", "act", (R, max(D, F)))
+    reg("t.RD2", "act", (R, max(D, F)))
+    reg("t.P", "act", (B, H, S, S))
+    scale = float(np.float32(1.0 / sqrt(dh)))       # 1/sqrt(d_head), rounded once
+
+    inv = lambda n: float(np.float32(1.0) / np.float32(n))   # noqa: E731
+
+    # ---- LayerNorm -------------------------------------------------------------------
+    def ln_forward(ln, x, rows, width):
+        """y = LN(x); saves xhat, rstd (regions ``ln.xhat``, ``ln.rstd``, ``ln.y``)."""
+        reg(f"{ln}.xhat", "act", (rows, width))
+        reg(f"{ln}.rstd", "act", (rows,))
+        reg(f"{ln}.y", "act", (rows, width))
+        mu, xh, rstd, y = bld.col("t.r1"), bld.mat(f"{ln}.xhat"), bld.col(f"{ln}.rstd"), \
+            bld.mat(f"{ln}.y")
+        tmp = bld.mat("t.RD", rs=width)
+        bld.rsum(rows, width, mu, x)
+        bld.ew("scale", rows, 1, mu, mu, imm=inv(width))
+        bld.ew("sub", rows, width, xh, x, mu)                    # xc
+        bld.ew("mul", rows, width, tmp, xh, xh)
+        bld.rsum(rows, width, rstd, tmp)
+        bld.ew("scale", rows, 1, rstd, rstd, imm=inv(width))     # var
+        bld.ew("addi", rows, 1, rstd, rstd, imm=float(np.float32(cfg.ln_eps)))
+        bld.ew("rsqrt", rows, 1, rstd, rstd)
+        bld.ew("mul", rows, width, xh, xh, rstd)                 # xhat
+        bld.ew("mul", rows, width, y, xh, bld.rowvec(f"{ln}.gamma"))
+        bld.ew("add", rows, width, y, y, bld.rowvec(f"{ln}.beta"))
+        return f"{ln}.y"
+
+    def ln_backward(ln, dy, dx, rows, width):
+        """dx = LN'(dy); dgamma, dbeta written to the grad store."""
+        xh, rstd = bld.mat(f"{ln}.xhat"), bld.col(f"{ln}.rstd")
+        tmp, dxh = bld.mat("t.RD", rs=width), bld.mat("t.RD2", rs=width)
+        m1, m2 = bld.col("t.r1"), bld.col("t.r2")
+        gg, gb = bld.r(f"grad:{ln}.gamma"), bld.r(f"grad:{ln}.beta")
+        bld.ew("mul", rows, width, tmp, dy, xh)
+        bld.rsum(width, rows, View("grad", gg.base, 1, 0), bld.mat("t.RD", rs=1, cs=width))
+        bld.rsum(width, rows, View("grad", gb.base, 1, 0),
+                 View(dy.store, dy.base, 1, dy.row_stride))
+        bld.ew("mul", rows, width, dxh, dy, bld.rowvec(f"{ln}.gamma"))
+        bld.rsum(rows, width, m1, dxh)
+        bld.ew("scale", rows, 1, m1, m1, imm=inv(width))
+        bld.ew("mul", rows, width, tmp, dxh, xh)
+        bld.rsum(rows, width, m2, tmp)
+        bld.ew("scale", rows, 1, m2, m2, imm=inv(width))
+        bld.ew("sub", rows, width, dx, dxh, m1)
+        bld.ew("mul", rows, width, tmp, xh, m2)
+        bld.ew("sub", rows, width, dx, dx, tmp)
+        bld.ew("mul", rows, width, dx, dx, rstd)
+
+    # ---- TT layers: regions for all, compiled parts per layer ------------------------
+    def tt(name, spec, rows, x):
+        reg(f"{name}.y", "act", (rows, spec.n_out))
+        reg(f"{name}.dy", "act", (rows, spec.n_out))
+        reg(f"{name}.dx", "act", (rows, spec.n_in))
+        return _tt_layer(bld, name, spec, rows, x, f"{name}.y", f"{name}.dy", f"{name}.dx",
+                         order)
+
+    sections = {}
+    # ================================ forward =========================================
+    start_fwd = len(bld.ins)
+    # TTM token rows: gather the slices, chain them with batched contractions
+    slices = [s[0] * s[2] * s[3] for s in emb.core_shapes]
+    ranks, dims = emb.ranks, emb.dim_modes
+    E = [prod(dims[:k + 1]) for k in range(emb.d)]                # E_k
+    for k in range(emb.d):
+        reg(f"emb.A{k}", "act", (R, slices[k]))
+        bld.ins.append(Gather("gather", R, slices[k], emb.vocab_modes[k],
+                              bld.mat(f"emb.A{k}"), bld.mat(f"emb.tok.core{k}",
+                                                               rs=slices[k]),
+                              View("act", bld.r(f"in.digits{k}").base, 1, 0)))
+    P = ["emb.A0"]
+    for k in range(1, emb.d):
+        name = f"emb.P{k}"
+        reg(name, "act", (R, E[k] * ranks[k + 1]))
+        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+        bld.contract(m, n, kk, bld.mat(P[-1], rs=kk, bs=m * kk),
+                     bld.mat(f"emb.A{k}", rs=n, bs=kk * n),
+                     bld.mat(name, rs=n, bs=m * n), batch=R)
+        P.append(name)
+    # + position rows (per sequence) + segment rows
+    reg("emb.sum", "act", (R, D))
+    reg("emb.segrows", "act", (R, D))
+    xs, xt, pos = bld.mat("emb.sum"), bld.mat(P[-1], rs=D), bld.mat("emb.pos")
+    bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, xs, xt, pos, step=(1, 1, 0)))
+    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat("emb.segrows"),
+                          bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
+    bld.ew("add", R, D, xs, xs, bld.mat("emb.segrows"))
+    x = ln_forward("emb.ln", xs, R, D)
+
+    layers = []
+    for i in range(cfg.n_layers):
+        e = f"enc{i}"
+        xv = bld.mat(x)
+        parts = {p: tt(f"{e}.{p}", cfg.attention, R, x) for p in ("q", "k", "v")}
+        for p in ("q", "k", "v"):
+            bld.ins.extend(parts[p].forward)
+        reg(f"{e}.P", "act", (B, H, S, S))
+        reg(f"{e}.ctx", "act", (R, D))
+        q, k_, v = (bld.r(f"{e}.{p}.y") for p in ("q", "k", "v"))
+        Pr = bld.r(f"{e}.P")
+        HS2 = H * S * S
+
+        def qk(q=q, k_=k_, Pr=Pr):
+            bld.contract(S, S, dh, View("act", q.base, D, 1, dh), View("act", k_.base, 1, D, dh),
+                         View("act", Pr.base, S, 1, S * S), batch=H, step=(1, 2, 2))
+            bld.ew("scale", H * S, S, View("act", Pr.base, S, 1), View("act", Pr.base, S, 1),
+                   imm=scale, step=(1, 1, 0))
+            bld.ew("add", H * S, S, View("act", Pr.base, S, 1), View("act", Pr.base, S, 1),
+                   View("act", bld.r("in.mask_bias").base, 0, 1), step=(1, 1, 3))
+        # scores: one LOOP over the sequences (increments: P block, Q/K rows, mask row)
+        bld.loop(B, (HS2, S * D, S), qk)
+        rows_s = B * H * S
+        Pm = View("act", Pr.base, S, 1)
+        mx, z = bld.col("t.r1"), bld.col("t.r2")
+        layers.append(parts)
+        # softmax rows
+        bld.rmax(rows_s, S, mx, Pm)
+        bld.ew("sub", rows_s, S, Pm, Pm, mx)
+        bld.ew("exp", rows_s, S, Pm, Pm)
+        bld.rsum(rows_s, S, z, Pm)
+        bld.ew("recip", rows_s, 1, z, z)
+        bld.ew("mul", rows_s, S, Pm, Pm, z)
+        ctx, vr = bld.r(f"{e}.ctx"), bld.r(f"{e}.v.y")
+
+        def av(ctx=ctx, vr=vr, Pr=Pr):
+            bld.contract(S, dh, S, View("act", Pr.base, S, 1, S * S),
+                         View("act", vr.base, D, 1, dh), View("act", ctx.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+        bld.loop(B, (HS2, S * D), av)
+        parts["o"] = tt(f"{e}.o", cfg.attention, R, f"{e}.ctx")
+        bld.ins.extend(parts["o"].forward)
+        reg(f"{e}.s1", "act", (R, D))
+        bld.ew("add", R, D, bld.mat(f"{e}.s1"), xv, bld.mat(f"{e}.o.y"))
+        x1 = ln_forward(f"{e}.ln1", bld.mat(f"{e}.s1"), R, D)
+        parts["ffn1"] = tt(f"{e}.ffn1", cfg.ffn1, R, x1)
+        bld.ins.extend(parts["ffn1"].forward)
+        reg(f"{e}.g", "act", (R, F))
+        bld.ew("gelu", R, F, bld.mat(f"{e}.g"), bld.mat(f"{e}.ffn1.y"))
+        parts["ffn2"] = tt(f"{e}.ffn2", cfg.ffn2, R, f"{e}.g")
+        bld.ins.extend(parts["ffn2"].forward)
+        reg(f"{e}.s2", "act", (R, D))
+        bld.ew("add", R, D, bld.mat(f"{e}.s2"), bld.mat(x1), bld.mat(f"{e}.ffn2.y"))
+        parts["x"] = x
+        x = ln_forward(f"{e}.ln2", bld.mat(f"{e}.s2"), R, D)
+
+    # pooler on [CLS] rows, tanh, intent head
+    reg("pin", "act", (B, D))
+    bld.ew("copy", B, D, bld.mat("pin"), bld.mat(x, rs=S * D))
+    pool = tt("pooler", cfg.pooler, B, "pin")
+    bld.ins.extend(pool.forward)
+    reg("pooled", "act", (B, D))
+    bld.ew("tanh", B, D, bld.mat("pooled"), bld.mat("pooler.y"))
+    lg = bld.mat("logits")
+    bld.contract(B, C, D, bld.mat("pooled"), bld.mat("intent.weight"), lg)
+    bld.ew("add", B, C, lg, lg, bld.rowvec("intent.bias"))
+    # softmax cross-entropy
+    reg("ce.shift", "act", (B, C))
+    reg("ce.tmp", "act", (B, C))
+    for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"):
+        reg(t, "act", (B,))
+    sh, tmpc, pr = bld.mat("ce.shift"), bld.mat("ce.tmp"), bld.mat("probs")
+    cmax, cz, clz, cpk = (bld.col(t) for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"))
+    bld.rmax(B, C, cmax, lg)
+    bld.ew("sub", B, C, sh, lg, cmax)
+    bld.ew("exp", B, C, pr, sh)
+    bld.rsum(B, C, cz, pr)
+    bld.ew("log", B, 1, clz, cz)
+    bld.ew("recip", B, 1, cz, cz)
+    bld.ew("mul", B, C, pr, pr, cz)
+    bld.ew("mul", B, C, tmpc, sh, bld.mat("in.onehot"))
+    bld.rsum(B, C, cpk, tmpc)
+    bld.ew("sub", B, 1, clz, clz, cpk)                          # per-sentence loss
+    bld.ew("mul", B, 1, clz, clz, bld.col("in.weight"))
+    bld.rsum(1, B, View("act", bld.r("loss").base, 1, 0), View("act", bld.r("ce.logz").base,
+                                                               0, 1))
+    sections["forward"] = (start_fwd, len(bld.ins))
+
+    # ================================ backward ========================================
+    start_bwd = len(bld.ins)
+    reg("dlogits", "act", (B, C))
+    dl = bld.mat("dlogits")
+    bld.ew("sub", B, C, dl, pr, bld.mat("in.onehot"))
+    bld.ew("mul", B, C, dl, dl, bld.col("in.weight"))
+    gw, gbias = bld.r("grad:intent.weight"), bld.r("grad:intent.bias")
+    bld.contract(D, C, B, bld.mat("pooled", rs=1, cs=D), dl, View("grad", gw.base, C, 1))
+    bld.rsum(C, B, View("grad", gbias.base, 1, 0), bld.mat("dlogits", rs=1, cs=C))
+    reg("dpooled", "act", (B, D))
+    bld.contract(B, D, C, dl, bld.mat("intent.weight", rs=1, cs=C), bld.mat("dpooled"))
+    # tanh backward into the pooler's dY
+    bld.ew("tanh_grad", B, D, bld.mat("pooler.dy"), bld.mat("pooled"))
+    bld.ew("mul", B, D, bld.mat("pooler.dy"), bld.mat("pooler.dy"), bld.mat("dpooled"))
+    bld.ins.extend(pool.backward)
+    # gradient of the last hidden state: zero except the [CLS] rows
+    reg("dx.top", "act", (R, D))
+    bld.ew("fill", R, D, bld.mat("dx.top"), imm=0)
+    bld.ew("copy", B, D, bld.mat("dx.top", rs=S * D), bld.mat("pooler.dx"))
+    dx = bld.mat("dx.top")
+    for i in reversed(range(cfg.n_layers)):
+        e = f"enc{i}"
+        parts = layers[i]
+        Pr, ctx = bld.r(f"{e}.P"), bld.r(f"{e}.ctx")
+        ln_backward(f"{e}.ln2", dx, bld.mat(f"{e}.ffn2.dy"), R, D)
+        bld.ins.extend(parts["ffn2"].backward)                   # -> ffn2.dx = dG
+        bld.ew("gelu_grad", R, F, bld.mat("t.RD", rs=F), bld.mat(f"{e}.ffn1.y"))
+        bld.ew("mul", R, F, bld.mat(f"{e}.ffn1.dy"), bld.mat(f"{e}.ffn2.dx"),
+               bld.mat("t.RD", rs=F))
+        bld.ins.extend(parts["ffn1"].backward)                   # -> ffn1.dx
+        reg(f"{e}.dx1", "act", (R, D))
+        bld.ew("add", R, D, bld.mat(f"{e}.dx1"), bld.mat(f"{e}.ffn1.dx"),
+               bld.mat(f"{e}.ffn2.dy"))
+        ln_backward(f"{e}.ln1", bld.mat(f"{e}.dx1"), bld.mat(f"{e}.o.dy"), R, D)
+        bld.ins.extend(parts["o"].backward)                      # -> o.dx = dctx
+        reg(f"{e}.dP", "act", (B, H, S, S))
+        dPr = bld.r(f"{e}.dP")
+        q, k_, v = (bld.r(f"{e}.{p}.y") for p in ("q", "k", "v"))
+        dq, dk, dv = (bld.r(f"{e}.{p}.dy") for p in ("q", "k", "v"))
+        dctx = bld.r(f"{e}.o.dx")
+        HS2 = H * S * S
+
+        def att_back1(dPr=dPr, dctx=dctx, v=v, dv=dv, Pr=Pr):
+            # dP[h,i,j] = sum_d dctx[i, h d] V[j, h d];  dV[j, h d] = sum_i P[h,i,j] dctx[i, h d]
+            bld.contract(S, S, dh, View("act", dctx.base, D, 1, dh),
+                         View("act", v.base, 1, D, dh), View("act", dPr.base, S, 1, S * S),
+                         batch=H, step=(1, 2, 2))
+            bld.contract(S, dh, S, View("act", Pr.base, 1, S, S * S),
+                         View("act", dctx.base, D, 1, dh), View("act", dv.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+        bld.loop(B, (HS2, S * D), att_back1)
+        rows_s = B * H * S
+        dPm, Pm = View("act", dPr.base, S, 1), View("act", Pr.base, S, 1)
+        tmp = bld.mat("t.P", rs=S)
+        r1 = bld.col("t.r1")
+        bld.ew("mul", rows_s, S, tmp, dPm, Pm)
+        bld.rsum(rows_s, S, r1, tmp)
+        bld.ew("sub", rows_s, S, dPm, dPm, r1)
+        bld.ew("mul", rows_s, S, dPm, dPm, Pm)
+        bld.ew("scale", rows_s, S, dPm, dPm, imm=scale)
+
+        def att_back2(dPr=dPr, q=q, k_=k_, dq=dq, dk=dk):
+            # dQ[i, h d] = sum_j dS[h,i,j] K[j, h d];  dK[j, h d] = sum_i dS[h,i,j] Q[i, h d]
+            bld.contract(S, dh, S, View("act", dPr.base, S, 1, S * S),
+                         View("act", k_.base, D, 1, dh), View("act", dq.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+            bld.contract(S, dh, S, View("act", dPr.base, 1, S, S * S),
+                         View("act", q.base, D, 1, dh), View("act", dk.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+        bld.loop(B, (HS2, S * D), att_back2)
+        for p in ("q", "k", "v"):
+            bld.ins.extend(parts[p].backward)
+        reg(f"{e}.dx0", "act", (R, D))
+        d0 = bld.mat(f"{e}.dx0")
+        bld.ew("add", R, D, d0, bld.mat(f"{e}.q.dx"), bld.mat(f"{e}.k.dx"))
+        bld.ew("add", R, D, d0, d0, bld.mat(f"{e}.v.dx"))
+        bld.ew("add", R, D, d0, d0, bld.mat(f"{e}.o.dy"))
+        dx = d0
+    # embedding LayerNorm, position, segment and TTM gradients
+    reg("emb.dsum", "act", (R, D))
+    ds = bld.mat("emb.dsum")
+    ln_backward("emb.ln", dx, ds, R, D)
+    gpos = bld.mat("grad:emb.pos")
+    bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, gpos, gpos, ds, step=(0, 0, 1)))
+    bld.ins.append(Gather("scatter_add", R, D, cfg.n_segments, bld.mat("grad:emb.seg"), ds,
+                          View("act", bld.r("in.seg").base, 1, 0)))
+    dP = P[-1]
+    dPname = "emb.dsum"
+    for k in range(emb.d - 1, 0, -1):
+        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+        reg(f"emb.dA{k}", "act", (R, slices[k]))
+        dprev = f"emb.dP{k - 1}"
+        reg(dprev, "act", (R, m * kk))
+        # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]
+        bld.contract(kk, n, m, bld.mat(P[k - 1], rs=1, cs=kk, bs=m * kk),
+                     bld.mat(dPname, rs=n, bs=m * n), bld.mat(f"emb.dA{k}", rs=n, bs=kk * n),
+                     batch=R)
+        # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]
+        bld.contract(m, kk, n, bld.mat(dPname, rs=n, bs=m * n),
+                     bld.mat(f"emb.A{k}", rs=1, cs=n, bs=kk * n),
+                     bld.mat(dprev, rs=kk, bs=m * kk), batch=R)
+        dPname = dprev
+    del dP
+    for k in range(emb.d):
+        src = dPname if k == 0 else f"emb.dA{k}"
+        bld.ins.append(Gather("scatter_add", R, slices[k], emb.vocab_modes[k],
+                              bld.mat(f"grad:emb.tok.core{k}", rs=slices[k]),
+                              bld.mat(src, rs=slices[k]),
+                              View("act", bld.r(f"in.digits{k}").base, 1, 0)))
+    sections["backward"] = (start_bwd, len(bld.ins))
+
+    # ================================ update ==========================================
+    start_upd = len(bld.ins)
+    bld.ins.append(Barrier())
+    bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(float(lr))))
+    bld.ins.append(End())
+    sections["update"] = (start_upd, len(bld.ins))
+    sizes = {k: v for k, v in bld.alloc.high.items() if v}
+    program = Program(bld.ins, sizes, dict(bld.alloc.regions))
+    return CompiledModel(cfg, program, float(lr), R, sections)

@@ -1,0 +1,144 @@
+"""The whole-model compiler (golden/model_compiler.py): one program per training step.
+
+The interpreter runs the compiled step; it must agree with the float32 fast path
+(golden/model.py) on the loss, the logits and every parameter after several consecutive SGD
+steps, within rounding. Stated tolerance: relative 1e-4 of each parameter tensor's largest
+update magnitude (updates are lr * gradient; the two paths sum in different orders) and 1e-5
+relative on the loss.
+"""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import config as C
+from ttrain.golden import data as D
+from ttrain.golden import model as M
+from ttrain.golden.interpreter import check_program, run as interpret
+from ttrain.golden.isa import Update, Gather, Contract, f32_bits
+from ttrain.golden.model_compiler import compile_model, model_unsupported
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return D.generate_dataset(3, n_train=40, n_dev=8, n_test=8)
+
+
+def _batches(ds, n, per):
+    tr = ds.splits["train"]
+    return [{k: v[i * per:(i + 1) * per] for k, v in tr.items()} for i in range(n)]
+
+
+def _compare_steps(cfg, batches, lr=0.05):
+    cm = compile_model(cfg, lr=lr)
+    params = M.init_params(cfg, np.random.default_rng(7))
+    fast = {k: v.copy() for k, v in params.items()}
+    image = cm.initial_image(params)
+    start = {k: v.copy() for k, v in params.items()}
+    for s, batch in enumerate(batches):
+        cm.set_batch(image, batch)
+        image, st = interpret(cm.program, image, raise_errors=True)
+        loss, grads, out = M.forward_backward(cfg, fast, batch)
+        M.sgd_update(fast, grads, lr)
+        assert cm.loss(image) == pytest.approx(loss, rel=1e-5), s
+        n = len(batch["intent"])
+        np.testing.assert_allclose(cm.logits(image, n), out["intent_logits"], rtol=1e-4,
+                                   atol=1e-5)
+        # the gradient store is clear again after the UPDATE
+        assert all(not np.any(g) for g in cm.grads(image).values())
+    chip = cm.params(image)
+    for k in params:
+        moved = np.abs(fast[k] - start[k]).max()
+        assert moved > 0 or k in ("emb.seg",), k
+        err = np.abs(chip[k] - fast[k]).max()
+        assert err <= 1e-4 * max(moved, 1e-6) + 1e-7, (k, err, moved)
+    return cm, image
+
+
+def test_tiny_steps_match_fast_path(dataset):
+    cfg = C.get_config("tiny")
+    _compare_steps(cfg, _batches(dataset, 4, 1))
+
+
+def test_batch_two_layers_short_batch_match_fast_path(dataset):
+    """Sequence LOOPs (batch 3), two encoder blocks, and a short last batch (padding rows
+    of weight 0 change nothing)."""
+    cfg = C.get_config("tiny").with_(batch=3, n_layers=2)
+    batches = _batches(dataset, 2, 3) + [_batches(dataset, 3, 2)[2]]
+    cm, _ = _compare_steps(cfg, batches, lr=0.1)
+    assert any(type(i).__name__ == "Loop" for i in cm.program.instructions)
+
+
+def test_memory_map_and_program_are_consistent():
+    cm = compile_model(C.get_config("tiny"))
+    prog = cm.program
+    code, pc, msg = check_program(prog, prog.store_sizes)
+    assert code == 0, msg
+    by_store = {}
+    for name, r in prog.memory_map.items():
+        by_store.setdefault(r.store, []).append((r.base, r.base + r.size, name))
+    for store, spans in by_store.items():
+        spans.sort()
+        for (a0, a1, n0), (b0, b1, n1) in zip(spans, spans[1:]):
+            assert a1 <= b0, (store, n0, n1)
+    # params and grads share one layout; one UPDATE covers every parameter
+    n_params = M.num_params(cm.cfg)
+    assert prog.store_sizes["param"] == prog.store_sizes["grad"] == n_params
+    ups = [i for i in prog.instructions if isinstance(i, Update)]
+    assert len(ups) == 1 and ups[0].count == n_params and ups[0].lr == f32_bits(cm.lr)
+    for name in M.param_shapes(cm.cfg):
+        assert prog.memory_map[name].base == prog.memory_map["grad:" + name].base
+    # the embedding is gathered and scattered on chip
+    ops = [i.op for i in prog.instructions if isinstance(i, Gather)]
+    d = cm.cfg.embedding.d
+    assert ops.count("gather") == d + 1 and ops.count("scatter_add") == d + 1
+    assert set(cm.sections) == {"forward", "backward", "update"}
+
+
+def test_params_round_trip_and_lr_patch():
+    cfg = C.get_config("tiny")
+    cm = compile_model(cfg)
+    params = M.init_params(cfg, np.random.default_rng(1))
+    image = cm.initial_image(params)
+    back = cm.params(image)
+    for k in params:
+        np.testing.assert_array_equal(back[k], params[k])
+    ins = cm.program_for_lr(0.125)
+    diff = [i for i, (a, b) in enumerate(zip(ins, cm.program.instructions)) if a != b]
+    assert len(diff) == 1 and isinstance(ins[diff[0]], Update)
+    assert ins[diff[0]].lr == f32_bits(0.125)
+
+
+@pytest.mark.parametrize("name", ["small", "paper-l1", "paper-l2", "paper-l3", "paper-l1-r10"])
+def test_every_preset_compiles(name):
+    cfg = C.get_config(name)
+    if cfg.dropout:
+        with pytest.raises(ValueError, match="dropout"):
+            compile_model(cfg)
+        cfg = cfg.with_(dropout=0.0)
+    cm = compile_model(cfg)
+    assert not model_unsupported(cfg)
+    assert cm.program.store_sizes["param"] == M.num_params(cfg)
+    macs = sum(i.desc.m * i.desc.n * i.desc.k * i.desc.batch
+               for i in cm.program.instructions if isinstance(i, Contract))
+    assert macs > 0
+
+
+def test_bad_input_is_rejected(dataset):
+    cfg = C.get_config("tiny")
+    with pytest.raises(TypeError, match="ModelConfig"):
+        compile_model("tiny")
+    with pytest.raises(ValueError, match="slot_head"):
+        compile_model(cfg.with_(slot_head=True))
+    with pytest.raises(ValueError, match="pooling"):
+        compile_model(cfg.with_(pooling="mean"))
+    with pytest.raises(ValueError, match="lr"):
+        compile_model(cfg, lr=-1.0)
+    cm = compile_model(cfg)
+    image = cm.initial_image(M.init_params(cfg, np.random.default_rng(0)))
+    two = _batches(dataset, 1, 2)[0]
+    with pytest.raises(ValueError, match="at most cfg.batch"):
+        cm.set_batch(image, two)
+    one = _batches(dataset, 1, 1)[0]
+    cut = {k: (v[:, :4] if v.ndim == 2 else v) for k, v in one.items()}
+    with pytest.raises(ValueError):
+        cm.set_batch(image, cut)
