@@ -549,7 +549,7 @@ def log_sequence(o, x):
         r  = (f + y) + fe * LN2_HI            # LN2_HI = 0.693359375: fe * LN2_HI exact
         r  = -inf if x = +-0; +inf if x = +inf; NaN if x is NaN or x < 0 (x != -0)
 
-    ``magic(n)`` is :meth:`NumpyOps.magic_from_int`. 14 multiplies, 13 adds/subtracts,
+    ``magic(n)`` is :meth:`NumpyOps.magic_from_int`. 14 multiplies, 14 adds/subtracts,
     1 compare.
     """
     a = o.abs(x)

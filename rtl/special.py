@@ -1,4 +1,4 @@
-"""Pipelined special-function unit: exp, recip, rsqrt, tanh, tanh', GELU, GELU' on FP32.
+"""Pipelined special-function unit: exp, recip, rsqrt, tanh, tanh', GELU, GELU', log on FP32.
 
 Golden: :func:`ttrain.golden.special.fp32_special` (``docs/special-functions.md``). The unit
 takes one ``(func, x)`` per cycle and returns ``y = fp32_special(func, x)`` bit for bit after a
@@ -19,7 +19,7 @@ multiplexer selects by ``func``. So the hardware runs exactly the golden sequenc
 no expected values.
 
 Integer/bit ops that do arithmetic (``split``, ``pow2``, ``scale_exp``, ``int_from_magic``,
-``rsqrt_seed``, ``iadd``/``isub``/``ishr``/``iand``) end in a register (1 cycle); selects,
+``magic_from_int``, ``rsqrt_seed``, ``iadd``/``isub``/``ishr``/``iand``) end in a register (1 cycle); selects,
 sign and classification logic are combinational (0 cycles) in front of the next register.
 """
 
@@ -47,6 +47,10 @@ FUNC_BITS = 3
 
 #: Input of the unit: ``x`` in bits 0-31, the function code in bits 32-34.
 SpecialOperand = data.StructLayout({"x": 32, "func": FUNC_BITS})
+
+#: Functions with their own operators only, started late (from the ``x`` delay line) so that
+#: their results reach the output multiplexer without a delay line of their own.
+_INDEPENDENT = ("rsqrt", "tanh_grad", "log")
 
 _FP_LATENCY = {"mul": 6, "add": 6}   # FP32Mul / FP32Add (checked against the units below)
 _CMP_LATENCY = 1
@@ -301,6 +305,10 @@ class _PipelineOps:
         k = self._lift(k, "f")
         return self._int(k.value - 0x4B400000, k.t)
 
+    def magic_from_int(self, n):
+        n = self._lift(n, "i")
+        return self._reg("f", (Const(0x4B400000, 32) + n.value)[0:32], n.t, 32)
+
     def rsqrt_seed(self, a):
         a = self._lift(a, "f")
         return self._reg("f", (0x5F3759DF - (a.value >> 1))[0:32], a.t, 32)
@@ -331,8 +339,9 @@ class SpecialFunctionUnit(wiring.Component):
     Golden: :func:`ttrain.golden.special.fp32_special` (sequences in
     :mod:`ttrain.golden.special`, accuracy in ``docs/special-functions.md``). Function codes:
     :data:`ttrain.golden.special.FUNCTION_CODES` (0 exp, 1 recip, 2 rsqrt, 3 tanh,
-    4 tanh_grad, 5 gelu, 6 gelu_grad). A code without a datapath in this instance (code 7, or
-    a function left out with ``functions=``) returns the canonical NaN ``0x7FC00000``.
+    4 tanh_grad, 5 gelu, 6 gelu_grad, 7 log: the 3-bit code space is full). A code without a
+    datapath in this instance (a function left out with ``functions=``) returns the canonical
+    NaN ``0x7FC00000``.
 
     One input per cycle on an ``always_ready`` stream, one result per cycle after the fixed
     :attr:`latency`, in order, whatever the function mix; ``o.valid`` is ``i.valid`` delayed
@@ -343,7 +352,9 @@ class SpecialFunctionUnit(wiring.Component):
     (:func:`~ttrain.golden.special.tanh_head`, :func:`~ttrain.golden.special.gelu_head`); the
     reciprocal takes ``x`` (function recip) or ``1 + E``. The function code selects the source
     at each of the two inputs; heads and tails (and rsqrt, tanh_grad) have their own
-    operators. Every function therefore runs exactly its golden sequence.
+    operators, and so does log (its own 14 FP32Mul / 13 FP32Add / 1 compare, started late from
+    the ``x`` delay line like rsqrt so that it ends at the output multiplexer). Every function
+    therefore runs exactly its golden sequence.
 
     Parameters
     ----------
@@ -405,7 +416,7 @@ class SpecialFunctionUnit(wiring.Component):
     def _datapaths(self, o, x_bits, func_bits, late=None):
         """Build every datapath with the op set ``o``; return ``{func: result _Val}``.
 
-        ``late`` maps the independent functions (rsqrt, tanh_grad) to the stage at which they
+        ``late`` maps the independent functions (rsqrt, tanh_grad, log) to the stage at which they
         take ``x``: started late (from the shared ``x`` delay line), their results need no
         delay line of their own to reach the output multiplexer.
         """
@@ -456,6 +467,8 @@ class SpecialFunctionUnit(wiring.Component):
             out["tanh"] = S.tanh_tail(o, x, a, ps, e, r)
         if "tanh_grad" in fs:
             out["tanh_grad"] = S.tanh_grad_sequence(o, x_at("tanh_grad"))
+        if "log" in fs:
+            out["log"] = S.log_sequence(o, x_at("log"))
         if gelus:
             er, sig = S.gelu_logistic(o, t_gelu, e, r)
             if "gelu" in fs:
@@ -484,7 +497,7 @@ class SpecialFunctionUnit(wiring.Component):
         """Operator counts of this instance: FP32 units (``mul``, ``add``, ``compare``),
         ``delay_bits`` (alignment shift-register bits, the function code's included) and
         ``result_stage`` (per function, the stage its result is ready when it starts at stage
-        0; rsqrt and tanh_grad are started late in the unit so that they end at the output
+        0; rsqrt, tanh_grad and log are started late in the unit so that they end at the output
         multiplexer)."""
         return dict(self._stats, result_stage=dict(self._stats["result_stage"]))
 
@@ -499,7 +512,7 @@ class SpecialFunctionUnit(wiring.Component):
         """Build the datapaths, the output multiplexer and the valid chain into ``m``; return
         ``(out, valid)`` (the registered result and ``valid_in`` delayed by the latency)."""
         last = self._latency - 1          # stage of the output multiplexer's inputs
-        late = {f: last - self._stage[f] for f in ("rsqrt", "tanh_grad") if f in self._stage}
+        late = {f: last - self._stage[f] for f in _INDEPENDENT if f in self._stage}
         results = self._datapaths(ops, x_bits, func_bits, late)
         code = ops.at(_Val(func_bits, 0, "i"), last)
         # Delay chains are built outside the Switch (their registers must always shift).

@@ -3,7 +3,7 @@
 The full unit is streamed under Verilator (``tests/test_special_verilator.py``); here a unit
 with only the two smallest datapaths (recip, tanh_grad) runs a few hundred mixed inputs in the
 Python simulator, checking the latency, the in-order interleaving of functions, idle cycles and
-the NaN of codes without a datapath.
+the NaN of codes without a datapath (exp, log).
 """
 
 import numpy as np
@@ -49,7 +49,8 @@ def test_small_unit_matches_golden_with_idle_cycles():
         nx.f32_to_bits(np.linspace(-3, 3, n // 2).astype(np.float32)),
         rng.integers(0, 1 << 32, n - n // 2, dtype=np.uint64).astype(np.uint32)])
     codes = rng.choice([S.FUNCTION_CODES["recip"], S.FUNCTION_CODES["tanh_grad"],
-                        S.FUNCTION_CODES["exp"], 7], size=n, p=[0.45, 0.45, 0.05, 0.05])
+                        S.FUNCTION_CODES["exp"], S.FUNCTION_CODES["log"]], size=n,
+                       p=[0.45, 0.45, 0.05, 0.05])
     beats = []
     for k in range(n):
         if k % 7 == 3:
@@ -111,12 +112,16 @@ def test_full_unit_shares_the_exp_and_recip_datapaths():
     stats = dut.stats
     assert set(stats["result_stage"]) == set(S.FUNCTIONS)
     assert dut.latency == max(stats["result_stage"].values()) + 1
-    # exp 12/11/2 + recip 9/5/0 + rsqrt 11/4/0 + tanh_grad 1/1/0 (each once), tanh head 8/5/0
-    # and tail 1/1/1, core input 1 + E 0/1/0, gelu head 4/1/2, E*R and t < 0 1/0/1, gelu tail
-    # 1/0/0, gelu_grad tail 5/2/0: (mul, add, compare).
-    assert (stats["mul"], stats["add"], stats["compare"]) == (53, 31, 6)
+    # exp 12/11/2 + recip 9/5/0 + rsqrt 11/4/0 + tanh_grad 1/1/0 + log 14/14/1 (each once),
+    # tanh head 8/5/0 and tail 1/1/1, core input 1 + E 0/1/0, gelu head 4/1/2, E*R and t < 0
+    # 1/0/1, gelu tail 1/0/0, gelu_grad tail 5/2/0: (mul, add, compare).
+    assert golden_counts("log") == (14, 14, 1)
+    assert (stats["mul"], stats["add"], stats["compare"]) == (67, 45, 7)
     separate = [sum(golden_counts(f)[k] for f in S.FUNCTIONS) for k in range(2)]
-    assert separate == [121, 82]            # what one datapath per function would need
+    assert separate == [135, 96]            # what one datapath per function would need
+    # log is independent (own operators) and finishes before gelu_grad: no latency change
+    assert stats["result_stage"]["log"] < stats["result_stage"]["gelu_grad"]
+    assert dut.latency == unit(functions=("gelu_grad",)).latency
     small = unit(functions=("tanh_grad",))
     assert small.latency == 6 + 6 + 1      # multiply, subtract, output register
 
