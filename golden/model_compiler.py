@@ -186,35 +186,110 @@ def _relocate(instrs, layer_map, target):
     return out
 
 
-def _tt_layer(bld, name, spec, rows, x, y, dy, dx, order):
-    """Compile TT layer ``name`` onto regions ``x``/``y`` (forward) and ``dy``/``dx``.
+def _written(instrs):
+    """Views written by ``instrs`` (slot 0; UPDATE's slot 1 too)."""
+    for ins in instrs:
+        if isinstance(ins, Contract):
+            yield ins.desc.c
+        elif isinstance(ins, (Elementwise, Reduce)):
+            yield ins.d
 
-    Returns the relocated forward and backward instruction lists (not yet emitted).
+
+class _TTLayers:
+    """Compiled TT layers (one compile per (spec, rows)), split into merges, forward, backward.
+
+    ``compile_tt_linear`` (update=False, no padding, loss scale 1) emits: forward steps,
+    ``add`` (Y += bias), ``sub`` (dY = Y - target), backward steps, ``rsum`` (bias gradient),
+    ``barrier``, ``end``. The loss ``sub`` is cut. Forward steps that read only cores and other
+    merges are the **merges** (e.g. the bi-directional flow's left and right halves); the
+    others touch the tokens. Only what the
+    token steps write (``Z = X L``, ``Y``) stays private to the layer for the whole step; the
+    merges and everything the backward part alone writes live in one scratch pool that every
+    layer reuses, and the merges are **recomputed** right before the layer's backward part
+    (they depend on the cores only, so the words are the same): memory of one layer's
+    intermediates instead of all layers', for the merges' MACs once more.
     """
-    layer = compile_tt_linear(spec, rows, order=order, update=False, pad=False)
-    prog = layer.program
+
+    def __init__(self, order):
+        self.order = order
+        self.cache = {}
+
+    def get(self, spec, rows):
+        key = (spec, rows)
+        if key not in self.cache:
+            layer = compile_tt_linear(spec, rows, order=self.order, update=False, pad=False)
+            prog = layer.program
+            ins, mm = prog.instructions, prog.memory_map
+            yb = mm["y"].base
+            cut = [i for i, s in enumerate(ins) if isinstance(s, Elementwise) and s.op == "sub"
+                   and s.a.store == "act" and s.a.base == yb]
+            if len(cut) != 1 or not isinstance(ins[-1], End) \
+                    or not isinstance(ins[-2], Barrier):
+                raise AssertionError(f"unexpected structure of the compiled TT layer {spec}")
+            i = cut[0]
+
+            # a merge reads cores (param store) and other merges only
+            scratch = [r for r in mm.values() if r.store == "scratch"]
+
+            def region_of(v):
+                return next((r for r in scratch if r.base <= v.base < r.base + r.size), None)
+            token_regions, merges = set(), []
+            for n, st in enumerate(ins[:i]):
+                if isinstance(st, (Loop, EndLoop)):
+                    raise AssertionError("the compiled layer has a LOOP (sample_loop)")
+                reads = [v for v in st.views[1:] if v is not None]
+                if isinstance(st, Contract) and st.desc.accumulate:
+                    reads.append(st.desc.c)
+                token = any(v.store == "act" or (v.store == "scratch" and
+                                                 region_of(v).base in token_regions)
+                            for v in reads)
+                out = st.views[0]
+                if token:
+                    if out.store == "scratch":
+                        token_regions.add(region_of(out).base)
+                else:
+                    merges.append(n)
+            tok_written = token_regions
+            private, pooled, pool = [], {}, 0
+            for name, r in mm.items():
+                if r.store != "scratch":
+                    continue
+                if any(r.base <= b < r.base + r.size for b in tok_written):
+                    private.append(name)
+                else:
+                    pooled[name] = pool
+                    pool += r.size
+            self.cache[key] = (prog, merges, i, private, pooled, pool)
+        return self.cache[key]
+
+    def pool_words(self):
+        return max((c[5] for c in self.cache.values()), default=0)
+
+
+def _tt_layer(bld, layers, name, spec, rows, x, y, dy, dx):
+    """Relocate TT layer ``name`` onto regions ``x``/``y`` (forward) and ``dy``/``dx``.
+
+    Returns the forward and backward instruction lists (not yet emitted); the backward list
+    starts with the merges again.
+    """
+    prog, merge_at, i, private, pooled, _ = layers.get(spec, rows)
     ins = prog.instructions
-    # structure of compile_tt_linear (update=False, sample_loop=False, loss_scale=1):
-    #   forward steps, add(y += bias), sub(dy = y - target), backward steps,
-    #   rsum(bias grad), barrier, end
-    yb = prog.memory_map["y"].base
-    loss_at = [i for i, s in enumerate(ins) if isinstance(s, Elementwise) and s.op == "sub"
-               and s.a.store == "act" and s.a.base == yb]
-    if len(loss_at) != 1 or not isinstance(ins[-1], End) or not isinstance(ins[-2], Barrier):
-        raise AssertionError(f"unexpected structure of the compiled TT layer {name}")
-    i = loss_at[0]
     target = {"x": bld.r(x), "y": bld.r(y), "dy": bld.r(dy), "dx": bld.r(dx),
-              "target": bld.r(dy)}       # never referenced after the loss is cut
+              "target": bld.r(dy)}       # only the cut loss instruction reads it
     for k in range(2 * spec.d):
         target[f"core{k + 1}"] = bld.r(f"{name}.core{k}")
         target[f"grad_core{k + 1}"] = bld.r(f"grad:{name}.core{k}")
     target["bias"] = bld.r(f"{name}.bias")
     target["grad_bias"] = bld.r(f"grad:{name}.bias")
-    for rname, r in prog.memory_map.items():
-        if r.store == "scratch":
-            target[rname] = bld.region(f"{name}.{rname}", "scratch", r.shape)
-    fwd = _relocate(ins[:i], prog.memory_map, target)
-    bwd = _relocate(ins[i + 1:-2], prog.memory_map, target)
+    mm = prog.memory_map
+    for rname in private:
+        target[rname] = bld.region(f"{name}.{rname}", "scratch", mm[rname].shape)
+    pool = bld.r("tt.pool")
+    for rname, off in pooled.items():
+        r = mm[rname]
+        target[rname] = dc_replace(r, base=pool.base + off)
+    fwd = _relocate(ins[:i], mm, target)
+    bwd = [fwd[n] for n in merge_at] + _relocate(ins[i + 1:-2], mm, target)
     return _TTParts(fwd, bwd)
 
 
@@ -434,7 +509,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     for t in ("t.r1", "t.r2"):
         reg(t, "act", (max(R, B * H * S),))
     reg("t.RD", "act", (R, max(D, F)))
-    reg("t.RD2", "act", (R, max(D, F)))
+    reg("t.RD2", "act", (R, D))
     reg("t.P", "act", (B, H, S, S))
     scale = float(np.float32(1.0 / sqrt(dh)))       # 1/sqrt(d_head), rounded once
 
@@ -483,73 +558,99 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
         bld.ew("sub", rows, width, dx, dx, tmp)
         bld.ew("mul", rows, width, dx, dx, rstd)
 
-    # ---- TT layers: regions for all, compiled parts per layer ------------------------
-    def tt(name, spec, rows, x):
-        reg(f"{name}.y", "act", (rows, spec.n_out))
-        reg(f"{name}.dy", "act", (rows, spec.n_out))
-        reg(f"{name}.dx", "act", (rows, spec.n_in))
-        return _tt_layer(bld, name, spec, rows, x, f"{name}.y", f"{name}.dy", f"{name}.dx",
-                         order)
+    # ---- TT layers: one compile per shape; backward-only scratch in one pool ----------
+    ttl = _TTLayers(order)
+    for spec, rows in ((cfg.attention, R), (cfg.ffn1, R), (cfg.ffn2, R), (cfg.pooler, B)):
+        ttl.get(spec, rows)
+    if ttl.pool_words():
+        reg("tt.pool", "scratch", (ttl.pool_words(),))
+
+    # backward buffers shared by the encoder blocks (their backward passes run in sequence)
+    for p_ in ("q", "k", "v", "o"):
+        reg(f"bwd.{p_}.dy", "act", (R, D))
+        reg(f"bwd.{p_}.dx", "act", (R, D))
+    reg("bwd.ffn2.dy", "act", (R, D))
+    reg("bwd.ffn1.dx", "act", (R, D))
+    reg("bwd.F", "act", (R, F))          # dG of FFN2, then (in place) dH of FFN1
+    reg("t.g", "act", (R, F))            # GELU output: FFN2's input (recomputed in backward)
+    for t in ("bwd.dx1", "bwd.dx0", "t.y", "t.sum"):
+        reg(t, "act", (R, D))
+    reg("bwd.dP", "act", (B, H, S, S))
+
+    def tt(name, spec, rows, x, y=None, grads=None):
+        """Parts of TT layer ``name`` reading ``x``, writing ``y`` (own region by default);
+        ``grads``: the (dy, dx) regions (the shared encoder buffers by default)."""
+        if y is None:
+            y = f"{name}.y"
+            reg(y, "act", (rows, spec.n_out))
+        if grads is None:
+            p_ = name.split(".", 1)[1]
+            grads = (f"bwd.{p_}.dy", f"bwd.{p_}.dx")
+        return _tt_layer(bld, ttl, name, spec, rows, x, y, *grads)
 
     sections = {}
     # ================================ forward =========================================
     start_fwd = len(bld.ins)
-    # TTM token rows: gather the slices, chain them with batched contractions
-    slices = [s[0] * s[2] * s[3] for s in emb.core_shapes]
+    # TTM token rows: gather each core's slice (core k stored (v_k, r_k, e_k, r_k+1), one
+    # contiguous slice per digit) and chain them with contractions batched over the rows
+    slices = [s_[0] * s_[2] * s_[3] for s_ in emb.core_shapes]
     ranks, dims = emb.ranks, emb.dim_modes
     E = [prod(dims[:k + 1]) for k in range(emb.d)]                # E_k
-    for k in range(emb.d):
-        reg(f"emb.A{k}", "act", (R, slices[k]))
+    reg("emb.A0", "act", (R, slices[0]))
+    reg("emb.slice", "act", (R, max(slices[1:])))
+    reg("emb.dslice", "act", (R, max(slices[1:])))
+
+    def gather_slice(k, dst):
         bld.ins.append(Gather("gather", R, slices[k], emb.vocab_modes[k],
-                              bld.mat(f"emb.A{k}"), bld.mat(f"emb.tok.core{k}",
-                                                               rs=slices[k]),
+                              bld.mat(dst, rs=slices[k]),
+                              bld.mat(f"emb.tok.core{k}", rs=slices[k]),
                               View("act", bld.r(f"in.digits{k}").base, 1, 0)))
+    gather_slice(0, "emb.A0")
     P = ["emb.A0"]
     for k in range(1, emb.d):
         name = f"emb.P{k}"
         reg(name, "act", (R, E[k] * ranks[k + 1]))
         m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+        gather_slice(k, "emb.slice")
         bld.contract(m, n, kk, bld.mat(P[-1], rs=kk, bs=m * kk),
-                     bld.mat(f"emb.A{k}", rs=n, bs=kk * n),
+                     bld.mat("emb.slice", rs=n, bs=kk * n),
                      bld.mat(name, rs=n, bs=m * n), batch=R)
         P.append(name)
     # + position rows (per sequence) + segment rows
     reg("emb.sum", "act", (R, D))
-    reg("emb.segrows", "act", (R, D))
     xs, xt, pos = bld.mat("emb.sum"), bld.mat(P[-1], rs=D), bld.mat("emb.pos")
     bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, xs, xt, pos, step=(1, 1, 0)))
-    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat("emb.segrows"),
+    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat("t.y"),
                           bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
-    bld.ew("add", R, D, xs, xs, bld.mat("emb.segrows"))
+    bld.ew("add", R, D, xs, xs, bld.mat("t.y"))
     x = ln_forward("emb.ln", xs, R, D)
 
     layers = []
+    HS2 = H * S * S
+    rows_s = B * H * S
     for i in range(cfg.n_layers):
         e = f"enc{i}"
         xv = bld.mat(x)
-        parts = {p: tt(f"{e}.{p}", cfg.attention, R, x) for p in ("q", "k", "v")}
-        for p in ("q", "k", "v"):
-            bld.ins.extend(parts[p].forward)
+        parts = {p_: tt(f"{e}.{p_}", cfg.attention, R, x) for p_ in ("q", "k", "v")}
+        for p_ in ("q", "k", "v"):
+            bld.ins.extend(parts[p_].forward)
         reg(f"{e}.P", "act", (B, H, S, S))
         reg(f"{e}.ctx", "act", (R, D))
-        q, k_, v = (bld.r(f"{e}.{p}.y") for p in ("q", "k", "v"))
+        q, k_, v = (bld.r(f"{e}.{p_}.y") for p_ in ("q", "k", "v"))
         Pr = bld.r(f"{e}.P")
-        HS2 = H * S * S
 
         def qk(q=q, k_=k_, Pr=Pr):
+            # scores[h, i, j] = sum_d Q[i, h d] K[j, h d], scaled, + key-mask bias of row j
+            Pb = View("act", Pr.base, S, 1)
             bld.contract(S, S, dh, View("act", q.base, D, 1, dh), View("act", k_.base, 1, D, dh),
                          View("act", Pr.base, S, 1, S * S), batch=H, step=(1, 2, 2))
-            bld.ew("scale", H * S, S, View("act", Pr.base, S, 1), View("act", Pr.base, S, 1),
-                   imm=scale, step=(1, 1, 0))
-            bld.ew("add", H * S, S, View("act", Pr.base, S, 1), View("act", Pr.base, S, 1),
-                   View("act", bld.r("in.mask_bias").base, 0, 1), step=(1, 1, 3))
-        # scores: one LOOP over the sequences (increments: P block, Q/K rows, mask row)
+            bld.ew("scale", H * S, S, Pb, Pb, imm=scale, step=(1, 1, 0))
+            bld.ew("add", H * S, S, Pb, Pb, View("act", bld.r("in.mask_bias").base, 0, 1),
+                   step=(1, 1, 3))
+        # one LOOP over the sequences (increments: score block, Q/K rows, mask row)
         bld.loop(B, (HS2, S * D, S), qk)
-        rows_s = B * H * S
         Pm = View("act", Pr.base, S, 1)
         mx, z = bld.col("t.r1"), bld.col("t.r2")
-        layers.append(parts)
-        # softmax rows
         bld.rmax(rows_s, S, mx, Pm)
         bld.ew("sub", rows_s, S, Pm, Pm, mx)
         bld.ew("exp", rows_s, S, Pm, Pm)
@@ -559,37 +660,38 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
         ctx, vr = bld.r(f"{e}.ctx"), bld.r(f"{e}.v.y")
 
         def av(ctx=ctx, vr=vr, Pr=Pr):
+            # ctx[i, h d] = sum_j P[h, i, j] V[j, h d]
             bld.contract(S, dh, S, View("act", Pr.base, S, 1, S * S),
                          View("act", vr.base, D, 1, dh), View("act", ctx.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), av)
-        parts["o"] = tt(f"{e}.o", cfg.attention, R, f"{e}.ctx")
+        parts["o"] = tt(f"{e}.o", cfg.attention, R, f"{e}.ctx", y="t.y")
         bld.ins.extend(parts["o"].forward)
-        reg(f"{e}.s1", "act", (R, D))
-        bld.ew("add", R, D, bld.mat(f"{e}.s1"), xv, bld.mat(f"{e}.o.y"))
-        x1 = ln_forward(f"{e}.ln1", bld.mat(f"{e}.s1"), R, D)
-        parts["ffn1"] = tt(f"{e}.ffn1", cfg.ffn1, R, x1)
+        bld.ew("add", R, D, bld.mat("t.sum"), xv, bld.mat("t.y"))
+        x1 = ln_forward(f"{e}.ln1", bld.mat("t.sum"), R, D)
+        parts["ffn1"] = tt(f"{e}.ffn1", cfg.ffn1, R, x1, grads=("bwd.F", "bwd.ffn1.dx"))
         bld.ins.extend(parts["ffn1"].forward)
-        reg(f"{e}.g", "act", (R, F))
-        bld.ew("gelu", R, F, bld.mat(f"{e}.g"), bld.mat(f"{e}.ffn1.y"))
-        parts["ffn2"] = tt(f"{e}.ffn2", cfg.ffn2, R, f"{e}.g")
+        bld.ew("gelu", R, F, bld.mat("t.g"), bld.mat(f"{e}.ffn1.y"))
+        parts["ffn2"] = tt(f"{e}.ffn2", cfg.ffn2, R, "t.g", y="t.y",
+                           grads=("bwd.ffn2.dy", "bwd.F"))
         bld.ins.extend(parts["ffn2"].forward)
-        reg(f"{e}.s2", "act", (R, D))
-        bld.ew("add", R, D, bld.mat(f"{e}.s2"), bld.mat(x1), bld.mat(f"{e}.ffn2.y"))
-        parts["x"] = x
-        x = ln_forward(f"{e}.ln2", bld.mat(f"{e}.s2"), R, D)
+        bld.ew("add", R, D, bld.mat("t.sum"), bld.mat(x1), bld.mat("t.y"))
+        layers.append(parts)
+        x = ln_forward(f"{e}.ln2", bld.mat("t.sum"), R, D)
 
-    # pooler on [CLS] rows, tanh, intent head
+    # pooler on the [CLS] rows, tanh, intent head
     reg("pin", "act", (B, D))
     bld.ew("copy", B, D, bld.mat("pin"), bld.mat(x, rs=S * D))
-    pool = tt("pooler", cfg.pooler, B, "pin")
+    reg("pooler.dy", "act", (B, D))
+    reg("pooler.dx", "act", (B, D))
+    pool = tt("pooler", cfg.pooler, B, "pin", grads=("pooler.dy", "pooler.dx"))
     bld.ins.extend(pool.forward)
     reg("pooled", "act", (B, D))
     bld.ew("tanh", B, D, bld.mat("pooled"), bld.mat("pooler.y"))
     lg = bld.mat("logits")
     bld.contract(B, C, D, bld.mat("pooled"), bld.mat("intent.weight"), lg)
     bld.ew("add", B, C, lg, lg, bld.rowvec("intent.bias"))
-    # softmax cross-entropy
+    # softmax cross-entropy: loss_b = log(sum exp(z - max)) - (z - max)[label]
     reg("ce.shift", "act", (B, C))
     reg("ce.tmp", "act", (B, C))
     for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"):
@@ -622,38 +724,33 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     bld.rsum(C, B, View("grad", gbias.base, 1, 0), bld.mat("dlogits", rs=1, cs=C))
     reg("dpooled", "act", (B, D))
     bld.contract(B, D, C, dl, bld.mat("intent.weight", rs=1, cs=C), bld.mat("dpooled"))
-    # tanh backward into the pooler's dY
     bld.ew("tanh_grad", B, D, bld.mat("pooler.dy"), bld.mat("pooled"))
     bld.ew("mul", B, D, bld.mat("pooler.dy"), bld.mat("pooler.dy"), bld.mat("dpooled"))
     bld.ins.extend(pool.backward)
     # gradient of the last hidden state: zero except the [CLS] rows
-    reg("dx.top", "act", (R, D))
-    bld.ew("fill", R, D, bld.mat("dx.top"), imm=0)
-    bld.ew("copy", B, D, bld.mat("dx.top", rs=S * D), bld.mat("pooler.dx"))
-    dx = bld.mat("dx.top")
+    dtop = "bwd.dx0"
+    bld.ew("fill", R, D, bld.mat(dtop), imm=0)
+    bld.ew("copy", B, D, bld.mat(dtop, rs=S * D), bld.mat("pooler.dx"))
+    dx = bld.mat(dtop)
+    dPr, d0 = bld.r("bwd.dP"), bld.mat("bwd.dx0")
     for i in reversed(range(cfg.n_layers)):
         e = f"enc{i}"
         parts = layers[i]
-        Pr, ctx = bld.r(f"{e}.P"), bld.r(f"{e}.ctx")
-        ln_backward(f"{e}.ln2", dx, bld.mat(f"{e}.ffn2.dy"), R, D)
-        bld.ins.extend(parts["ffn2"].backward)                   # -> ffn2.dx = dG
+        Pr = bld.r(f"{e}.P")
+        ln_backward(f"{e}.ln2", dx, bld.mat("bwd.ffn2.dy"), R, D)
+        bld.ew("gelu", R, F, bld.mat("t.g"), bld.mat(f"{e}.ffn1.y"))   # FFN2's input again
+        bld.ins.extend(parts["ffn2"].backward)                   # -> bwd.F = dG
         bld.ew("gelu_grad", R, F, bld.mat("t.RD", rs=F), bld.mat(f"{e}.ffn1.y"))
-        bld.ew("mul", R, F, bld.mat(f"{e}.ffn1.dy"), bld.mat(f"{e}.ffn2.dx"),
-               bld.mat("t.RD", rs=F))
-        bld.ins.extend(parts["ffn1"].backward)                   # -> ffn1.dx
-        reg(f"{e}.dx1", "act", (R, D))
-        bld.ew("add", R, D, bld.mat(f"{e}.dx1"), bld.mat(f"{e}.ffn1.dx"),
-               bld.mat(f"{e}.ffn2.dy"))
-        ln_backward(f"{e}.ln1", bld.mat(f"{e}.dx1"), bld.mat(f"{e}.o.dy"), R, D)
-        bld.ins.extend(parts["o"].backward)                      # -> o.dx = dctx
-        reg(f"{e}.dP", "act", (B, H, S, S))
-        dPr = bld.r(f"{e}.dP")
-        q, k_, v = (bld.r(f"{e}.{p}.y") for p in ("q", "k", "v"))
-        dq, dk, dv = (bld.r(f"{e}.{p}.dy") for p in ("q", "k", "v"))
-        dctx = bld.r(f"{e}.o.dx")
-        HS2 = H * S * S
+        bld.ew("mul", R, F, bld.mat("bwd.F"), bld.mat("bwd.F"), bld.mat("t.RD", rs=F))
+        bld.ins.extend(parts["ffn1"].backward)                   # -> bwd.ffn1.dx
+        bld.ew("add", R, D, bld.mat("bwd.dx1"), bld.mat("bwd.ffn1.dx"), bld.mat("bwd.ffn2.dy"))
+        ln_backward(f"{e}.ln1", bld.mat("bwd.dx1"), bld.mat("bwd.o.dy"), R, D)
+        bld.ins.extend(parts["o"].backward)                      # -> bwd.o.dx = dctx
+        q, k_, v = (bld.r(f"{e}.{p_}.y") for p_ in ("q", "k", "v"))
+        dq, dk, dv = (bld.r(f"bwd.{p_}.dy") for p_ in ("q", "k", "v"))
+        dctx = bld.r("bwd.o.dx")
 
-        def att_back1(dPr=dPr, dctx=dctx, v=v, dv=dv, Pr=Pr):
+        def att_back1(dctx=dctx, v=v, dv=dv, Pr=Pr):
             # dP[h,i,j] = sum_d dctx[i, h d] V[j, h d];  dV[j, h d] = sum_i P[h,i,j] dctx[i, h d]
             bld.contract(S, S, dh, View("act", dctx.base, D, 1, dh),
                          View("act", v.base, 1, D, dh), View("act", dPr.base, S, 1, S * S),
@@ -662,17 +759,16 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
                          View("act", dctx.base, D, 1, dh), View("act", dv.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), att_back1)
-        rows_s = B * H * S
+        # softmax backward dS = P * (dP - rowsum(dP * P)), then the score scale
         dPm, Pm = View("act", dPr.base, S, 1), View("act", Pr.base, S, 1)
-        tmp = bld.mat("t.P", rs=S)
-        r1 = bld.col("t.r1")
+        tmp, r1 = bld.mat("t.P", rs=S), bld.col("t.r1")
         bld.ew("mul", rows_s, S, tmp, dPm, Pm)
         bld.rsum(rows_s, S, r1, tmp)
         bld.ew("sub", rows_s, S, dPm, dPm, r1)
         bld.ew("mul", rows_s, S, dPm, dPm, Pm)
         bld.ew("scale", rows_s, S, dPm, dPm, imm=scale)
 
-        def att_back2(dPr=dPr, q=q, k_=k_, dq=dq, dk=dk):
+        def att_back2(q=q, k_=k_, dq=dq, dk=dk):
             # dQ[i, h d] = sum_j dS[h,i,j] K[j, h d];  dK[j, h d] = sum_i dS[h,i,j] Q[i, h d]
             bld.contract(S, dh, S, View("act", dPr.base, S, 1, S * S),
                          View("act", k_.base, D, 1, dh), View("act", dq.base, D, 1, dh),
@@ -681,45 +777,43 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
                          View("act", q.base, D, 1, dh), View("act", dk.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), att_back2)
-        for p in ("q", "k", "v"):
-            bld.ins.extend(parts[p].backward)
-        reg(f"{e}.dx0", "act", (R, D))
-        d0 = bld.mat(f"{e}.dx0")
-        bld.ew("add", R, D, d0, bld.mat(f"{e}.q.dx"), bld.mat(f"{e}.k.dx"))
-        bld.ew("add", R, D, d0, d0, bld.mat(f"{e}.v.dx"))
-        bld.ew("add", R, D, d0, d0, bld.mat(f"{e}.o.dy"))
+        for p_ in ("q", "k", "v"):
+            bld.ins.extend(parts[p_].backward)
+        # residual: dx = dxq + dxk + dxv + dS1 (bwd.dx0 is free again: LN2 above read it)
+        bld.ew("add", R, D, d0, bld.mat("bwd.q.dx"), bld.mat("bwd.k.dx"))
+        bld.ew("add", R, D, d0, d0, bld.mat("bwd.v.dx"))
+        bld.ew("add", R, D, d0, d0, bld.mat("bwd.o.dy"))
         dx = d0
     # embedding LayerNorm, position, segment and TTM gradients
-    reg("emb.dsum", "act", (R, D))
-    ds = bld.mat("emb.dsum")
+    ds = bld.mat("t.sum")
     ln_backward("emb.ln", dx, ds, R, D)
     gpos = bld.mat("grad:emb.pos")
     bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, gpos, gpos, ds, step=(0, 0, 1)))
     bld.ins.append(Gather("scatter_add", R, D, cfg.n_segments, bld.mat("grad:emb.seg"), ds,
                           View("act", bld.r("in.seg").base, 1, 0)))
-    dP = P[-1]
-    dPname = "emb.dsum"
-    for k in range(emb.d - 1, 0, -1):
-        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
-        reg(f"emb.dA{k}", "act", (R, slices[k]))
-        dprev = f"emb.dP{k - 1}"
-        reg(dprev, "act", (R, m * kk))
-        # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]
-        bld.contract(kk, n, m, bld.mat(P[k - 1], rs=1, cs=kk, bs=m * kk),
-                     bld.mat(dPname, rs=n, bs=m * n), bld.mat(f"emb.dA{k}", rs=n, bs=kk * n),
-                     batch=R)
-        # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]
-        bld.contract(m, kk, n, bld.mat(dPname, rs=n, bs=m * n),
-                     bld.mat(f"emb.A{k}", rs=1, cs=n, bs=kk * n),
-                     bld.mat(dprev, rs=kk, bs=m * kk), batch=R)
-        dPname = dprev
-    del dP
-    for k in range(emb.d):
-        src = dPname if k == 0 else f"emb.dA{k}"
+
+    def scatter(k, src):
         bld.ins.append(Gather("scatter_add", R, slices[k], emb.vocab_modes[k],
                               bld.mat(f"grad:emb.tok.core{k}", rs=slices[k]),
                               bld.mat(src, rs=slices[k]),
                               View("act", bld.r(f"in.digits{k}").base, 1, 0)))
+    dPname = "t.sum"
+    for k in range(emb.d - 1, 0, -1):
+        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+        dprev = f"emb.dP{k - 1}"
+        reg(dprev, "act", (R, m * kk))
+        # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]  (into the slice gradient)
+        bld.contract(kk, n, m, bld.mat(P[k - 1], rs=1, cs=kk, bs=m * kk),
+                     bld.mat(dPname, rs=n, bs=m * n), bld.mat("emb.dslice", rs=n, bs=kk * n),
+                     batch=R)
+        # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]  (A_k gathered again)
+        gather_slice(k, "emb.slice")
+        bld.contract(m, kk, n, bld.mat(dPname, rs=n, bs=m * n),
+                     bld.mat("emb.slice", rs=1, cs=n, bs=kk * n),
+                     bld.mat(dprev, rs=kk, bs=m * kk), batch=R)
+        scatter(k, "emb.dslice")
+        dPname = dprev
+    scatter(0, dPname)
     sections["backward"] = (start_bwd, len(bld.ins))
 
     # ================================ update ==========================================

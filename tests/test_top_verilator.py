@@ -21,8 +21,8 @@ from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import run as interpret
-from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, Elementwise, End, Gather,
-                               Program, Reduce, decode_program, f32_bits)
+from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, Elementwise,
+                               End, Gather, Program, Reduce, decode_program, f32_bits)
 from ttrain.rtl.sequencer import Sequencer
 from ttrain.rtl.top import Accelerator
 from ttrain.rtl.vector import VectorUnit
@@ -134,9 +134,11 @@ def test_gather_index_error_stops_at_that_instruction(top, tmp_path):
 def test_special_functions_program_bit_exact(top, tmp_path):
     """Every special op on the top's vector unit (full SpecialFunctionUnit, Verilog FP units):
     a softmax over the rows of a 4 x 12 matrix (rmax, sub with a broadcast column, exp in
-    place, rsum, recip, mul), tanh then tanh_grad of its output, gelu on a transposed view,
-    gelu_grad, rsqrt and recip in place on random values with edge patterns; every store word
-    compared with the interpreter, twice (the second run starts from the first's result)."""
+    place, rsum, recip, mul), log of the row sums (the loss's log-sum-exp), tanh then
+    tanh_grad of its output, gelu on a transposed view, gelu_grad, rsqrt and recip in place
+    on random values with edge patterns, log of those reciprocals in place (signs, zeros,
+    infinities, NaNs); every store word compared with the interpreter, twice (the second run
+    starts from the first's result)."""
     sizes = top.config["store_sizes"]
     assert top.config.get("special") and top.config.get("special_impl") == "verilog"
     rng = np.random.default_rng(8)
@@ -159,17 +161,19 @@ def test_special_functions_program_bit_exact(top, tmp_path):
         Reduce("sum", 4, 12, sm, E),
         Elementwise("recip", 4, 1, rc, View("scratch", 52, 1, 1)),
         Elementwise("mul", 4, 12, Y, E, View("scratch", 56, 1, 0)),
+        Elementwise("log", 4, 1, View("scratch", 60, 1, 1), View("scratch", 52, 1, 1)),
         Elementwise("tanh", 4, 8, th, View("act", 96, 8, 1)),
         Elementwise("tanh_grad", 4, 8, th, th),
         Elementwise("gelu", 8, 4, View("scratch", 96, 4, 1), View("act", 128, 1, 8)),
         Elementwise("gelu_grad", 4, 8, View("act", 192, 8, 1), View("act", 160, 8, 1)),
         Elementwise("rsqrt", 4, 12, View("param", 0, 12, 1), View("param", 0, 12, 1)),
         Elementwise("recip", 4, 12, View("grad", 0, 12, 1), View("grad", 0, 12, 1)),
+        Elementwise("log", 4, 12, View("grad", 0, 12, 1), View("grad", 0, 12, 1)),
         End(),
     ]
     words = Program(prog, sizes).words()
     used = {ins.op for ins in prog if isinstance(ins, Elementwise)}
-    assert {"exp", "recip", "rsqrt", "tanh", "tanh_grad", "gelu", "gelu_grad"} <= used
+    assert set(SPECIAL_OPS) <= used                    # every special function, log included
     sess = TopSession()
     sess.write_image(image)
     sess.program(words)
@@ -182,6 +186,8 @@ def test_special_functions_program_bit_exact(top, tmp_path):
     # the softmax rows sum to about 1 (a sanity check of the golden program itself)
     y = cur["act"][48:96].view(np.float32).reshape(4, 12)
     assert np.all(np.isfinite(y))
+    lse = cur["scratch"][60:64].view(np.float32)       # log of sums >= 1 (the max's exp is 1)
+    assert np.all(np.isfinite(lse)) and np.all(lse >= 0)
     res = run_top(top, sess, test_dir=tmp_path, timeout=600)
     assert [r["error"] for r in res] == [0, 0]
     assert all(r["status_ok"] == 1 and r["busy_vector"] > 0 for r in res), res
