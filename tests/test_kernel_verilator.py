@@ -1,0 +1,152 @@
+# amaranth: UnusedElaboratable=no
+"""The Vitis kernel (``rtl/kernel.py``) under Verilator, driven entirely through its AXI ports.
+
+One build (2 lanes, stores sized for a compiled TT-linear layer), one cocotb run of several
+kernel invocations on the same kernel (the stores keep their words between calls), through
+cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on ``m_axi_gmem``) and
+:class:`ttrain.testbench.driver.KernelDriver`:
+
+1. program + whole image + RUN + every store read back: bit-exact with the interpreter;
+2. two more steps without reloading the program or parameters (new inputs/targets only);
+3. a program with an illegal opcode: the RUN record has the golden's error code and pc, and
+   every store word is unchanged;
+4. malformed command buffers (unknown opcode, range past a store, results buffer too small):
+   the trailer reports the kernel error and the commands before it took effect;
+5. ap_ctrl_hs: ap_idle / ap_start / ap_done (clear on read) / ISR / interrupt around every call.
+"""
+
+import numpy as np
+import pytest
+
+from ttrain.golden.compiler import compile_tt_linear
+from ttrain.golden.config import TTSpec
+from ttrain.golden.interpreter import run as interpret
+from ttrain.golden.isa import ERR_OPCODE, STORE_IDS
+from ttrain.rtl.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
+                               TRAILER_MAGIC)
+from ttrain.testbench.driver import (CommandList, KernelDriver, KernelError, build_kernel,
+                                     run_kernel_calls)
+from ttrain.testbench.top import layer_session, shared_config
+
+SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def layer():
+    return compile_tt_linear(SPEC, 3, lr=0.05)
+
+
+@pytest.fixture(scope="module")
+def config(layer):
+    return shared_config({"tt": layer}, lanes=2, slots=8, imem_depth=64)
+
+
+@pytest.fixture(scope="module")
+def scenario(layer, config, tmp_path_factory):
+    """Every invocation of the module, run once in one simulation; returns the calls, their
+    parsed results, the register observations and the expected images."""
+    sizes = config["store_sizes"]
+    drv = KernelDriver(None, sizes, imem_depth=config["imem_depth"])
+    sess, _ = layer_session(layer, sizes, steps=STEPS, seed=7)
+    calls, expect = [], []
+    cmds, program = drv.commands(), None
+    for job in sess.jobs:                 # one kernel call per training step
+        if job["kind"] == "write":
+            cmds.write(job["store"], job["addr"], sess.arrays[job["key"]])
+        elif job["kind"] == "program":
+            program = sess.arrays[job["key"]]
+        else:
+            cmds.run().read_image()
+            calls.append(drv.prepare(cmds, program))
+            expect.append({s: sess.arrays[k] for s, a, k in job["check"] if a == 0})
+            cmds, program = drv.commands(), None
+    # an illegal opcode at instruction 5: no store word may change
+    bad = np.array(layer.program.words(), dtype=np.uint32)
+    bad[16 * 5] = (int(bad[16 * 5]) & ~0xFF) | 0x7F
+    _, st = interpret(bad, expect[-1])
+    assert (st.error, st.error_pc) == (ERR_OPCODE, 5)
+    calls.append(drv.prepare(drv.commands().run().read_image(), bad))
+    expect.append(expect[-1])
+    # malformed command buffers after a valid write (which must take effect)
+    probe = np.arange(1, 5, dtype=np.uint32) * 0x01010101
+    calls.append(drv.prepare(drv.commands().write("scratch", 0, probe).raw([9, 0, 0, 0])
+                             .read("scratch", 0, 4)))
+    over = sizes["act"] - 1
+    calls.append(drv.prepare(drv.commands().raw([CMD_WRITE, STORE_IDS["act"], over, 2, 1, 2])
+                             .read("scratch", 0, 4)))
+    calls.append(drv.prepare(drv.commands().read("scratch", 0, 4).run(), result_words=20))
+    results, obs = run_kernel_calls(build_kernel(config), sizes, calls,
+                                    test_dir=tmp_path_factory.mktemp("kernel"), timeout=600)
+    return {"calls": calls, "results": results, "obs": obs, "expect": expect,
+            "probe": probe, "sizes": sizes}
+
+
+def test_training_steps_through_axi_bit_exact(scenario):
+    for step in range(STEPS):
+        res = scenario["results"][step]
+        res.raise_for_errors()
+        assert res.trailer["kernel_error"] == 0 and res.trailer["runs"] == 1
+        assert len(res.runs) == 1 and res.runs[0]["tag"] & ~0xFF == RUN_TAG
+        run = res.runs[0]
+        assert 0 < run["engine_cycles"] <= run["busy_engine"] <= run["cycles"], run
+        assert run["executed"] > 0 and run["busy_vector"] > 0 and run["busy_update"] > 0
+        got = res.image()
+        for store, want in scenario["expect"][step].items():
+            bad = np.flatnonzero(got[store] != want)
+            assert bad.size == 0, (f"step {step}: {store} words {bad[:8].tolist()} got "
+                                   f"{got[store][bad[:8]]} want {want[bad[:8]]}")
+        # only the first call loads the program; the later ones keep it and the parameters
+        assert (scenario["calls"][step].program.size > 0) == (step == 0)
+        assert res.trailer["command_words_read"] == scenario["calls"][step].commands.size
+
+
+def test_error_program_sets_the_error_status_and_changes_nothing(scenario):
+    res = scenario["results"][STEPS]
+    assert res.trailer["kernel_error"] == 0
+    run = res.runs[0]
+    assert (run["error"], run["error_code"], run["error_pc"], run["executed"]) == \
+        (1, ERR_OPCODE, 5, 0)
+    got = res.image()
+    for store, want in scenario["expect"][STEPS].items():
+        assert np.array_equal(got[store], want), store
+    with pytest.raises(KernelError, match="accelerator error code 6 at pc 5"):
+        res.raise_for_errors()
+
+
+def test_malformed_commands_stop_with_a_kernel_error(scenario):
+    opcode, rng, small = scenario["results"][STEPS + 1:STEPS + 4]
+    assert (opcode.trailer["kernel_error"], opcode.trailer["error_at"]) == (KERR_OPCODE, 8)
+    assert opcode.reads == [] and opcode.trailer["result_words_written"] == 0
+    assert (rng.trailer["kernel_error"], rng.trailer["error_at"]) == (KERR_RANGE, 0)
+    # the read after the range error never ran; the one before the RUN did, the RUN did not
+    assert rng.reads == []
+    assert small.trailer["kernel_error"] == KERR_RESULTS and small.trailer["runs"] == 0
+    assert len(small.reads) == 1 and np.array_equal(small.reads[0][2], scenario["probe"])
+    assert small.raw[4] == TRAILER_MAGIC
+    with pytest.raises(KernelError, match="kernel error 1"):
+        opcode.raise_for_errors()
+
+
+def test_ap_ctrl_hs_and_interrupt(scenario):
+    for i, ob in enumerate(scenario["obs"]):
+        assert ob["ctrl_before"]["ap_idle"] and not ob["ctrl_before"]["ap_start"], (i, ob)
+        assert ob["ctrl_running"]["ap_start"] or ob["ctrl_running"]["ap_done"], (i, ob)
+        assert ob["isr"] == 1, (i, ob)                    # IER = 1: ap_done only
+        assert ob["ctrl_done"]["ap_done"] and ob["ctrl_done"]["ap_idle"], (i, ob)
+        assert ob["ctrl_done"]["ap_ready"] and not ob["ctrl_done"]["ap_start"], (i, ob)
+        assert not ob["ctrl_after_read"]["ap_done"], (i, ob)     # clear on read
+        assert ob["interrupt_after_ack"] == 0 and ob["isr_after_ack"] == 0, (i, ob)
+    # a training step keeps the kernel busy long enough to see it running
+    assert not scenario["obs"][0]["ctrl_running"]["ap_idle"]
+
+
+def test_driver_rejects_bad_commands(config):
+    sizes = config["store_sizes"]
+    cmds = CommandList(sizes)
+    with pytest.raises(ValueError, match="reaches past"):
+        cmds.write("act", sizes["act"] - 1, [1, 2])
+    with pytest.raises(ValueError, match="store must be one of"):
+        cmds.read("nope", 0, 1)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        KernelDriver(None, sizes).prepare(cmds, np.zeros(5, dtype=np.uint32))
