@@ -210,6 +210,22 @@ class KernelDriver:
         self.store_sizes = dict(store_sizes)
         self.imem_depth = imem_depth
 
+    @classmethod
+    def from_tree(cls, tree, backend):
+        """A driver for the kernel of a ``ttrain xo`` / ``ttrain bitstream`` tree (its
+        ``kernel.json``: store sizes, instruction memory depth, register map). Raises
+        :class:`ValueError` if the tree's register map is not this package's."""
+        import json
+        from pathlib import Path
+
+        from ..rtl.kernel import REGISTER_MAP
+        meta = json.loads((Path(tree) / "kernel.json").read_text())
+        regs = [(r["name"], r["offset"], r["width"]) for r in meta["registers"]]
+        if regs != [(r.name, r.offset, r.width) for r in REGISTER_MAP]:
+            raise ValueError(f"{tree}: the kernel was built with another register map; "
+                             f"regenerate it with this ttrain (`ttrain xo`)")
+        return cls(backend, meta["store_sizes"], imem_depth=meta["imem_depth"])
+
     def commands(self):
         """A new :class:`CommandList` for this kernel's stores."""
         return CommandList(self.store_sizes)
