@@ -32,7 +32,9 @@ Data layout and flow (``docs/model-compiler.md`` has the full table):
   short last batch), so ``loss`` is the batch mean;
 * parameters and their gradients share one layout (gradient ``g`` of ``p`` at the same offset
   of the grad store), so the update is one ``UPDATE`` over the whole param store; every
-  gradient is written or accumulated from zero inside the step and UPDATE clears it again.
+  gradient is written or accumulated from zero inside the step and UPDATE clears it again;
+* the learning rate is data: the loss gradient is weighted by ``lr / n`` (``in.gweight``), so
+  the grad store holds ``lr * g`` and UPDATE uses rate 1.0; schedules never touch the program.
 
 The program is the numerical definition the RTL must match bit for bit (run it with
 ``golden.interpreter.run``); it agrees with the float32 fast path within rounding
@@ -57,6 +59,13 @@ from .tt import token_digits
 __all__ = ["CompiledModel", "compile_model", "model_unsupported"]
 
 _NEG0 = f32_bits(-0.0)
+
+
+def _check_lr(lr):
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) \
+            or not np.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    return float(lr)
 
 
 def model_unsupported(cfg):
@@ -303,7 +312,7 @@ class CompiledModel:
     program : Program
         Instructions, store sizes and memory map.
     lr : float
-        Learning rate in the UPDATE (see :meth:`program_for_lr`).
+        Default learning rate of :meth:`sample_words` (the rate is data: ``in.gweight``).
     rows : int
         Grid rows per step, ``batch * seq_len``.
     sections : dict
@@ -378,14 +387,16 @@ class CompiledModel:
             out[name] = np.ascontiguousarray(v.reshape(shape))
         return out
 
-    def sample_words(self, batch):
+    def sample_words(self, batch, lr=None):
         """Return ``{region name: uint32 words}`` of the sample inputs for ``batch``.
 
         ``batch``: a labelled batch (``tokens``, ``segments``, ``mask``, ``intent``) of
         ``1 .. cfg.batch`` sentences; a short batch is padded with rows of weight 0 (they
-        change nothing), so the loss is the mean over the given sentences.
+        change nothing), so the loss is the mean over the given sentences. ``lr``: this
+        step's learning rate (default the compiled one), folded into the gradient weights.
         """
         cfg = self.cfg
+        lr = self.lr if lr is None else _check_lr(lr)
         M.validate_batch(cfg, batch, labels=True)
         tokens = np.asarray(batch["tokens"])
         n, s = tokens.shape
@@ -406,6 +417,8 @@ class CompiledModel:
         mask[:n] = np.asarray(batch["mask"], bool)
         label[:n] = np.asarray(batch["intent"])
         weight[:n] = np.float32(1.0) / np.float32(n)
+        gweight = np.zeros(B, np.float32)
+        gweight[:n] = np.float32(lr) / np.float32(n)
         digits = token_digits(cfg.embedding, tok.reshape(-1))     # (R, d)
         words = {}
         for k in range(cfg.embedding.d):
@@ -418,11 +431,12 @@ class CompiledModel:
         onehot[n:] = 0.0
         words["in.onehot"] = onehot.reshape(-1).view(np.uint32)
         words["in.weight"] = weight.view(np.uint32)
+        words["in.gweight"] = gweight.view(np.uint32)
         return words
 
-    def set_batch(self, image, batch):
-        """Write the sample inputs of ``batch`` into ``image`` (in place)."""
-        for name, w in self.sample_words(batch).items():
+    def set_batch(self, image, batch, lr=None):
+        """Write the sample inputs of ``batch`` (and the step's ``lr``) into ``image``."""
+        for name, w in self.sample_words(batch, lr).items():
             r = self.memory_map[name]
             image[r.store][r.base:r.base + r.size] = w
 
@@ -435,14 +449,6 @@ class CompiledModel:
         v = self._get(image, "logits")
         return v if n is None else v[:n]
 
-    def program_for_lr(self, lr):
-        """Return the instruction list with the UPDATE's learning rate set to ``lr``."""
-        ins = list(self.program.instructions)
-        i = self.sections["update"][0]
-        while not isinstance(ins[i], Update):
-            i += 1
-        ins[i] = dc_replace(ins[i], lr=f32_bits(float(lr)))
-        return ins
 
 
 def compile_model(cfg, *, lr=None, order="bidirectional"):
@@ -454,8 +460,11 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
         Intent-only model, ``pooling="cls"``, no dropout/label smoothing/logit adjustment
         (:func:`model_unsupported` says what to change otherwise).
     lr : float, optional
-        Learning rate of the UPDATE (default ``cfg.lr``); :meth:`CompiledModel.program_for_lr`
-        changes it per step.
+        Default learning rate (``cfg.lr``). The rate is sample data, not part of the program:
+        the host writes ``lr / n`` per real sentence into ``in.gweight``, the loss gradient is
+        scaled by it, so every gradient in the grad store is ``lr * g`` and the UPDATE
+        subtracts it with rate 1.0 (``fp32_mul(1.0, x) = x``). A schedule changes one word
+        per sentence per step, never the program.
     order : str
         TT contraction order for every TT layer (:data:`ttrain.golden.compiler.ORDERS`).
 
@@ -469,10 +478,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     why = model_unsupported(cfg)
     if why:
         raise ValueError(f"config {cfg.name!r} cannot be compiled to one on-chip step: {why}")
-    lr = cfg.lr if lr is None else lr
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) \
-            or lr <= 0:
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    lr = _check_lr(cfg.lr if lr is None else lr)
     if "log" not in ELEMENTWISE_OPS:
         raise AssertionError("the ISA has no log op")
 
@@ -501,6 +507,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     reg("in.mask_bias", "act", (B, S))
     reg("in.onehot", "act", (B, C))
     reg("in.weight", "act", (B,))
+    reg("in.gweight", "act", (B,))
     reg("loss", "act", (1,))
     reg("logits", "act", (B, C))
     reg("probs", "act", (B, C))
@@ -718,7 +725,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     reg("dlogits", "act", (B, C))
     dl = bld.mat("dlogits")
     bld.ew("sub", B, C, dl, pr, bld.mat("in.onehot"))
-    bld.ew("mul", B, C, dl, dl, bld.col("in.weight"))
+    bld.ew("mul", B, C, dl, dl, bld.col("in.gweight"))        # lr / n: gradients are lr * g
     gw, gbias = bld.r("grad:intent.weight"), bld.r("grad:intent.bias")
     bld.contract(D, C, B, bld.mat("pooled", rs=1, cs=D), dl, View("grad", gw.base, C, 1))
     bld.rsum(C, B, View("grad", gbias.base, 1, 0), bld.mat("dlogits", rs=1, cs=C))
@@ -819,7 +826,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     # ================================ update ==========================================
     start_upd = len(bld.ins)
     bld.ins.append(Barrier())
-    bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(float(lr))))
+    bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(1.0)))
     bld.ins.append(End())
     sections["update"] = (start_upd, len(bld.ins))
     sizes = {k: v for k, v in bld.alloc.high.items() if v}

@@ -35,7 +35,7 @@ def _compare_steps(cfg, batches, lr=0.05):
     image = cm.initial_image(params)
     start = {k: v.copy() for k, v in params.items()}
     for s, batch in enumerate(batches):
-        cm.set_batch(image, batch)
+        cm.set_batch(image, batch, lr)
         image, st = interpret(cm.program, image, raise_errors=True)
         loss, grads, out = M.forward_backward(cfg, fast, batch)
         M.sgd_update(fast, grads, lr)
@@ -84,7 +84,7 @@ def test_memory_map_and_program_are_consistent():
     n_params = M.num_params(cm.cfg)
     assert prog.store_sizes["param"] == prog.store_sizes["grad"] == n_params
     ups = [i for i in prog.instructions if isinstance(i, Update)]
-    assert len(ups) == 1 and ups[0].count == n_params and ups[0].lr == f32_bits(cm.lr)
+    assert len(ups) == 1 and ups[0].count == n_params and ups[0].lr == f32_bits(1.0)
     for name in M.param_shapes(cm.cfg):
         assert prog.memory_map[name].base == prog.memory_map["grad:" + name].base
     # the embedding is gathered (slices again in backward) and scattered on chip
@@ -94,18 +94,20 @@ def test_memory_map_and_program_are_consistent():
     assert set(cm.sections) == {"forward", "backward", "update"}
 
 
-def test_params_round_trip_and_lr_patch():
-    cfg = C.get_config("tiny")
+def test_params_round_trip_and_lr_is_data(dataset):
+    cfg = C.get_config("tiny").with_(batch=2)
     cm = compile_model(cfg)
     params = M.init_params(cfg, np.random.default_rng(1))
     image = cm.initial_image(params)
     back = cm.params(image)
     for k in params:
         np.testing.assert_array_equal(back[k], params[k])
-    ins = cm.program_for_lr(0.125)
-    diff = [i for i, (a, b) in enumerate(zip(ins, cm.program.instructions)) if a != b]
-    assert len(diff) == 1 and isinstance(ins[diff[0]], Update)
-    assert ins[diff[0]].lr == f32_bits(0.125)
+    one = _batches(dataset, 1, 1)[0]
+    a, b = cm.sample_words(one, 0.125), cm.sample_words(one)
+    assert [k for k in a if not np.array_equal(a[k], b[k])] == ["in.gweight"]
+    assert list(a["in.gweight"].view(np.float32)) == [0.125, 0.0]      # lr / n, padding row 0
+    with pytest.raises(ValueError, match="lr"):
+        cm.sample_words(one, 0.0)
 
 
 @pytest.mark.parametrize("name", ["small", "paper-l1", "paper-l2", "paper-l3", "paper-l1-r10"])
