@@ -6,7 +6,7 @@ list of instructions, or the flat instruction words) on a memory image (store na
 
 * CONTRACT calls :func:`ttrain.golden.contract.contract` (its accumulation order);
 * elementwise ops use ``fp32_add/sub/mul`` (one rounding each, canonical NaN); the special
-  functions (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``) use
+  functions (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``) use
   :func:`ttrain.golden.special.fp32_special` (fixed FP32 sequences, bit-exact);
 * ``rsum`` adds sequentially from ``-0.0`` (or the old value), ``rmax`` takes ``fp32_max``
   sequentially from the first element (or the old value);

@@ -6,7 +6,7 @@
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
 keeps one read beat and one write beat in flight per cycle. With ``special=True`` it also runs
-the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad``) through one
+the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``) through one
 :class:`~ttrain.rtl.special.SpecialFunctionUnit`. See ``docs/vector-unit.md`` for the figures
 and for what the sequencer must guarantee.
 """
@@ -130,7 +130,7 @@ class WideVectorUnit(wiring.Component):
         for full throughput.
     special : bool
         Build the special-function datapath (one :class:`~ttrain.rtl.special.SpecialFunctionUnit`,
-        53 FP32Mul / 31 FP32Add; latency :attr:`special_latency`).
+        67 FP32Mul / 45 FP32Add; latency :attr:`special_latency`).
     special_impl : {"amaranth", "verilog"}
         The unit's ``impl``: ``"verilog"`` instantiates the FP32 units as the modules of
         :data:`ttrain.rtl.special.FP_UNIT_MODULES`, which the Verilog build must supply (fast
