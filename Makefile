@@ -11,7 +11,7 @@ CONFIG ?= tiny
 export AMARANTH_USE_YOSYS := builtin
 export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
 
-.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer resources-paper train-atis clean distclean
+.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer bench-step resources-paper train-atis train-chip clean distclean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 18
@@ -24,9 +24,8 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)  ## create the virtual environment and install ttrain into it
 
-demo: $(STAMP)  ## main job: memory/MAC plan of the tiny preset, then a short training run on built-in data
-	$(VENV)/bin/ttrain plan --config $(CONFIG)
-	$(VENV)/bin/ttrain train --config $(CONFIG) --epochs 10 --batch-size 8 --lr 0.3 --clip 1
+demo: $(STAMP)  ## main job: train tiny on the simulated accelerator, every step bit-exact (~5-10 min)
+	$(VENV)/bin/ttrain demo --config $(CONFIG) --json build/demo.json
 
 test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
 	$(PY) -m pytest -n 2 -q --durations=10 tests
@@ -51,6 +50,12 @@ resources-paper: $(STAMP)  ## U50 memory map + Yosys logic estimate of paper-l1/
 
 bench-layer: $(STAMP)  ## 3 compiled training steps of the paper layer on the accelerator top (Verilator)
 	$(VENV)/bin/ttrain bench layer --out build/bench-layer.json
+
+bench-step: $(STAMP)  ## one whole training step of paper-l1 on the accelerator top: cycles, breakdown (long)
+	$(VENV)/bin/ttrain bench step --config paper-l1 --out build/bench-step.json
+
+train-chip: $(STAMP)  ## train tiny on the simulated chip for all epochs, then the same run in golden
+	$(VENV)/bin/ttrain train --config tiny --engine rtl --compare
 
 train-atis: $(STAMP)  ## train the small preset on ATIS (../shared/data/atis)
 	$(VENV)/bin/ttrain train --config small --data ../shared/data/atis

@@ -75,6 +75,29 @@ def _layer(args):
     return 0
 
 
+def _step(args):
+    from ttrain.testbench.model import bench_step
+    if args.lanes < 4 or args.lanes & (args.lanes - 1):
+        raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
+    rep = bench_step(args.config, lanes=args.lanes, slots=args.slots, steps=args.steps,
+                     out_json=args.out,
+                     progress=None if args.json else lambda m: print(m, flush=True))
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    for e in rep["entries"]:
+        print(f"step {e['step']}: {e['cycles']:,} cycles (forward {e['forward_cycles']:,}, "
+              f"backward {e['backward_cycles']:,}, update {e['update_cycles']:,}); engine "
+              f"{e['engine_cycles']:,}, ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs / "
+              f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
+              f"bit-exact")
+    ep = rep["epoch"]
+    print(f"ATIS epoch ({ep['sentences']:,} sentences, {ep['steps']:,} steps of batch "
+          f"{rep['batch']}): {ep['seconds_at_250MHz']:.1f} s at 250 MHz, "
+          f"{ep['seconds_at_300MHz']:.1f} s at 300 MHz")
+    return 0
+
+
 def _fp32(args):
     mod = _tests_module("test_fp32_verilator")
     units = mod.UNITS if args.unit == "all" else (args.unit,)
@@ -115,6 +138,16 @@ def register(sub):
     la.add_argument("--ranks", default="r10,r20",
                     help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
     la.set_defaults(func=_layer)
+    st = bsub.add_parser("step", help="whole-model training steps on the accelerator top")
+    st.add_argument("--config", default="paper-l1", metavar="NAME",
+                    help="preset (default paper-l1)")
+    st.add_argument("--json", action="store_true", help="print the JSON report")
+    st.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report here")
+    st.add_argument("--lanes", type=int, default=8, help="engine lanes = banks (default 8)")
+    st.add_argument("--slots", type=int, default=16,
+                    help="scoreboard slots of the sequencer (default 16)")
+    st.add_argument("--steps", type=int, default=1, help="training steps (default 1)")
+    st.set_defaults(func=_step)
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")
     f.add_argument("--unit", default="all", choices=["mul", "add", "compare", "all"])
     f.add_argument("--pairs", type=int, default=1_000_000, help="pairs per unit (default 1M)")

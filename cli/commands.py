@@ -3,7 +3,7 @@
 import importlib
 
 # Each module adds its sub-parser(s) and sets ``func`` on them.
-MODULES = ["plan_cmd", "train_cmd", "verilog_cmd", "bench_cmd", "resources_cmd", "xo_cmd"]
+MODULES = ["plan_cmd", "train_cmd", "demo_cmd", "verilog_cmd", "bench_cmd", "resources_cmd", "xo_cmd"]
 
 
 def register(sub):

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["store_sizes_from_plan", "memory_map", "fit_memory", "synth_estimate",
+__all__ = ["store_sizes_from_plan", "store_sizes_from_compiler", "SIZE_SOURCES", "memory_map", "fit_memory", "synth_estimate",
            "scaled_estimate", "synth_component",
            "logic_depth", "build_report", "format_report", "STORE_CATEGORY"]
 
@@ -72,6 +72,23 @@ def store_sizes_from_plan(config, banks):
     onchip = plan_report(config)["onchip_bytes"]
     words = {s: -(-int(onchip[c]) // 4) for s, c in STORE_CATEGORY.items()}
     return store_sizes_for(words, banks)
+
+
+def store_sizes_from_compiler(config, banks):
+    """Return ``{store: words}`` of preset ``config`` from the whole-model compiler's memory map
+    (``golden/model_compiler.py``: the program of one training step as the chip runs it, with
+    the changes ``testbench.model.chip_config`` makes, e.g. dropout off), rounded up to whole
+    rows of ``banks`` words."""
+    from .golden.config import get_config
+    from .golden.model_compiler import compile_model
+    from .rtl.top import store_sizes_for
+    from .testbench.model import chip_config
+    cfg, _ = chip_config(get_config(config))
+    return store_sizes_for(compile_model(cfg).program.store_sizes, banks)
+
+
+#: Where ``build_report`` takes the store sizes from.
+SIZE_SOURCES = {"compiler": store_sizes_from_compiler, "plan": store_sizes_from_plan}
 
 
 def _check_banks(banks):
@@ -441,8 +458,11 @@ def scaled_estimate(config, *, lanes, from_lanes=(1, 2), cache_dir="build/resour
 
 
 def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
-                 timeout=1800, log=None):
+                 timeout=1800, log=None, sizes_from="compiler"):
     """Return the resource report of preset ``config`` (JSON-ready dict); see module doc.
+
+    ``sizes_from``: ``"compiler"`` (the whole-model program's memory map, default) or
+    ``"plan"`` (``ttrain plan``'s on-chip bytes, the planner's lower-level estimate).
 
     ``synth``: ``"full"`` (synthesize the ``lanes``-lane top), ``"scaled"`` (synthesize 1 and
     2 lanes and extrapolate, :func:`scaled_estimate`), ``"auto"`` (full up to 2 lanes, else
@@ -462,8 +482,10 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     if synth == "scaled" and banks != lanes:
         raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
                          "for another --banks")
+    if sizes_from not in SIZE_SOURCES:
+        raise ValueError(f"--sizes must be one of {', '.join(SIZE_SOURCES)}, not {sizes_from!r}")
     capacity = _capacity()
-    sizes = store_sizes_from_plan(config, banks)
+    sizes = SIZE_SOURCES[sizes_from](config, banks)
     logic = None
     if synth == "full":
         logic = synth_estimate(store_sizes=sizes, lanes=lanes, banks=banks,
@@ -481,6 +503,7 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     fit = fit_memory(sizes, banks, capacity, reserve)
     rep = {"config": config, "lanes": lanes, "banks": banks, "part": "xcu50-fsvh2104-2-e",
            "estimate": True, "capacity": capacity, "store_words": sizes,
+           "sizes_from": sizes_from,
            "memory_map": {"auto": _slim(fit["auto"]), "best": _slim(fit["best"])},
            "fits": fit["fits"], "logic": logic}
     if logic:
@@ -510,7 +533,10 @@ def format_report(rep):
     cap = rep["capacity"]
     out = [f"config {rep['config']} on the Alveo U50 ({rep['part']}), {rep['lanes']} lanes, "
            f"{rep['banks']} banks per store -- ESTIMATES (no Vivado run)", "",
-           "Memory map (stores from `ttrain plan` on-chip bytes; BankedStore.mapping rules):"]
+           "Memory map (stores from " + ("the whole-model compiler's memory map" if
+                                          rep.get("sizes_from") == "compiler" else
+                                          "`ttrain plan` on-chip bytes")
+           + "; BankedStore.mapping rules):"]
     head = (f"{'store':<8} {'words':>11} {'MB':>8} {'rows/bank':>10} {'style':<6} "
             f"{'RAMB36':>7} {'RAMB18':>7} {'URAM288':>8}")
     entries = [("default mapping (style auto)", rep["memory_map"]["auto"])]
@@ -560,7 +586,7 @@ def _run(args):
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.json else None
     rep = build_report(args.config, lanes=args.lanes, banks=args.banks,
                        synth="none" if args.no_synth else args.synth, cache_dir=args.cache_dir,
-                       timeout=args.synth_timeout, log=log)
+                       timeout=args.synth_timeout, log=log, sizes_from=args.sizes)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:
@@ -573,7 +599,8 @@ def register(sub):
     p = sub.add_parser(
         "resources", help="U50 fit of a preset: store memory map and a Yosys logic estimate",
         description="Estimate whether a preset fits the Alveo U50 (no Vivado): the four stores "
-                    "sized from `ttrain plan`'s on-chip memory and mapped to RAMB36/RAMB18/"
+                    "sized by the whole-model compiler's memory map (or `ttrain plan`'s "
+                    "on-chip bytes with --sizes plan) and mapped to RAMB36/RAMB18/"
                     "URAM288 (and, if the default mapping does not fit, the per-store mapping "
                     "that does), plus a Yosys synth_xilinx estimate of the accelerator's logic "
                     "(LUT, FF, DSP48E2, RAMs, logic levels). Presets: "
@@ -584,6 +611,9 @@ def register(sub):
     p.add_argument("--banks", type=int, default=None, metavar="B",
                    help="banks per store (power of two; default = lanes)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument("--sizes", choices=list(SIZE_SOURCES), default="compiler",
+                   help="store sizes from the compiled training-step program (default) or "
+                        "from the memory plan")
     p.add_argument("--synth", choices=["auto", "full", "scaled", "none"], default="auto",
                    help="logic estimate: full synthesis of the top, scaled (1- and 2-lane "
                         "tops extrapolated to --lanes), none, or auto (full up to 2 lanes, "

@@ -30,6 +30,17 @@ def register(sub):
     p.add_argument("--out", metavar="DIR",
                    help="write best.npz, history.json and curves.png here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--engine", choices=("golden", "rtl"), default="golden",
+                   help="golden: the NumPy fast path (default); rtl: every step on the "
+                        "simulated accelerator (Verilator), checked bit-exactly against the "
+                        "golden interpreter; slow for large presets")
+    p.add_argument("--lanes", type=int, default=4, metavar="P",
+                   help="--engine rtl: engine lanes = store banks (default 4)")
+    p.add_argument("--max-steps", type=int, metavar="N",
+                   help="--engine rtl: stop after N steps (default: all epochs)")
+    p.add_argument("--compare", action="store_true",
+                   help="--engine rtl: also train the golden fast path with the same settings "
+                        "and seed and print both accuracies")
     p.set_defaults(func=run)
 
 
@@ -56,6 +67,11 @@ def run(args):
     else:
         dataset = generate_dataset(seed=0, seq_len=cfg.seq_len, vocab_size=cfg.vocab)
     print(dataset.summary())
+    if args.engine == "rtl":
+        return _run_rtl(args, cfg, dataset)
+    for flag in ("max_steps", "compare"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag.replace('_', '-')} applies to --engine rtl only")
     slot_head = True if args.slot_head else None
     result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
                    batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
@@ -75,4 +91,42 @@ def run(args):
         print(f"slot F1: dev {100 * dev['slot_f1']:.2f}%, test {100 * test['slot_f1']:.2f}%")
     if result["checkpoint"]:
         print(f"wrote {result['checkpoint']}, {result['history_file']}, {result['curves']}")
+    return 0
+
+
+def _run_rtl(args, cfg, dataset):
+    from ttrain.golden.train import train
+    from ttrain.testbench.model import chip_config, train_on_chip
+
+    for flag in ("batch_size", "schedule", "clip", "out"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} is not available with --engine rtl "
+                             f"(the chip trains the config's batch and schedule, no clipping)")
+    if args.slot_head:
+        raise ValueError("--slot-head is not available with --engine rtl (intent head only)")
+    if args.lanes < 4 or args.lanes & (args.lanes - 1):
+        raise ValueError(f"--lanes must be a power of two >= 4, got {args.lanes}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+    res = train_on_chip(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                        lanes=args.lanes, max_steps=args.max_steps,
+                        progress=not args.no_progress, log=print)
+    cyc = sum(res["cycles"]) / max(1, len(res["cycles"]))
+    print(f"{res['steps']} steps on the simulated chip, every step's loss and logits and every "
+          f"store word after each session bit-exact; mean {cyc:,.0f} cycles per step "
+          f"(simulation {res['sim_seconds']:.0f} s, golden interpreter "
+          f"{res['golden_seconds']:.0f} s)")
+    print(f"best dev epoch {res['best_epoch']}: dev intent accuracy "
+          f"{100 * res['dev']['intent_acc']:.2f}%, test intent accuracy "
+          f"{100 * res['test']['intent_acc']:.2f}%")
+    if args.compare:
+        ccfg, _ = chip_config(cfg, dataset)
+        if args.max_steps is not None:
+            print("--compare: skipped (the golden run trains whole epochs; drop --max-steps)")
+            return 0
+        ref = train(ccfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                    progress=False)
+        print(f"golden fast path, same config and seed: best dev epoch {ref['best_epoch']}: "
+              f"dev {100 * ref['dev']['intent_acc']:.2f}%, test "
+              f"{100 * ref['test']['intent_acc']:.2f}%")
     return 0

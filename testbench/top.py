@@ -41,6 +41,7 @@ class TopBuild:
     build: object          # VerilatorBuild
     config: dict           # Accelerator keyword arguments
     rom_depth: int         # command words the driver holds
+    res_depth: int = 1024  # result words (16 per run + 64 for mismatches)
 
 
 def special_fp_sources():
@@ -76,13 +77,15 @@ def special_fp_sources():
     return [paths[-1], *paths[:-1]]
 
 
-def build_top(config, name, *, rom_depth=1 << 20):
+def build_top(config, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
     """Build (or reuse) ``Accelerator(**config)`` (Verilog module ``name``) under the host
-    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words. With
+    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words and whose result
+    memory ``res_depth`` words (``(res_depth - 64) // 16`` runs per session). With
     ``special=True, special_impl="verilog"`` in ``config`` the build also gets the FP32 unit
     modules the special-function unit instantiates (:func:`special_fp_sources`)."""
-    if rom_depth < 1 or rom_depth & (rom_depth - 1):
-        raise ValueError(f"rom_depth must be a power of two, not {rom_depth}")
+    for what, depth in (("rom_depth", rom_depth), ("res_depth", res_depth)):
+        if depth < 1 or depth & (depth - 1) or (what == "res_depth" and depth < 128):
+            raise ValueError(f"{what} must be a power of two (res_depth >= 128), not {depth}")
     acc = Accelerator(**config)
     extra = [DRIVER, ram_verilog_path()]
     if acc.special and config.get("special_impl") == "verilog":
@@ -90,11 +93,11 @@ def build_top(config, name, *, rom_depth=1 << 20):
     widths = {p: len(v) for p, (v, _) in component_ports(acc).items()}
     params = {"NB": acc.banks, "SB": acc.engine.port_signature.store_bits,
               "AB": acc.engine.addr_bits, "IA": widths["imem_addr"], "LW": widths["length"],
-              "ROM_DEPTH": rom_depth, "RES_DEPTH": RES_DEPTH}
+              "ROM_DEPTH": rom_depth, "RES_DEPTH": res_depth}
     build = build_verilator(acc, name=name, toplevel="top_driver_tb",
                             extra_sources=extra,
                             defines={"DUT": name}, parameters=params, public="top")
-    return TopBuild(build, dict(config), rom_depth)
+    return TopBuild(build, dict(config), rom_depth, res_depth)
 
 
 def pad_image(image, sizes):
@@ -121,7 +124,7 @@ class TopSession:
 
     def _key(self, prefix, words):
         key = f"{prefix}{len(self.arrays)}"
-        self.arrays[key] = np.ascontiguousarray(words, dtype=np.uint32)
+        self.arrays[key] = np.array(words, dtype=np.uint32, copy=True)   # callers reuse buffers
         return key
 
     def write(self, store, addr, words):
@@ -159,20 +162,26 @@ class TopSession:
             else:
                 out += [CMD_RUN, job["length"], job["error"], job["code"],
                         0xFFFFFFFF if job["pc"] is None else job["pc"], job["max_cycles"]]
-                for store, key in job["check"].items():
+                for store, addr, key in job["check"]:
                     words = self.arrays[key]
-                    out += [CMD_CHECK, STORE_IDS[store], 0, len(words)]
+                    out += [CMD_CHECK, STORE_IDS[store], addr, len(words)]
                     out.append(words)
         out.append(CMD_END)
         return np.concatenate([np.atleast_1d(np.asarray(x, dtype=np.uint32)) for x in out])
 
-    def run(self, name, *, expect=None, error=0, code=0, pc=None, max_cycles=50_000_000):
-        """Start the loaded program; after it, compare every store of ``expect`` whole.
+    def run(self, name, *, expect=None, expect_at=(), error=0, code=0, pc=None,
+            max_cycles=50_000_000):
+        """Start the loaded program; after it, compare every store of ``expect`` whole and
+        every ``(store, addr, words)`` of ``expect_at``.
 
         The run fails if the accelerator is still busy after ``max_cycles``."""
         if self.length is None:
             raise ValueError("load a program before a run")
-        check = {s: self._key("e", w) for s, w in (expect or {}).items()}
+        check = [(s, 0, self._key("e", w)) for s, w in (expect or {}).items()]
+        for store, addr, words in expect_at:
+            if store not in STORE_IDS:
+                raise ValueError(f"store must be one of {sorted(STORE_IDS)}, not {store!r}")
+            check.append((store, int(addr), self._key("e", words)))
         self.jobs.append({"kind": "run", "name": name, "error": int(error), "code": int(code),
                           "pc": pc, "check": check, "max_cycles": int(max_cycles),
                           "length": self.length})
@@ -193,8 +202,10 @@ def run_top(build, session, *, test_dir, timeout=None):
         raise ValueError(f"the session needs {rom.size} command words; the build holds "
                          f"{build.rom_depth}: build_top(..., rom_depth={need})")
     runs = [j for j in session.jobs if j["kind"] == "run"]
-    if len(runs) > (RES_DEPTH - 64) // 16:
-        raise ValueError(f"at most {(RES_DEPTH - 64) // 16} runs per session, got {len(runs)}")
+    depth = build.res_depth
+    if len(runs) > (depth - 64) // 16:
+        raise ValueError(f"at most {(depth - 64) // 16} runs per session with this build "
+                         f"(build_top(..., res_depth=...) holds more), got {len(runs)}")
     rom_file, res_file = test_dir / "commands.hex", test_dir / "results.hex"
     np.savetxt(rom_file, rom, fmt="%08x")
     if res_file.exists():
@@ -216,7 +227,7 @@ def run_top(build, session, *, test_dir, timeout=None):
             problems.append(f"{job['name']}: error/code/pc {row['error']}/{row['error_code']}/"
                             f"{row['error_pc']} (expected {job['error']}/{job['code']}/"
                             f"{job['pc']}), engine_error {row['engine_error']}")
-    mm = res[RES_DEPTH - 64:].reshape(16, 4)
+    mm = res[depth - 64:].reshape(16, 4)
     bad = [m for m in mm if m[0] or m[2] or m[3]]
     if bad:
         names = {v: k for k, v in STORE_IDS.items()}

@@ -1,0 +1,410 @@
+"""Whole-model training steps on the simulated accelerator, checked against the interpreter.
+
+The chip runs the program of :func:`ttrain.golden.model_compiler.compile_model`; the host
+(the Verilog driver of :mod:`ttrain.testbench.top`) writes each step's sample words, starts the
+step and compares what the chip holds afterwards with :func:`ttrain.golden.interpreter.run`:
+every store word (``check="all"``) or the loss and logits after every step and every store
+word after the last step of a session (``check="outputs"``; a wrong word anywhere changes
+the following losses and the final image, so nothing can hide).
+
+:class:`ChipRun` is the host loop shared by ``make demo``, ``ttrain train --engine rtl``,
+``ttrain bench step`` and the tests.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..golden.interpreter import run as interpret
+from ..golden.isa import Barrier, End, Program, encode_program
+from ..rtl.top import store_sizes_for
+from .top import TopSession, build_top, pad_image, run_top
+
+__all__ = ["model_top_config", "build_model_top", "ChipRun", "StepResult", "section_program"]
+
+
+def model_top_config(compiled, *, lanes=4, slots=8, imem_depth=None):
+    """Accelerator keyword arguments for a compiled model (stores sized by its memory map,
+    the special-function unit in, instruction memory a power of two >= the program)."""
+    n = len(compiled.program.instructions)
+    if imem_depth is None:
+        imem_depth = max(64, 1 << (n - 1).bit_length())
+    if imem_depth < n:
+        raise ValueError(f"imem_depth {imem_depth} < {n} instructions of the program")
+    sizes = store_sizes_for(compiled.program.store_sizes, lanes)
+    impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
+    return {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
+            "vector": "wide", "store_impl": impl, "special": True, "special_impl": "verilog"}
+
+
+def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, res_depth=1 << 14):
+    """Build (or reuse) the accelerator for ``compiled`` under the host driver.
+
+    ``rom_depth`` defaults to room for the image written and checked whole twice, three
+    program loads and 256 steps of sample words and outputs, or ten steps checked whole
+    (``run_top`` says when a session needs more)."""
+    cfg = model_top_config(compiled, lanes=lanes, slots=slots)
+    words = sum(cfg["store_sizes"].values())
+    if rom_depth is None:
+        prog = 16 * len(compiled.program.instructions)
+        per_step = 2 * compiled.rows + 4 * compiled.cfg.batch * compiled.cfg.n_intents + 256
+        need = max(2 * words + 256 * per_step, 12 * words) + 3 * prog + 4096
+        rom_depth = 1 << need.bit_length()
+    name = name or f"ttrain_top_{compiled.cfg.name.replace('-', '_')}_l{lanes}"
+    return build_top(cfg, name, rom_depth=rom_depth, res_depth=res_depth)
+
+
+def section_program(compiled, section):
+    """The instructions of ``section`` alone (``"forward"``, ``"update"``), ended by a
+    barrier and END: for the per-section cycle breakdown."""
+    lo, hi = compiled.sections[section]
+    ins = [i for i in compiled.program.instructions[lo:hi] if not isinstance(i, End)]
+    return ins + [Barrier(), End()]
+
+
+@dataclass
+class StepResult:
+    """One training step on the chip: the golden loss and the measured counters."""
+    loss: float
+    logits: np.ndarray
+    cycles: int = 0
+    engine_cycles: int = 0
+    busy_engine: int = 0
+    busy_vector: int = 0
+    busy_update: int = 0
+    instructions: int = 0
+    macs: int = 0
+    breakdown: dict = field(default_factory=dict)
+
+
+class ChipRun:
+    """Host loop: training steps of a compiled model on a Verilator build of the accelerator.
+
+    Parameters
+    ----------
+    compiled : CompiledModel
+    build : TopBuild
+        From :func:`build_model_top`.
+    params : dict
+        Initial parameters (``model.init_params``).
+    workdir : path
+        Where the sessions' command and result files go.
+    check : {"all", "outputs"}
+        What is compared after each step (module docstring).
+    """
+
+    def __init__(self, compiled, build, params, workdir, *, check="all"):
+        if check not in ("all", "outputs"):
+            raise ValueError(f"check must be 'all' or 'outputs', not {check!r}")
+        self.cm, self.build, self.check = compiled, build, check
+        self.sizes = build.config["store_sizes"]
+        self.image = pad_image(compiled.initial_image(params), self.sizes)
+        self.workdir = Path(workdir)
+        self.sessions = 0
+        self.sim_seconds = 0.0
+        self.golden_seconds = 0.0
+
+    def params(self):
+        """The parameters after the steps run so far (verified equal on chip and golden)."""
+        return self.cm.params(self.image)
+
+    def run_steps(self, batches, lrs=None, *, breakdown=False, timeout=None):
+        """Run one training step per batch in one simulation session; return StepResults.
+
+        ``lrs``: learning rate per step (default the compiled one; sample data, the program
+        is loaded once per session unless ``breakdown`` interleaves others). With ``breakdown`` each
+        step is preceded by a forward-only run and followed by an update-only run (which
+        changes nothing: the gradients are zero after the step), so the cycles split into
+        forward, backward and update.
+        """
+        cm = self.cm
+        batches = list(batches)
+        lrs = [cm.lr] * len(batches) if lrs is None else list(lrs)
+        if len(lrs) != len(batches):
+            raise ValueError(f"{len(lrs)} learning rates for {len(batches)} batches")
+        runs_per_step = 3 if breakdown else 1
+        limit = (self.build.res_depth - 64) // 16
+        if len(batches) * runs_per_step > limit:
+            raise ValueError(f"{len(batches)} steps need {len(batches) * runs_per_step} runs; "
+                             f"a session of this build holds {limit}: split the batches")
+        sess = TopSession()
+        sess.write_image(self.image)
+        t0 = time.time()
+        image = self.image
+        results, loaded = [], None
+        outs = [cm.memory_map[n] for n in ("loss", "logits")]
+        fwd = Program(section_program(cm, "forward"), cm.program.store_sizes)
+        upd = Program(section_program(cm, "update"), cm.program.store_sizes)
+        ins = cm.program.instructions
+        for s, (batch, lr) in enumerate(zip(batches, lrs)):
+            for name, words in cm.sample_words(batch, lr).items():
+                r = cm.memory_map[name]
+                image[r.store][r.base:r.base + r.size] = words
+                sess.write(r.store, r.base, words)
+            if breakdown:
+                image_f, st_f = interpret(fwd, image)
+                _raise(st_f, s, "forward")
+                sess.program(encode_program(fwd.instructions))
+                loaded = None
+                sess.run(f"step{s}.forward", expect_at=self._expect(image_f, outs, False))
+                image = image_f
+            new, st = interpret(ins, image)
+            _raise(st, s, "step")
+            if loaded is None:
+                sess.program(encode_program(ins))
+                loaded = "step"
+            last = s == len(batches) - 1
+            sess.run(f"step{s}", expect_at=self._expect(new, outs, last and not breakdown))
+            image = new
+            if breakdown:
+                image_u, st_u = interpret(upd, image)
+                _raise(st_u, s, "update")
+                sess.program(encode_program(upd.instructions))
+                loaded = None
+                sess.run(f"step{s}.update", expect_at=self._expect(image_u, outs, last))
+                image = image_u
+            results.append(StepResult(cm.loss(image), cm.logits(image), macs=st.macs,
+                                      instructions=st.instructions))
+        self.golden_seconds += time.time() - t0
+        t1 = time.time()
+        rows = run_top(self.build, sess, test_dir=self.workdir / f"session{self.sessions}",
+                       timeout=timeout)
+        self.sim_seconds += time.time() - t1
+        self.sessions += 1
+        self.image = image
+        for s, res in enumerate(results):
+            per = rows[s * runs_per_step:(s + 1) * runs_per_step]
+            main = per[1] if breakdown else per[0]
+            for key in ("cycles", "engine_cycles", "busy_engine", "busy_vector", "busy_update"):
+                setattr(res, key, main[key])
+            if breakdown:
+                res.breakdown = {"forward": per[0]["cycles"],
+                                 "backward": main["cycles"] - per[0]["cycles"] - per[2]["cycles"],
+                                 "update": per[2]["cycles"]}
+        return results
+
+    def _expect(self, image, outs, whole):
+        """Expected words: every store when ``whole`` or check="all", else loss and logits."""
+        if whole or self.check == "all":
+            return [(s, 0, np.asarray(w, dtype=np.uint32)) for s, w in image.items()]
+        return [(r.store, r.base, image[r.store][r.base:r.base + r.size]) for r in outs]
+
+
+def _raise(stats, step, what):
+    if stats.error:
+        raise RuntimeError(f"the interpreter stopped the {what} of step {step} with error "
+                           f"{stats.error}: {stats.message}")
+
+
+def chip_config(cfg, dataset=None):
+    """Return ``(cfg, notes)``: ``cfg`` as the chip trains it, and what was changed.
+
+    The data set's label counts replace the preset's (as in ``golden.train``); hidden-unit
+    dropout needs random masks the chip does not generate, so it is set to 0; gradient
+    clipping, tail averaging and class rebalancing are host-side golden features the chip
+    step does not have, so they are dropped from ``cfg.extra``. Anything else the compiler
+    cannot do raises ValueError (``model_unsupported``).
+    """
+    from ..golden.model_compiler import model_unsupported
+    notes, changes = [], {}
+    if dataset is not None:
+        if dataset.n_intents != cfg.n_intents:
+            changes["n_intents"] = dataset.n_intents
+        if dataset.n_slots != cfg.n_slots:
+            changes["n_slots"] = dataset.n_slots
+    if cfg.dropout:
+        changes["dropout"] = 0.0
+        notes.append(f"dropout {cfg.dropout:g} -> 0 (no random masks on chip)")
+    extra = dict(cfg.extra)
+    for key in ("clip", "average", "balance", "unk_alpha"):
+        if extra.get(key):
+            notes.append(f"{key} {extra[key]:g} dropped (not part of the on-chip step)")
+            extra.pop(key)
+    if extra != cfg.extra:
+        changes["extra"] = extra
+    if changes:
+        cfg = cfg.with_(**changes)
+    why = model_unsupported(cfg)
+    if why:
+        raise ValueError(f"config {cfg.name!r} cannot train on the chip: {why}")
+    return cfg, notes
+
+
+def train_on_chip(cfg, dataset, *, epochs=None, lr=None, seed=0, lanes=4, max_steps=None,
+                  steps_per_session=100, workdir=None, progress=True, log=print, build=None):
+    """Train ``cfg`` on the simulated accelerator, every step checked against the interpreter.
+
+    The data order, initialization, learning-rate schedule and host-side word dropout are
+    those of :func:`ttrain.golden.train.train` with the same seed, so the golden run of
+    ``chip_config(cfg)`` is the reference. Steps run in sessions of ``steps_per_session``; each
+    session starts from the verified image, checks loss and logits after every step and every
+    store word after its last step (``ChipRun(check="outputs")``). Evaluation uses the
+    golden fast path on the chip's (verified) parameters after every epoch; the best-dev epoch
+    is reported, as in golden training.
+
+    Returns a dict: ``cfg``, ``params`` (best dev), ``history`` (per epoch), ``best_epoch``,
+    ``dev``, ``test``, ``steps``, ``cycles`` (per step), ``sim_seconds``, ``golden_seconds``,
+    ``notes``.
+    """
+    import tempfile
+
+    from ..golden import model as M
+    from ..golden.model_compiler import compile_model
+    from ..golden.data import UNK
+    from ..golden.train import evaluate, lr_at
+    cfg, notes = chip_config(cfg, dataset)
+    for note in notes:
+        log(f"note: {note}")
+    epochs = cfg.epochs if epochs is None else int(epochs)
+    lr = cfg.lr if lr is None else float(lr)
+    if epochs < 1 or not lr > 0:
+        raise ValueError(f"epochs must be >= 1 and lr > 0, got {epochs}, {lr}")
+    if dataset.seq_len != cfg.seq_len or dataset.vocab_size > cfg.vocab:
+        raise ValueError(f"the data set (seq_len {dataset.seq_len}, {dataset.vocab_size} words) "
+                         f"does not fit config {cfg.name!r} (seq_len {cfg.seq_len}, "
+                         f"{cfg.vocab} TTM rows): load it with this config")
+    cm = compile_model(cfg, lr=lr)
+    if build is None:
+        log(f"building the accelerator for {cfg.name} ({lanes} lanes) under Verilator "
+            f"(first build: minutes)")
+        build = build_model_top(cm, lanes=lanes)
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="ttrain-chip-"))
+    params = M.init_params(cfg, np.random.default_rng(seed))
+    chip = ChipRun(cm, build, params, workdir, check="outputs")
+    shuffle_rng = np.random.default_rng([seed, 1])
+    dropout_rng = np.random.default_rng([seed, 2])
+    schedule = cfg.extra.get("schedule", "constant")
+    warmup = cfg.extra.get("warmup", 0.0)
+    word_dropout = cfg.extra.get("word_dropout", 0.0)
+    n_train = dataset.size("train")
+    per_epoch = -(-n_train // cfg.batch)
+    total = epochs * per_epoch
+    if max_steps is not None:
+        total = min(total, int(max_steps))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, unit="step", desc=f"{cfg.name} on chip")
+    history, best, cycles, step = [], None, [], 0
+    for epoch in range(1, epochs + 1):
+        if step >= total:
+            break
+        pending, lrs = [], []
+        loss_sum, correct, seen = 0.0, 0, 0
+
+        def flush():
+            nonlocal loss_sum, correct, seen
+            res = chip.run_steps(pending, lrs)
+            for b, r in zip(pending, res):
+                n = len(b["intent"])
+                loss_sum += r.loss * n
+                correct += int(np.sum(np.argmax(r.logits[:n], -1) == b["intent"]))
+                seen += n
+                cycles.append(r.cycles)
+            if bar is not None:
+                bar.update(len(pending))
+                bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
+            pending.clear()
+            lrs.clear()
+        for batch in dataset.batches("train", cfg.batch, seed=shuffle_rng):
+            if step >= total:
+                break
+            if word_dropout > 0:
+                words = batch["mask"].copy()
+                words[:, 0] = False
+                drop = words & (dropout_rng.random(words.shape) < word_dropout)
+                batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
+            pending.append(batch)
+            lrs.append(lr_at(step, epochs * per_epoch, lr, schedule, warmup))
+            step += 1
+            if len(pending) == steps_per_session:
+                flush()
+        if pending:
+            flush()
+        params_now = chip.params()
+        dev = evaluate(cfg, params_now, dataset, "dev")
+        test = evaluate(cfg, params_now, dataset, "test")
+        row = {"epoch": epoch, "steps": step, "train_loss": loss_sum / max(seen, 1),
+               "train_acc": correct / max(seen, 1), "dev_loss": dev["loss"],
+               "dev_acc": dev["intent_acc"], "test_acc": test["intent_acc"]}
+        history.append(row)
+        if best is None or (dev["intent_acc"], -dev["loss"]) > best[0]:
+            best = ((dev["intent_acc"], -dev["loss"]), epoch, params_now, dev, test)
+        log(f"epoch {epoch}/{epochs}: train loss {row['train_loss']:.4f} acc "
+            f"{100 * row['train_acc']:.2f}%, dev intent {100 * row['dev_acc']:.2f}%, test "
+            f"intent {100 * row['test_acc']:.2f}% ({step} steps bit-exact)")
+    if bar is not None:
+        bar.close()
+    return {"cfg": cfg, "params": best[2], "history": history, "best_epoch": best[1],
+            "dev": best[3], "test": best[4], "steps": step, "cycles": cycles,
+            "sim_seconds": chip.sim_seconds, "golden_seconds": chip.golden_seconds,
+            "notes": notes, "workdir": str(workdir)}
+
+
+#: ATIS training sentences (``../shared/data/atis/train``), for the epoch-time estimate.
+ATIS_TRAIN_SENTENCES = 4478
+
+
+def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
+               progress=None, workdir=None):
+    """Cycles of whole training steps of ``config`` on the simulated accelerator.
+
+    Each step runs as forward-only, whole step, update-only (see ``ChipRun.run_steps`` with
+    ``breakdown``), checked against the interpreter: loss and logits after each run, every
+    store word after the last. Returns a report with per-step cycles split into forward,
+    backward and update, the engine's cycles, ideal cycles (MACs / lanes), utilization, and
+    the ATIS epoch time this implies at 250 and 300 MHz (batch ``cfg.batch``, the full grid
+    of ``seq_len`` positions per sentence, so the cycles do not depend on the sentence).
+    """
+    import json
+    import tempfile
+
+    from ..golden import model as M
+    from ..golden.config import get_config
+    from ..golden.data import generate_dataset
+    from ..golden.model_compiler import compile_model
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 20:
+        raise ValueError(f"steps must be an int in 1..20, not {steps!r}")
+    say = progress or (lambda m: None)
+    cfg, notes = chip_config(get_config(config))
+    cm = compile_model(cfg)
+    t0 = time.time()
+    say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
+        f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
+        f"paper-size first build takes 10-30 minutes")
+    name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}"
+    build = build_model_top(cm, lanes=lanes, slots=slots, name=name)
+    build_s = time.time() - t0
+    ds = generate_dataset(seed=0, n_train=max(8, steps * cfg.batch), n_dev=4, n_test=4,
+                          seq_len=cfg.seq_len, vocab_size=min(cfg.vocab, 128))
+    batches = list(ds.batches("train", cfg.batch, seed=seed))[:steps]
+    params = M.init_params(cfg, np.random.default_rng(seed))
+    chip = ChipRun(cm, build, params, workdir or tempfile.mkdtemp(prefix="step-bench-"),
+                   check="outputs")
+    say(f"running {steps} step(s) (forward-only, whole step, update-only runs each)")
+    res = chip.run_steps(batches, breakdown=True, timeout=8 * 3600)
+    steps_per_epoch = -(-ATIS_TRAIN_SENTENCES // cfg.batch)
+    entries = []
+    for s, r in enumerate(res):
+        ideal = -(-r.macs // lanes)
+        entries.append({
+            "step": s, "loss": r.loss, "cycles": r.cycles, **{f"{k}_cycles": v for k, v in
+                                                               r.breakdown.items()},
+            "engine_cycles": r.engine_cycles, "ideal_cycles": ideal, "macs": r.macs,
+            "utilization": ideal / r.cycles, "engine_utilization": ideal / r.engine_cycles,
+            "busy_vector": r.busy_vector, "busy_update": r.busy_update,
+            "instructions": r.instructions, "bit_exact": True})
+    cyc = entries[-1]["cycles"]
+    report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
+              "batch": cfg.batch, "seq_len": cfg.seq_len,
+              "store_sizes": build.config["store_sizes"], "entries": entries,
+              "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
+                        **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)
+                           for f in (250, 300)}},
+              "seconds": {"build": round(build_s, 1), "simulation": round(chip.sim_seconds, 1),
+                          "golden": round(chip.golden_seconds, 1)}}
+    if out_json:
+        Path(out_json).write_text(json.dumps(report, indent=1))
+    return report

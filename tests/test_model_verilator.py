@@ -1,0 +1,109 @@
+"""Whole-model training steps on the accelerator top under Verilator (issue 5).
+
+One build (4 lanes, special-function unit, stores sized for both programs below) runs:
+five consecutive training steps of ``tiny`` on the built-in data set, every word of every store
+compared with the golden interpreter after every step; three steps of a two-layer, batch-2
+variant (sequence LOOPs, a short last batch with a zero-weight padding row); and a sample
+whose token digit is outside its TTM core (run-time ERR_INDEX at the gather: the error flag,
+code and pc as the interpreter's, parameters untouched, and the next valid step bit-exact).
+"""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import config as C
+from ttrain.golden import model as M
+from ttrain.golden.data import generate_dataset
+from ttrain.golden.interpreter import run as interpret
+from ttrain.golden.isa import ERR_INDEX, Gather
+from ttrain.golden.model_compiler import compile_model
+from ttrain.rtl.top import store_sizes_for
+from ttrain.testbench.model import ChipRun, model_top_config
+from ttrain.testbench.top import TopSession, build_top, pad_image, run_top
+
+LANES = 4
+
+
+@pytest.fixture(scope="module")
+def models():
+    tiny = C.get_config("tiny")
+    return {"tiny": compile_model(tiny),
+            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
+
+
+@pytest.fixture(scope="module")
+def top(models):
+    cfg = model_top_config(models["tiny2"], lanes=LANES)
+    need = {}
+    for cm in models.values():
+        for s, w in cm.program.store_sizes.items():
+            need[s] = max(need.get(s, 0), w)
+    cfg["store_sizes"] = store_sizes_for(need, LANES)
+    cfg["imem_depth"] = max(cfg["imem_depth"],
+                            *(1 << (len(cm.program.instructions) - 1).bit_length()
+                              for cm in models.values()))
+    return build_top(cfg, "ttrain_top_model_l4", rom_depth=1 << 20, res_depth=1 << 10)
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return generate_dataset(seed=0)
+
+
+def test_tiny_five_steps_bit_exact(top, models, dataset, tmp_path):
+    cm = models["tiny"]
+    params = M.init_params(cm.cfg, np.random.default_rng(0))
+    chip = ChipRun(cm, top, params, tmp_path, check="all")
+    batches = list(dataset.batches("train", 1, seed=0))[:5]
+    res = chip.run_steps(batches)
+    assert len(res) == 5
+    for r in res:
+        assert np.isfinite(r.loss) and r.loss > 0
+        assert 0 < r.engine_cycles <= r.busy_engine <= r.cycles
+        assert r.busy_vector > 0 and r.busy_update > 0
+    # the chip trained: parameters moved, and the logits of step 5 differ from step 1's
+    after = chip.params()
+    assert any(np.any(after[k] != params[k]) for k in params)
+
+
+def test_two_layers_batch_two_with_short_batch_and_breakdown(top, models, dataset, tmp_path):
+    cm = models["tiny2"]
+    params = M.init_params(cm.cfg, np.random.default_rng(1))
+    chip = ChipRun(cm, top, params, tmp_path, check="all")
+    full = list(dataset.batches("train", 2, seed=1))[:2]
+    short = {k: v[:1] for k, v in full[1].items()}
+    res = chip.run_steps([full[0], full[1], short], lrs=[0.1, 0.05, 0.1], breakdown=True)
+    for r in res:
+        b = r.breakdown
+        assert b["forward"] > 0 and b["backward"] > 0 and b["update"] > 0
+        assert b["forward"] + b["backward"] + b["update"] == r.cycles
+
+
+def test_bad_token_digit_raises_the_error_flag_and_keeps_the_parameters(top, models, dataset,
+                                                                        tmp_path):
+    cm = models["tiny"]
+    sizes = top.config["store_sizes"]
+    params = M.init_params(cm.cfg, np.random.default_rng(2))
+    image = pad_image(cm.initial_image(params), sizes)
+    batch = dataset.batch("train", [0])
+    cm.set_batch(image, batch)
+    bad = {k: np.array(v, copy=True) for k, v in image.items()}
+    r = cm.memory_map["in.digits1"]
+    bad["act"][r.base + 3] = cm.cfg.embedding.vocab_modes[1]      # one past the core's rows
+    after_bad, st = interpret(cm.program, bad)
+    assert st.error == ERR_INDEX
+    gathers = [i for i, ins in enumerate(cm.program.instructions) if isinstance(ins, Gather)]
+    assert st.error_pc == gathers[1]
+    for s in ("param", "grad"):
+        np.testing.assert_array_equal(after_bad[s], image[s])
+    good, st2 = interpret(cm.program, {k: np.array(v, copy=True) for k, v in image.items()})
+    assert st2.ok
+    sess = TopSession()
+    sess.write_image(bad)
+    sess.program(cm.program.words())
+    sess.run("bad", expect=after_bad, error=1, code=ERR_INDEX, pc=st.error_pc)
+    sess.write("act", r.base, image["act"][r.base:r.base + r.size])
+    sess.run("good", expect=good)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert res[0]["error"] == 1 and res[0]["error_code"] == ERR_INDEX
+    assert res[1]["error"] == 0 and res[1]["status_ok"] == 1
