@@ -17,6 +17,15 @@ from ttrain.main import main
     (["--config", "tiny", "--clip", "0"], "--clip must be a positive gradient norm"),
     (["--config", "tiny", "--data", "/nonexistent/atis"], "is not a directory"),
     (["--config", "nope"], "unknown config 'nope'; choose one of: tiny"),
+    (["--config", "tiny", "--max-steps", "3"], "--max-steps applies to --engine rtl only"),
+    (["--config", "tiny", "--compare"], "--compare applies to --engine rtl only"),
+    (["--config", "tiny", "--engine", "rtl", "--clip", "1"], "--clip is not available with "
+                                                             "--engine rtl"),
+    (["--config", "tiny", "--engine", "rtl", "--batch-size", "2"], "--batch-size is not"),
+    (["--config", "tiny", "--engine", "rtl", "--slot-head"], "--slot-head is not available"),
+    (["--config", "tiny", "--engine", "rtl", "--lanes", "3"], "--lanes must be a power of two"),
+    (["--config", "tiny", "--engine", "rtl", "--max-steps", "0"], "--max-steps must be at "
+                                                                  "least 1"),
 ])
 def test_bad_arguments_exit_2(argv, message, capsys):
     assert main(["train", *argv]) == 2
@@ -55,3 +64,16 @@ def test_run_on_data_directory_with_slot_head(tmp_path, capsys):
     assert f"{tmp_path}: 64/16/16 train/dev/test sentences" in text
     assert re.search(r"^slot F1: dev \d+\.\d\d%, test \d+\.\d\d%$", text, re.M)
     assert "(linear)" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "--steps", "0"], "--steps must be in 1..2000"),
+    (["demo", "--lanes", "6"], "--lanes must be a power of two >= 4"),
+    (["demo", "--per-session", "0"], "--per-session must be >= 1"),
+    (["demo", "--config", "nope"], "unknown config 'nope'"),
+    (["bench", "step", "--lanes", "2"], "--lanes must be a power of two >= 4"),
+    (["bench", "step", "--steps", "0"], "steps must be an int in 1..20"),
+])
+def test_chip_commands_reject_bad_arguments(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
