@@ -92,7 +92,7 @@ class Accelerator(wiring.Component):
     special : bool
         Give the vector unit (not the update unit) a special-function unit
         (``WideVectorUnit(special=True)``): the ISA's ``exp recip rsqrt tanh tanh_grad gelu
-        gelu_grad``. Without it the sequencer rejects a program that uses them with
+        gelu_grad log``. Without it the sequencer rejects a program that uses them with
         ``ERR_OPCODE`` (static pass: no store word changes).
     special_impl : {"amaranth", "verilog"}
         The special unit's ``impl``; ``"verilog"`` needs the modules of

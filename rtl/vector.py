@@ -21,7 +21,7 @@ The unit does not check address ranges, store ids or field legality: the sequenc
 before it issues an instruction (``golden.interpreter.check_program`` semantics).
 
 **Not implemented here:** the special-function ops (``exp recip rsqrt tanh tanh_grad gelu
-gelu_grad``, :data:`ttrain.golden.isa.SPECIAL_OPS`). :func:`vector_command` encodes them (they
+gelu_grad log``, :data:`ttrain.golden.isa.SPECIAL_OPS`). :func:`vector_command` encodes them (they
 are elementwise instructions) but this one-element unit has no special-function datapath and
 must not be sent one (its result would be wrong); the accelerator top uses
 :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``.
@@ -49,7 +49,7 @@ from .fp32 import FP32Add, FP32Compare, FP32Mul
 __all__ = ["VectorUnit", "VectorView", "VectorCommand", "VECTOR_OPCODES", "vector_command"]
 
 #: Opcodes of vector instructions (the ISA's elementwise -- including the special functions
-#: 0x40..0x46, which only :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``
+#: 0x40..0x47, which only :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``
 #: executes --, reduce, gather and UPDATE opcodes).
 VECTOR_OPCODES = (tuple(ELEMENTWISE_OPS.values()) + tuple(REDUCE_OPS.values())
                   + tuple(GATHER_OPS.values()) + (OP_UPDATE,))

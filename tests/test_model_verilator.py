@@ -1,6 +1,6 @@
 """Whole-model training steps on the accelerator top under Verilator (issue 5).
 
-One build (4 lanes, special-function unit, stores sized for both programs below) runs:
+One build (``tests/shared_top.py``, shared with ``test_top_verilator.py``) runs:
 five consecutive training steps of ``tiny`` on the built-in data set, every word of every store
 compared with the golden interpreter after every step; three steps of a two-layer, batch-2
 variant (sequence LOOPs, a short last batch with a zero-weight padding row); and a sample
@@ -11,38 +11,23 @@ code and pc as the interpreter's, parameters untouched, and the next valid step 
 import numpy as np
 import pytest
 
-from ttrain.golden import config as C
 from ttrain.golden import model as M
 from ttrain.golden.data import generate_dataset
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_INDEX, Gather
-from ttrain.golden.model_compiler import compile_model
-from ttrain.rtl.top import store_sizes_for
-from ttrain.testbench.model import ChipRun, model_top_config
-from ttrain.testbench.top import TopSession, build_top, pad_image, run_top
-
-LANES = 4
+from ttrain.testbench.model import ChipRun
+from ttrain.testbench.top import TopSession, pad_image, run_top
+from shared_top import model_programs, shared_top
 
 
 @pytest.fixture(scope="module")
 def models():
-    tiny = C.get_config("tiny")
-    return {"tiny": compile_model(tiny),
-            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
+    return model_programs()
 
 
 @pytest.fixture(scope="module")
-def top(models):
-    cfg = model_top_config(models["tiny2"], lanes=LANES)
-    need = {}
-    for cm in models.values():
-        for s, w in cm.program.store_sizes.items():
-            need[s] = max(need.get(s, 0), w)
-    cfg["store_sizes"] = store_sizes_for(need, LANES)
-    cfg["imem_depth"] = max(cfg["imem_depth"],
-                            *(1 << (len(cm.program.instructions) - 1).bit_length()
-                              for cm in models.values()))
-    return build_top(cfg, "ttrain_top_model_l4", rom_depth=1 << 20, res_depth=1 << 10)
+def top():
+    return shared_top()
 
 
 @pytest.fixture(scope="module")

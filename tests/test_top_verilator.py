@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """The accelerator top (``rtl/top.py``) under Verilator, bit-exact against the interpreter.
 
-One build (4 lanes, stores sized for every program below) runs, through the Verilog host
+One build (``tests/shared_top.py``: 4 lanes, stores sized for these programs and the whole-model
+ones of ``test_model_verilator.py``) runs, through the Verilog host
 driver ``testbench/top_driver_tb.v``: three consecutive training steps of TT-linear layers
 (bi-directional and left-to-right orders, batched and sample-loop programs) and of a dense
 layer, every word of every store compared after every step; illegal programs (opcode, address
@@ -17,8 +18,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ttrain.golden.compiler import compile_dense, compile_tt_linear
-from ttrain.golden.config import TTSpec
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, Elementwise,
@@ -26,30 +25,21 @@ from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, 
 from ttrain.rtl.sequencer import Sequencer
 from ttrain.rtl.top import Accelerator
 from ttrain.rtl.vector import VectorUnit
-from ttrain.testbench.top import (TopSession, build_top, layer_session, pad_image,
-                                  run_top, shared_config)
+from ttrain.testbench.top import TopSession, layer_session, pad_image, run_top
 from ttrain.testbench.verilator import SimulationError, lint_verilator
+from shared_top import layer_programs, shared_top
 from ttrain.rtl.store import ram_verilog_path
 
-SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
-LANES = 4
 
 
 @pytest.fixture(scope="module")
 def programs():
-    return {
-        "tt_bidir": compile_tt_linear(SPEC, 3, lr=0.05),
-        "tt_l2r": compile_tt_linear(SPEC, 3, lr=0.05, order="left_to_right"),
-        "tt_loop": compile_tt_linear(TTSpec((4, 2), (2, 4), (1, 2, 3, 2, 1)), 5, lr=0.1,
-                                     sample_loop=True, loss_scale=0.5),
-        "dense": compile_dense(5, 7, 3, lr=0.05),
-    }
+    return layer_programs()
 
 
 @pytest.fixture(scope="module")
-def top(programs):
-    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=64, special=True)
-    return build_top(cfg, "ttrain_top_l4", rom_depth=1 << 16)
+def top():
+    return shared_top()
 
 
 def test_training_steps_bit_exact(top, programs, tmp_path):

@@ -1,0 +1,41 @@
+"""One Verilator build of the accelerator top shared by the top-level test files.
+
+``tests/test_top_verilator.py`` (compiled layer programs, illegal programs, special functions)
+and ``tests/test_model_verilator.py`` (whole-model training steps) run on the same 4-lane build
+with the special-function unit, stores and instruction memory sized for every program below;
+one build instead of two saves several CPU minutes of the suite (the build lock in
+``testbench/verilator.py`` lets both pytest-xdist workers ask for it).
+"""
+
+from ttrain.golden import config as C
+from ttrain.golden.compiler import compile_dense, compile_tt_linear
+from ttrain.golden.config import TTSpec
+from ttrain.golden.model_compiler import compile_model
+from ttrain.testbench.top import build_top, shared_config
+
+LANES = 4
+SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
+
+
+def layer_programs():
+    return {
+        "tt_bidir": compile_tt_linear(SPEC, 3, lr=0.05),
+        "tt_l2r": compile_tt_linear(SPEC, 3, lr=0.05, order="left_to_right"),
+        "tt_loop": compile_tt_linear(TTSpec((4, 2), (2, 4), (1, 2, 3, 2, 1)), 5, lr=0.1,
+                                     sample_loop=True, loss_scale=0.5),
+        "dense": compile_dense(5, 7, 3, lr=0.05),
+    }
+
+
+def model_programs():
+    tiny = C.get_config("tiny")
+    return {"tiny": compile_model(tiny),
+            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
+
+
+def shared_top():
+    programs = {**layer_programs(), **model_programs()}
+    depth = max(len(p.program.instructions) for p in programs.values())
+    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=1 << (depth - 1).bit_length(),
+                        special=True)
+    return build_top(cfg, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)
