@@ -37,8 +37,8 @@ the buffer, results past ``result_words``) stops the invocation with a :data:`KE
 code in the trailer (:data:`TRAILER_FIELDS`); the stores keep what the commands before it wrote.
 
 ``m_axi_gmem`` is 32 bits wide: every buffer is a stream of 32-bit words at any word address,
-bursts of up to 256 beats never cross a 1 KiB boundary (so never a 4 KiB one), one burst in
-flight per direction. See ``docs/vitis-kernel.md`` for the choice and its cost.
+bursts of up to 256 beats never cross a 1 KiB boundary (so never a 4 KiB one); up to two read
+bursts and one write burst in flight. See ``docs/vitis-kernel.md`` for the choice and its cost.
 """
 
 from dataclasses import dataclass
@@ -183,9 +183,9 @@ def axi_lite_ports(prefix="s_axi_control", addr_bits=CONTROL_ADDR_BITS):
 def axi_master_ports(prefix="m_axi_gmem", addr_bits=GMEM_ADDR_BITS, data_bits=GMEM_DATA_BITS):
     """``[(name, direction, width)]`` of an AXI4 master (direction as seen by the kernel).
 
-    One-bit IDs (always 0; the responses' IDs are ignored: one transaction per direction is in
-    flight) are included because AXI verification IP such as cocotbext-axi requires them;
-    Vitis accepts them on an ``m_axi`` interface."""
+    One-bit IDs (always 0, so responses return in order; their IDs are ignored) are included
+    because AXI verification IP such as cocotbext-axi requires them; Vitis accepts them on an
+    ``m_axi`` interface."""
     return [(f"{prefix}_{n}", d, w) for n, d, w in (
         ("awvalid", "out", 1), ("awready", "in", 1), ("awid", "out", 1),
         ("awaddr", "out", addr_bits),
@@ -203,54 +203,65 @@ def axi_master_ports(prefix="m_axi_gmem", addr_bits=GMEM_ADDR_BITS, data_bits=GM
 class _BurstReader(wiring.Component):
     """Stream ``words`` 32-bit words from byte address ``base`` (AR/R channels).
 
-    Bursts of up to 256 beats that stop at 1 KiB boundaries, one at a time. ``abort`` (held
-    until ``busy`` falls) ends the stream after the burst in flight, whose beats are dropped.
+    Bursts of up to 256 beats that stop at 1 KiB boundaries, up to :attr:`OUTSTANDING` of
+    them in flight (the next address goes out while the previous burst's data arrives, which
+    hides the memory latency between bursts). ``abort`` (a pulse or level) stops issuing
+    addresses and drops the data of the bursts in flight; ``busy`` falls when none is left.
     ``error`` latches an R response other than OKAY.
     """
+
+    OUTSTANDING = 2
 
     def __init__(self):
         super().__init__({
             "start": In(1), "base": In(64), "words": In(32), "abort": In(1),
             "busy": Out(1), "error": Out(1), "o": Out(stream.Signature(32)),
             "arvalid": Out(1), "arready": In(1), "araddr": Out(64), "arlen": Out(8),
-            "rvalid": In(1), "rready": Out(1), "rdata": In(32), "rresp": In(2),
+            "rvalid": In(1), "rready": Out(1), "rdata": In(32), "rlast": In(1),
+            "rresp": In(2),
         })
 
     def elaborate(self, platform):
         m = Module()
-        addr = Signal(64)
-        left = Signal(32)
-        beats = Signal(9)
+        req_addr = Signal(64)
+        req_left = Signal(32)           # words not yet asked for
+        n = Signal(9)                   # beats of the next burst
         room = Signal(9)
-        n = Signal(9)
-        m.d.comb += [room.eq(256 - addr[2:10]), n.eq(Mux(left < room, left, room))]
-        with m.FSM(name="rd"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [addr.eq(self.base), left.eq(self.words), self.error.eq(0)]
-                    m.next = "ADDR"
-            with m.State("ADDR"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(left == 0):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += [self.arvalid.eq(1), self.araddr.eq(addr),
-                                 self.arlen.eq(n - 1)]
-                    with m.If(self.arready):
-                        m.d.sync += beats.eq(n)
-                        m.next = "DATA"
-            with m.State("DATA"):
-                m.d.comb += [self.busy.eq(1), self.o.payload.eq(self.rdata),
-                             self.o.valid.eq(self.rvalid & ~self.abort),
-                             self.rready.eq(self.o.ready | self.abort)]
-                with m.If(self.rvalid & self.rready):
-                    m.d.sync += [beats.eq(beats - 1), left.eq(left - 1), addr.eq(addr + 4)]
-                    with m.If(self.rresp != 0):
-                        m.d.sync += self.error.eq(1)
-                    with m.If(beats == 1):
-                        m.next = "ADDR"
-                        with m.If(self.abort):
-                            m.next = "IDLE"
+        inflight = Signal(range(self.OUTSTANDING + 1))
+        active = Signal()
+        stopping = Signal()
+        ar_valid = Signal()
+        ar_len = Signal(8)
+        m.d.comb += [room.eq(256 - req_addr[2:10]),
+                     n.eq(Mux(req_left < room, req_left, room)),
+                     self.arvalid.eq(ar_valid), self.araddr.eq(req_addr),
+                     self.arlen.eq(ar_len)]
+        issued = Signal()
+        finished = Signal()
+        m.d.comb += [issued.eq(ar_valid & self.arready),
+                     finished.eq(self.rvalid & self.rready & self.rlast)]
+        m.d.sync += inflight.eq(inflight + issued - finished)
+        stop = stopping | self.abort
+        m.d.comb += [self.o.payload.eq(self.rdata),
+                     self.o.valid.eq(self.rvalid & ~stop),
+                     self.rready.eq(self.o.ready | stop),
+                     self.busy.eq(active)]
+        with m.If(issued):
+            m.d.sync += [ar_valid.eq(0), req_addr.eq(req_addr + (ar_len + 1) * 4),
+                         req_left.eq(req_left - (ar_len + 1))]
+        with m.Elif(~ar_valid & active & ~stop & (req_left != 0)
+                    & (inflight < self.OUTSTANDING)):
+            m.d.sync += [ar_valid.eq(1), ar_len.eq(n - 1)]    # held until arready
+        with m.If(self.rvalid & self.rready & (self.rresp != 0)):
+            m.d.sync += self.error.eq(1)
+        with m.If(self.abort & active):
+            m.d.sync += stopping.eq(1)
+        with m.If(active & ~ar_valid & (inflight - finished == 0)
+                  & ((req_left == 0) | stop)):
+            m.d.sync += [active.eq(0), stopping.eq(0)]
+        with m.If(self.start & ~active):
+            m.d.sync += [req_addr.eq(self.base), req_left.eq(self.words), active.eq(1),
+                         stopping.eq(0), self.error.eq(0)]
         return m
 
 
@@ -368,6 +379,7 @@ class VitisKernel(wiring.Component):
             port(g + "arsize").eq(2), port(g + "arburst").eq(1), port(g + "arid").eq(0),
             rd.rvalid.eq(port(g + "rvalid")), port(g + "rready").eq(rd.rready),
             rd.rdata.eq(port(g + "rdata")), rd.rresp.eq(port(g + "rresp")),
+            rd.rlast.eq(port(g + "rlast")),
             port(g + "awvalid").eq(wr.awvalid), wr.awready.eq(port(g + "awready")),
             port(g + "awaddr").eq(wr.awaddr), port(g + "awlen").eq(wr.awlen),
             port(g + "awsize").eq(2), port(g + "awburst").eq(1), port(g + "awid").eq(0),
@@ -485,10 +497,21 @@ class VitisKernel(wiring.Component):
         baddr = Signal(32)
         fill = Signal(range(nb + 1))
         bufw = Array([Signal(32, name=f"wbuf{i}") for i in range(nb)])
-        pending = Signal()
-        rbuf = Array([Signal(32, name=f"rbuf{i}") for i in range(nb)])
-        rn = Signal(range(nb + 1))
+        pending = Signal()                  # sbuf holds a beat for the host port
+        sbuf = [Signal(32, name=f"sbuf{i}") for i in range(nb)]
+        smask = Signal(nb)
+        saddr = Signal(32)
+        # read-back: host read beats in flight (credits = free slots of the response FIFO)
+        m.submodules.rfifo = rfifo = fifo.SyncFIFOBuffered(width=32 * nb, depth=4)
+        credits = Signal(range(5), init=4)
+        took = Signal()
+        popped = Signal()
+        oleft = Signal(32)
         ridx = Signal(range(nb))
+        resp_words = [rfifo.r_data[32 * w:32 * w + 32] for w in range(nb)]
+        m.d.comb += [rfifo.w_data.eq(acc.host_o.payload.as_value()),
+                     rfifo.w_en.eq(acc.host_o.valid), acc.host_o.ready.eq(rfifo.w_rdy)]
+        m.d.sync += credits.eq(credits - took + popped)
         widx = Signal(range(RUN_RECORD_WORDS))
         st = {k: Signal(32, name=f"st_{k}") for k in RUN_FIELDS[1:11]}
         at_header = Signal(32)
@@ -503,7 +526,7 @@ class VitisKernel(wiring.Component):
             m.d.sync += out_count.eq(out_count + 1)
 
         host = acc.host_i.payload
-        m.d.comb += [host.store.eq(hstore), host.addr.eq(baddr)]
+        m.d.comb += [host.store.eq(hstore), host.addr.eq(baddr)]     # WDATA: saddr
 
         def fail(code, at):
             m.d.sync += [kerr.eq(code), kerr_at.eq(at)]
@@ -591,7 +614,8 @@ class VitisKernel(wiring.Component):
                         with m.Elif(hcount == 0):
                             m.next = "HDR"
                         with m.Else():
-                            m.next = "RREQ"
+                            m.d.sync += [oleft.eq(hcount), ridx.eq(0)]
+                            m.next = "RREAD"
                     with m.Case(CMD_RUN):
                         with m.If(loaded_len == 0):
                             fail(KERR_NO_PROGRAM, at_header)
@@ -604,42 +628,51 @@ class VitisKernel(wiring.Component):
                     with m.Default():
                         fail(KERR_OPCODE, at_header)
             with m.State("WDATA"):
-                m.d.comb += [host.write.eq(1),
-                             host.mask.eq(Cat(*[fill > w for w in range(nb)])),
+                # words fill `bufw`; a full beat (or the block's last words) moves to the send
+                # buffer in the cycle its last word arrives, so filling goes on while it is sent
+                completes = (fill == nb - 1) | (bleft == 1)
+                sent = Signal()
+                take = Signal()
+                m.d.comb += [host.write.eq(1), host.addr.eq(saddr), host.mask.eq(smask),
                              acc.host_i.valid.eq(pending),
-                             rd.o.ready.eq(~pending)]
-                m.d.comb += [host.data[w].eq(bufw[w]) for w in range(nb)]
-                with m.If(pending):
-                    with m.If(acc.host_i.ready):
-                        m.d.sync += [pending.eq(0), fill.eq(0), baddr.eq(baddr + nb)]
-                        with m.If(bleft == 0):
-                            m.next = "HDR"
-                with m.Elif(rd.o.valid):
-                    m.d.sync += [bufw[fill].eq(rd.o.payload), fill.eq(fill + 1),
-                                 bleft.eq(bleft - 1), cmd_left.eq(cmd_left - 1)]
-                    with m.If((fill == nb - 1) | (bleft == 1)):
-                        m.d.sync += pending.eq(1)
-            with m.State("RREQ"):
-                m.d.comb += [host.write.eq(0),
+                             sent.eq(pending & acc.host_i.ready),
+                             rd.o.ready.eq((bleft != 0) & (~completes | ~pending | sent)),
+                             take.eq(rd.o.valid & rd.o.ready)]
+                m.d.comb += [host.data[w].eq(sbuf[w]) for w in range(nb)]
+                with m.If(sent):
+                    m.d.sync += pending.eq(0)
+                with m.If(take):
+                    m.d.sync += [bleft.eq(bleft - 1), cmd_left.eq(cmd_left - 1)]
+                    with m.If(completes):
+                        lanes = [Const(1, 1)] + [fill > w - 1 for w in range(1, nb)]
+                        m.d.sync += [pending.eq(1), saddr.eq(baddr), baddr.eq(baddr + nb),
+                                     fill.eq(0), smask.eq(Cat(*lanes))]
+                        m.d.sync += [sbuf[w].eq(Mux(fill == w, rd.o.payload, bufw[w]))
+                                     for w in range(nb)]
+                    with m.Else():
+                        m.d.sync += [bufw[fill].eq(rd.o.payload), fill.eq(fill + 1)]
+                with m.If((bleft == 0) & (~pending | sent)):
+                    m.next = "HDR"
+            with m.State("RREAD"):
+                # requests: one beat of up to `banks` words whenever a response slot is free
+                issue = Signal()
+                m.d.comb += [issue.eq((bleft != 0) & (credits != 0)),
+                             host.write.eq(0),
                              host.mask.eq(Cat(*[bleft > w for w in range(nb)])),
-                             acc.host_i.valid.eq(1)]
-                with m.If(acc.host_i.ready):
-                    m.next = "RRESP"
-            with m.State("RRESP"):
-                m.d.comb += acc.host_o.ready.eq(1)
-                with m.If(acc.host_o.valid):
-                    m.d.sync += [rbuf[w].eq(acc.host_o.payload[w]) for w in range(nb)]
-                    m.d.sync += [rn.eq(Mux(bleft < nb, bleft, nb)), ridx.eq(0)]
-                    m.next = "ROUT"
-            with m.State("ROUT"):
-                m.d.comb += [out_word.eq(rbuf[ridx]), out_valid.eq(1)]
-                with m.If(wr.i.ready):
-                    m.d.sync += ridx.eq(ridx + 1)
-                    with m.If(ridx == rn - 1):
-                        m.d.sync += [bleft.eq(bleft - rn), baddr.eq(baddr + nb)]
-                        m.next = "RREQ"
-                        with m.If(bleft == rn):
-                            m.next = "HDR"
+                             acc.host_i.valid.eq(issue)]
+                with m.If(issue & acc.host_i.ready):
+                    m.d.comb += took.eq(1)
+                    m.d.sync += [baddr.eq(baddr + nb),
+                                 bleft.eq(bleft - Mux(bleft < nb, bleft, nb))]
+                # responses, in order, word by word to the results writer
+                m.d.comb += [out_word.eq(Array(resp_words)[ridx]), out_valid.eq(rfifo.r_rdy)]
+                with m.If(rfifo.r_rdy & wr.i.ready):
+                    m.d.sync += [oleft.eq(oleft - 1), ridx.eq(ridx + 1)]
+                    with m.If((ridx == nb - 1) | (oleft == 1)):     # the beat's last word
+                        m.d.comb += [rfifo.r_en.eq(1), popped.eq(1)]
+                        m.d.sync += ridx.eq(0)
+                    with m.If(oleft == 1):
+                        m.next = "HDR"
             with m.State("RWAIT"):
                 with m.If(~acc.busy):
                     m.d.sync += [st["error"].eq(acc.error), st["error_code"].eq(acc.error_code),
