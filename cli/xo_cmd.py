@@ -21,7 +21,8 @@ __all__ = ["kernel_config", "build_tree", "register"]
 
 
 def kernel_config(config, *, lanes=8, banks=None, imem_depth=256):
-    """Return the :class:`~ttrain.rtl.top.Accelerator` arguments of preset ``config``.
+    """Return ``(kwargs, fits)``: the :class:`~ttrain.rtl.top.Accelerator` arguments of
+    preset ``config`` and whether its stores fit the U50 by the memory map.
 
     Store sizes: :func:`ttrain.resources_cmd.store_sizes_from_plan` (the preset's on-chip
     memory plan, rounded to rows of ``banks`` words); store mapping: the BRAM/URAM assignment
