@@ -11,7 +11,7 @@ CONFIG ?= tiny
 export AMARANTH_USE_YOSYS := builtin
 export PYTHONWARNINGS := ignore::DeprecationWarning:pkg_resources
 
-.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer bench-step resources-paper train-atis train-chip clean distclean
+.PHONY: help env demo test test-fast plan-paper verilog bench-fp32 bench-engine bench-layer bench-step resources-paper xo bitstream train-atis train-chip clean distclean
 
 help:  ## list targets
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/' | expand -t 18
@@ -47,6 +47,12 @@ bench-engine: $(STAMP)  ## TT-linear training step of the paper layer on the eng
 
 resources-paper: $(STAMP)  ## U50 memory map + Yosys logic estimate of paper-l1/l2/l3 (long)
 	for c in paper-l1 paper-l2 paper-l3; do $(VENV)/bin/ttrain resources --config $$c || exit 1; done
+
+xo: $(STAMP)  ## Vitis RTL kernel tree of CONFIG (+ .xo when vivado is on PATH)
+	$(VENV)/bin/ttrain xo --config $(CONFIG) --out build/u50/$(CONFIG)/xo
+
+bitstream: $(STAMP)  ## U50 .xclbin of CONFIG (package_xo + v++ --link when on PATH, else the ready tree)
+	$(VENV)/bin/ttrain bitstream --config $(CONFIG) --out build/u50/$(CONFIG)/bitstream
 
 bench-layer: $(STAMP)  ## 3 compiled training steps of the paper layer on the accelerator top (Verilator)
 	$(VENV)/bin/ttrain bench layer --out build/bench-layer.json

@@ -7,9 +7,9 @@
 ``.xclbin`` with ``v++`` when that is on ``PATH``. Without the tools the tree is left ready and
 the exact commands are printed.
 
-The stores are sized by :func:`kernel_config` from the preset's on-chip memory plan (the same
-sizes as ``ttrain resources``), with the per-store BRAM/URAM mapping that fits the U50. That one
-function is the place to switch to the whole-model compiler's store sizes.
+The stores are sized by :func:`kernel_config` from the whole-model compiler's memory map (the
+same sizes as ``ttrain resources``), with the per-store BRAM/URAM mapping that fits the U50; the
+instruction memory holds the compiled training-step program.
 """
 
 import shutil
@@ -20,32 +20,47 @@ from pathlib import Path
 __all__ = ["kernel_config", "build_tree", "register"]
 
 
-def kernel_config(config, *, lanes=8, banks=None, imem_depth=256):
+def kernel_config(config, *, lanes=8, banks=None, imem_depth=None):
     """Return ``(kwargs, fits)``: the :class:`~ttrain.rtl.top.Accelerator` arguments of
     preset ``config`` and whether its stores fit the U50 by the memory map.
 
-    Store sizes: :func:`ttrain.resources_cmd.store_sizes_from_plan` (the preset's on-chip
-    memory plan, rounded to rows of ``banks`` words); store mapping: the BRAM/URAM assignment
+    Store sizes: :func:`ttrain.resources_cmd.store_sizes_from_compiler` (the compiled
+    training step's memory map, rounded to rows of ``banks`` words); ``imem_depth`` (default:
+    the smallest power of two holding that program, at least 256; a smaller value than the
+    program is rejected); store mapping: the BRAM/URAM assignment
     of :func:`ttrain.resources_cmd.fit_memory` that fits the U50 (the default one if it fits).
     Stores are the ``ttrain_ram.v`` templates (``store_impl="verilog"``) so Vivado infers the
     RAMs exactly as planned.
     """
     from .golden.config import preset_names
-    from .resources_cmd import fit_memory, store_sizes_from_plan
+    from .golden.config import get_config
+    from .golden.model_compiler import compile_model
+    from .resources_cmd import fit_memory
+    from .rtl.top import store_sizes_for
+    from .testbench.model import chip_config
     if config not in preset_names():
         raise ValueError(f"unknown preset {config!r}; choose one of {', '.join(preset_names())}")
     for name, v in (("lanes", lanes), ("imem_depth", imem_depth)):
+        if v is None and name == "imem_depth":
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, not {v!r}")
     banks = lanes if banks is None else banks
-    sizes = store_sizes_from_plan(config, banks)
+    program = compile_model(chip_config(get_config(config))[0]).program
+    n = len(program.instructions)
+    if imem_depth is None:
+        imem_depth = max(256, 1 << (n - 1).bit_length())
+    elif imem_depth < n:
+        raise ValueError(f"--imem-depth {imem_depth} cannot hold the {n}-instruction training "
+                         f"step of {config}; use at least {1 << (n - 1).bit_length()}")
+    sizes = store_sizes_for(program.store_sizes, banks)
     fit = fit_memory(sizes, banks)
     entry = fit["best"] or fit["auto"]
     return {"store_sizes": sizes, "lanes": lanes, "banks": banks, "imem_depth": imem_depth,
             "store_impl": "verilog", "store_style": entry["styles"]}, fit["fits"]
 
 
-def build_tree(config, out_dir, *, link, clock_mhz=300, lanes=8, banks=None, imem_depth=256,
+def build_tree(config, out_dir, *, link, clock_mhz=300, lanes=8, banks=None, imem_depth=None,
                hbm_bank=0, platform=None, run_tools=True, log=print):
     """Write the kernel tree of preset ``config`` and run the tools that are on ``PATH``.
 
@@ -110,8 +125,9 @@ def _add_common(p):
                    help="contraction-engine lanes (power of two; default 8)")
     p.add_argument("--banks", type=int, default=None, metavar="B",
                    help="banks per store (default = lanes)")
-    p.add_argument("--imem-depth", type=int, default=256, metavar="N",
-                   help="instruction memory depth (default 256)")
+    p.add_argument("--imem-depth", type=int, default=None, metavar="N",
+                   help="instruction memory depth (default: the compiled training step's "
+                        "program rounded up to a power of two, at least 256)")
     p.add_argument("--hbm-bank", type=int, default=0, metavar="K",
                    help="HBM pseudo-channel of m_axi_gmem (default 0)")
     p.add_argument("--platform", default=None, metavar="XPFM",
