@@ -476,12 +476,20 @@ def build_kernel(config, name=KERNEL_NAME):
     The kernel's own module is the top (its ports are exactly the Vitis ones); only its ports
     are VPI-visible (``public="top"``). ``interrupt`` is a C++ keyword-like name Vitis
     requires, so Verilator's ``SYMRSVDWORD`` warning is waived. Returns the
-    :class:`~ttrain.testbench.verilator.VerilatorBuild`.
+    :class:`~ttrain.testbench.verilator.VerilatorBuild`. With ``special=True,
+    special_impl="verilog"`` in ``config`` the build also gets the FP32 unit modules the
+    special-function unit instantiates (:func:`ttrain.testbench.top.special_fp_sources`), as
+    :func:`~ttrain.testbench.top.build_top` does.
     """
     from ..rtl.kernel import VitisKernel
     from ..rtl.store import ram_verilog_path
     from .verilator import build_verilator
-    return build_verilator(VitisKernel(**config), name=name, extra_sources=[ram_verilog_path()],
+    kernel = VitisKernel(**config)
+    extra = [ram_verilog_path()]
+    if kernel.accelerator.special and config.get("special_impl") == "verilog":
+        from .top import special_fp_sources
+        extra = special_fp_sources() + extra
+    return build_verilator(kernel, name=name, extra_sources=extra,
                            public="top", build_args=["-Wno-SYMRSVDWORD"])
 
 

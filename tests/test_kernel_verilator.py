@@ -1,10 +1,11 @@
 # amaranth: UnusedElaboratable=no
 """The Vitis kernel (``rtl/kernel.py``) under Verilator, driven entirely through its AXI ports.
 
-One build (2 lanes, stores sized for a compiled TT-linear layer), one cocotb run of several
-kernel invocations on the same kernel (the stores keep their words between calls), through
-cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on ``m_axi_gmem``) and
-:class:`ttrain.testbench.driver.KernelDriver`:
+One build (2 lanes, the special-function unit, stores and instruction memory sized for both a
+compiled TT-linear layer and the whole ``tiny`` model step of ``compile_model``), one cocotb
+run of several kernel invocations on the same kernel (the stores keep their words between
+calls), through cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on
+``m_axi_gmem``) and :class:`ttrain.testbench.driver.KernelDriver`:
 
 1. program + whole image + RUN + every store read back: bit-exact with the interpreter;
 2. four more steps without reloading the program or parameters (new inputs/targets only),
@@ -14,27 +15,37 @@ cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on ``m_axi_gme
 4. malformed command buffers (unknown opcode, range past a store, results buffer too small):
    the trailer reports the kernel error and the commands before it took effect;
 5. ap_ctrl_hs: ap_idle / ap_start / ap_done (clear on read) / ISR / interrupt around every call;
-6. ``verilator --lint-only -Wall`` of the kernel's Verilog (the build's own copy).
+6. ``verilator --lint-only -Wall`` of the kernel's Verilog (the build's own copy);
+7. whole-model training: the ``tiny`` program and initial image loaded in one call, then three
+   consecutive training steps on the built-in data set, each call writing only the step's
+   sample words, RUN, and reading back the loss and logits (and every store after the last
+   step): every word bit-exact with the golden interpreter, the loss equal to
+   ``CompiledModel.loss`` of the interpreter's image.
 """
 
 import numpy as np
 import pytest
 
+from ttrain.golden import model as M
 from ttrain.golden.compiler import compile_tt_linear
-from ttrain.golden.config import TTSpec
+from ttrain.golden.config import TTSpec, get_config
+from ttrain.golden.data import generate_dataset
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_OPCODE, STORE_IDS
+from ttrain.golden.model_compiler import compile_model
 from ttrain.rtl.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
                                TRAILER_MAGIC)
 from ttrain.rtl.store import ram_verilog_path
 from ttrain.testbench.driver import (CommandList, KernelDriver, KernelError, build_kernel,
                                      run_kernel_calls)
-from ttrain.testbench.top import layer_session, shared_config
+from ttrain.testbench.top import layer_session, pad_image, shared_config, special_fp_sources
 from ttrain.testbench.verilator import lint_verilator
 
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
 STEPS = 5
 SINGLE = 3          # calls 0..2 run one step each; call 3 streams steps 3 and 4
+LAYER_CALLS = SINGLE + 5    # 4 training calls, the illegal program, 3 malformed buffers
+MODEL_STEPS = 3     # whole-model calls after the layer's: one load, then one per step
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +54,17 @@ def layer():
 
 
 @pytest.fixture(scope="module")
-def config(layer):
-    return shared_config({"tt": layer}, lanes=2, slots=8, imem_depth=64)
+def model():
+    return compile_model(get_config("tiny"))
+
+
+@pytest.fixture(scope="module")
+def config(layer, model):
+    # one build for both scenarios: stores = the larger of both programs', imem a power of two
+    # holding the longer program, the special-function unit the model step needs
+    depth = max(len(p.program.instructions) for p in (layer, model))
+    return shared_config({"tt": layer, "tiny": model}, lanes=2, slots=8,
+                         imem_depth=1 << (depth - 1).bit_length(), special=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +73,7 @@ def build(config):
 
 
 @pytest.fixture(scope="module")
-def scenario(layer, config, build, tmp_path_factory):
+def scenario(layer, model, config, build, tmp_path_factory):
     """Every invocation of the module, run once in one simulation; returns the calls, their
     parsed results, the register observations and the expected images."""
     sizes = config["store_sizes"]
@@ -88,10 +108,45 @@ def scenario(layer, config, build, tmp_path_factory):
     calls.append(drv.prepare(drv.commands().raw([CMD_WRITE, STORE_IDS["act"], over, 2, 1, 2])
                              .read("scratch", 0, 4)))
     calls.append(drv.prepare(drv.commands().read("scratch", 0, 4).run(), result_words=20))
-    results, obs = run_kernel_calls(build, sizes, calls,
-                                    test_dir=tmp_path_factory.mktemp("kernel"), timeout=600)
-    return {"calls": calls, "results": results, "obs": obs, "expect": expect,
-            "probe": probe, "sizes": sizes}
+    assert len(calls) == LAYER_CALLS
+    model_calls, model_expect = model_scenario(model, drv)
+    results, obs = run_kernel_calls(build, sizes, calls + model_calls,
+                                    test_dir=tmp_path_factory.mktemp("kernel"), timeout=900)
+    return {"calls": calls + model_calls, "results": results, "obs": obs, "expect": expect,
+            "probe": probe, "sizes": sizes, "model": model_expect}
+
+
+def model_scenario(cm, drv):
+    """The whole-model calls: program + initial image, then one call per training step that
+    writes only the sample words, runs, and reads loss and logits (every store after the
+    last step). Returns the prepared calls and, per step, the interpreter's image."""
+    params = M.init_params(cm.cfg, np.random.default_rng(0))
+    image = pad_image(cm.initial_image(params), drv.store_sizes)
+    batches = list(generate_dataset(seed=0).batches("train", 1, seed=0))[:MODEL_STEPS]
+    assert len(batches) == MODEL_STEPS
+    calls = [drv.prepare(drv.commands().write_image(image), cm.program.words())]
+    outs = [cm.memory_map[n] for n in ("loss", "logits")]
+    images, samples = [image], []
+    for s, batch in enumerate(batches):
+        cmds = drv.commands()
+        words = cm.sample_words(batch)
+        image = {k: v.copy() for k, v in image.items()}
+        for name, w in words.items():
+            r = cm.memory_map[name]
+            cmds.write(r.store, r.base, w)
+            image[r.store][r.base:r.base + r.size] = w
+        cmds.run()
+        for r in outs:
+            cmds.read(r.store, r.base, r.size)
+        if s == MODEL_STEPS - 1:
+            cmds.read_image()
+        image, st = interpret(cm.program, image)
+        assert st.error == 0, f"the interpreter stopped step {s}: {st.message}"
+        calls.append(drv.prepare(cmds))
+        images.append(image)
+        samples.append(words)
+    return calls, {"cm": cm, "params": params, "images": images, "samples": samples,
+                   "outs": outs}
 
 
 def test_training_steps_through_axi_bit_exact(scenario):
@@ -173,5 +228,54 @@ def test_driver_rejects_bad_commands(config):
 def test_kernel_verilog_lints_clean(build):
     # ``interrupt`` is the name Vitis requires; Verilator flags it as a C++ word
     kernel_v = next(p for p in build.sources if str(p).endswith(f"amaranth/{build.name}.v"))
-    assert lint_verilator(None, name=build.name, extra_sources=[kernel_v, ram_verilog_path()],
+    assert lint_verilator(None, name=build.name,
+                          extra_sources=[*special_fp_sources(), kernel_v, ram_verilog_path()],
                           top=build.name, flags=("-Wall", "-Wno-SYMRSVDWORD")) == ""
+
+
+def test_model_training_steps_through_axi_bit_exact(scenario):
+    m = scenario["model"]
+    cm, images, outs = m["cm"], m["images"], m["outs"]
+    load, *steps = scenario["results"][LAYER_CALLS:]
+    load_call, *step_calls = scenario["calls"][LAYER_CALLS:]
+    assert len(steps) == MODEL_STEPS
+    # the load call: program + every store word, no run, nothing read
+    load.raise_for_errors()
+    assert load_call.program.size == 16 * len(cm.program.instructions)
+    assert load.trailer["runs"] == 0 and load.reads == []
+    assert load.trailer["command_words_read"] == load_call.commands.size
+    losses = []
+    for s, (res, call) in enumerate(zip(steps, step_calls)):
+        res.raise_for_errors()
+        want = images[s + 1]
+        # the step wrote only its sample words (header + words per region) and kept the program
+        assert call.program.size == 0
+        assert call.commands.size == sum(4 + w.size for w in m["samples"][s].values()) + 4 \
+            + 4 * (len(outs) + (len(STORE_IDS) if s == MODEL_STEPS - 1 else 0))
+        assert res.trailer["command_words_read"] == call.commands.size
+        assert res.trailer["runs"] == 1 and res.trailer["kernel_error"] == 0
+        run = res.runs[0]
+        assert run["tag"] == RUN_TAG and run["index"] == 0
+        assert 0 < run["engine_cycles"] <= run["busy_engine"] <= run["cycles"], run
+        assert run["executed"] > 0 and run["busy_vector"] > 0 and run["busy_update"] > 0
+        for (store, addr, got), r in zip(res.reads, outs):
+            assert (store, addr) == (r.store, r.base)
+            exp = want[r.store][r.base:r.base + r.size]
+            bad = np.flatnonzero(got != exp)
+            assert bad.size == 0, (f"step {s}: {r.store}[{r.base}:{r.base + r.size}] words "
+                                   f"{bad[:8].tolist()} got {got[bad[:8]]} want {exp[bad[:8]]}")
+        loss = float(res.reads[0][2][:1].view(np.float32)[0])
+        assert loss == cm.loss(want), (s, loss, cm.loss(want))
+        assert np.isfinite(loss) and loss > 0
+        losses.append(loss)
+        if s == MODEL_STEPS - 1:
+            got_image = res.image()
+            assert set(got_image) == set(STORE_IDS)
+            for store, exp in want.items():
+                bad = np.flatnonzero(got_image[store] != exp)
+                assert bad.size == 0, (f"after step {s}: {store} words {bad[:8].tolist()} got "
+                                       f"{got_image[store][bad[:8]]} want {exp[bad[:8]]}")
+            # the chip trained: the parameters read back moved away from the initial ones
+            after = cm.params(got_image)
+            assert any(np.any(after[k] != m["params"][k]) for k in m["params"])
+    assert len(set(losses)) == MODEL_STEPS           # three different samples and parameters
