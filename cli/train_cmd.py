@@ -15,6 +15,9 @@ def register(sub):
     p.add_argument("--data", metavar="DIR",
                    help="data directory in the ATIS/SNIPS layout (e.g. ../shared/data/atis); "
                         "default: the built-in generated data set")
+    p.add_argument("--train-sentences", type=int, metavar="N",
+                   help="without --data: sentences in the built-in data set's train split "
+                        "(default 1200; dev and test stay 200)")
     p.add_argument("--epochs", type=int, metavar="N", help="epochs (default: the config's)")
     p.add_argument("--lr", type=float, metavar="X", help="peak learning rate (default: config's)")
     p.add_argument("--seed", type=int, default=0, metavar="S",
@@ -59,13 +62,20 @@ def run(args):
     if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.data is not None:
+        if args.train_sentences is not None:
+            raise ValueError("--train-sentences sizes the built-in data set; it cannot be used "
+                             "with --data")
         if not os.path.isdir(args.data):
             raise ValueError(f"--data {args.data} is not a directory: pass a directory holding "
                              f"{{train,dev,test}}.seq.in/.seq.out/.label, intent_label.txt and "
                              f"slot_label.txt (e.g. ../shared/data/atis)")
         dataset = load_dataset(args.data, cfg)
     else:
-        dataset = generate_dataset(seed=0, seq_len=cfg.seq_len, vocab_size=cfg.vocab)
+        n_train = 1200 if args.train_sentences is None else args.train_sentences
+        if n_train < 1:
+            raise ValueError(f"--train-sentences must be at least 1, got {n_train}")
+        dataset = generate_dataset(seed=0, n_train=n_train, seq_len=cfg.seq_len,
+                                   vocab_size=cfg.vocab)
     print(dataset.summary())
     if args.engine == "rtl":
         return _run_rtl(args, cfg, dataset)
