@@ -28,7 +28,8 @@ def kernel_config(config, *, lanes=8, banks=None, imem_depth=None):
     training step's memory map, rounded to rows of ``banks`` words); ``imem_depth`` (default:
     the smallest power of two holding that program, at least 256; a smaller value than the
     program is rejected); store mapping: the BRAM/URAM assignment
-    of :func:`ttrain.resources_cmd.fit_memory` that fits the U50 (the default one if it fits).
+    of :func:`ttrain.resources_cmd.fit_memory` that fits the U50 (the default one if it fits);
+    the vector unit gets the special-function unit the compiled step needs.
     Stores are the ``ttrain_ram.v`` templates (``store_impl="verilog"``) so Vivado infers the
     RAMs exactly as planned.
     """
@@ -57,7 +58,10 @@ def kernel_config(config, *, lanes=8, banks=None, imem_depth=None):
     fit = fit_memory(sizes, banks)
     entry = fit["best"] or fit["auto"]
     return {"store_sizes": sizes, "lanes": lanes, "banks": banks, "imem_depth": imem_depth,
-            "store_impl": "verilog", "store_style": entry["styles"]}, fit["fits"]
+            "store_impl": "verilog", "store_style": entry["styles"],
+            # the training step uses exp/recip/rsqrt/tanh/GELU/log (opcodes 0x40-0x47); the
+            # Amaranth FP32 units keep the tree self-contained (no extra Verilog files)
+            "special": True, "special_impl": "amaranth"}, fit["fits"]
 
 
 def build_tree(config, out_dir, *, link, clock_mhz=300, lanes=8, banks=None, imem_depth=None,

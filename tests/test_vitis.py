@@ -145,3 +145,18 @@ def test_ttrain_bitstream_adds_the_link_step(tmp_path):
     assert cmds[1] in (tmp_path / "build.sh").read_text()
     with pytest.raises(ValueError, match="unknown preset"):
         build_tree("nope", tmp_path, link=False, run_tools=False)
+
+
+def test_kernel_config_follows_the_compiled_training_step():
+    """The kernel of a preset holds its compiled training step: stores from the compiler's
+    memory map, the whole program in the instruction memory, the special-function unit."""
+    from ttrain.golden.config import get_config
+    from ttrain.golden.model_compiler import compile_model
+    from ttrain.xo_cmd import kernel_config
+    cfg, fits = kernel_config("tiny", lanes=2)
+    prog = compile_model(get_config("tiny")).program
+    assert fits and cfg["special"] is True
+    assert cfg["imem_depth"] >= len(prog.instructions)
+    assert all(cfg["store_sizes"][s] >= w for s, w in prog.store_sizes.items())
+    with pytest.raises(ValueError, match="cannot hold"):
+        kernel_config("tiny", lanes=2, imem_depth=64)
