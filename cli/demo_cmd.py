@@ -79,10 +79,10 @@ def run(args):
         print(f"note: {note}")
     cm = compile_model(cfg)
     prog = cm.program
+    n = {k: hi - lo for k, (lo, hi) in cm.sections.items()}
     print(f"{cfg.name}: {M.num_params(cfg):,} parameters; one training step = "
-          f"{len(prog.instructions)} instructions (forward {cm.sections['forward'][1] - cm.sections['forward'][0]}, "
-          f"backward {cm.sections['backward'][1] - cm.sections['backward'][0]}, update "
-          f"{cm.sections['update'][1] - cm.sections['update'][0]}); data: {dataset.name}, "
+          f"{len(prog.instructions)} instructions (forward {n['forward']}, backward "
+          f"{n['backward']}, update {n['update']}); data: {dataset.name}, "
           f"{dataset.size('train')} training sentences")
     mem_lines, mem = memory_lines(cm.store_sizes, args.lanes)
     print(f"building the accelerator ({args.lanes} lanes, special-function unit) under "

@@ -22,7 +22,8 @@ from ..golden.isa import Barrier, End, Program, encode_program
 from ..rtl.top import store_sizes_for
 from .top import TopSession, build_top, pad_image, run_top
 
-__all__ = ["model_top_config", "build_model_top", "ChipRun", "StepResult", "section_program"]
+__all__ = ["model_top_config", "build_model_top", "ChipRun", "StepResult", "section_program",
+           "chip_config", "train_on_chip", "bench_step", "ATIS_TRAIN_SENTENCES"]
 
 
 def model_top_config(compiled, *, lanes=4, slots=8, imem_depth=None):
@@ -49,7 +50,9 @@ def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, re
     words = sum(cfg["store_sizes"].values())
     if rom_depth is None:
         prog = 16 * len(compiled.program.instructions)
-        per_step = 2 * compiled.rows + 4 * compiled.cfg.batch * compiled.cfg.n_intents + 256
+        c = compiled.cfg          # sample words in, loss and logits checked, command headers
+        per_step = (compiled.rows * (c.embedding.d + 1) + c.batch * (c.seq_len + 2)
+                    + 2 * c.batch * c.n_intents + 128)
         need = max(2 * words + 256 * per_step, 12 * words) + 3 * prog + 4096
         rom_depth = 1 << need.bit_length()
     name = name or f"ttrain_top_{compiled.cfg.name.replace('-', '_')}_l{lanes}"
@@ -113,11 +116,11 @@ class ChipRun:
     def run_steps(self, batches, lrs=None, *, breakdown=False, timeout=None):
         """Run one training step per batch in one simulation session; return StepResults.
 
-        ``lrs``: learning rate per step (default the compiled one; sample data, the program
-        is loaded once per session unless ``breakdown`` interleaves others). With ``breakdown`` each
-        step is preceded by a forward-only run and followed by an update-only run (which
-        changes nothing: the gradients are zero after the step), so the cycles split into
-        forward, backward and update.
+        ``lrs``: learning rate per step (default the compiled one). It is sample data: the
+        program is loaded once per session, unless ``breakdown`` interleaves others. With
+        ``breakdown`` each step is preceded by a forward-only run and followed by an
+        update-only run (which changes nothing: the gradients are zero after the step), so the
+        cycles split into forward, backward and update.
         """
         cm = self.cm
         batches = list(batches)
