@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..golden.interpreter import run as interpret
-from ..golden.isa import Barrier, End, Program, encode_program
+from ..golden.isa import Barrier, End, Program
 from ..rtl.top import store_sizes_for
 from .top import TopSession, build_top, pad_image, run_top
 
@@ -136,38 +136,37 @@ class ChipRun:
         sess.write_image(self.image)
         t0 = time.time()
         image = self.image
-        results, loaded = [], None
+        results = []
         outs = [cm.memory_map[n] for n in ("loss", "logits")]
-        fwd = Program(section_program(cm, "forward"), cm.program.store_sizes)
-        upd = Program(section_program(cm, "update"), cm.program.store_sizes)
-        ins = cm.program.instructions
+        programs = {"step": cm.program}
+        if breakdown:
+            for part in ("forward", "update"):
+                programs[part] = Program(section_program(cm, part), cm.program.store_sizes)
+        loaded = None
+
+        def play(part, image, s, whole):
+            """Interpret program ``part`` on ``image``, queue it on the chip with its check."""
+            nonlocal loaded
+            new, st = interpret(programs[part], image)
+            _raise(st, s, part)
+            if loaded != part:
+                sess.program(programs[part].words())
+                loaded = part
+            name = f"step{s}" + ("" if part == "step" else f".{part}")
+            sess.run(name, expect_at=self._expect(new, outs, whole))
+            return new, st
+
         for s, (batch, lr) in enumerate(zip(batches, lrs)):
             for name, words in cm.sample_words(batch, lr).items():
                 r = cm.memory_map[name]
                 image[r.store][r.base:r.base + r.size] = words
                 sess.write(r.store, r.base, words)
-            if breakdown:
-                image_f, st_f = interpret(fwd, image)
-                _raise(st_f, s, "forward")
-                sess.program(encode_program(fwd.instructions))
-                loaded = None
-                sess.run(f"step{s}.forward", expect_at=self._expect(image_f, outs, False))
-                image = image_f
-            new, st = interpret(ins, image)
-            _raise(st, s, "step")
-            if loaded is None:
-                sess.program(encode_program(ins))
-                loaded = "step"
             last = s == len(batches) - 1
-            sess.run(f"step{s}", expect_at=self._expect(new, outs, last and not breakdown))
-            image = new
             if breakdown:
-                image_u, st_u = interpret(upd, image)
-                _raise(st_u, s, "update")
-                sess.program(encode_program(upd.instructions))
-                loaded = None
-                sess.run(f"step{s}.update", expect_at=self._expect(image_u, outs, last))
-                image = image_u
+                image, _ = play("forward", image, s, False)
+            image, st = play("step", image, s, last and not breakdown)
+            if breakdown:
+                image, _ = play("update", image, s, last)
             results.append(StepResult(cm.loss(image), cm.logits(image), macs=st.macs,
                                       instructions=st.instructions))
         self.golden_seconds += time.time() - t0
