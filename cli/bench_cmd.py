@@ -56,14 +56,18 @@ def _engine(args):
     return 0
 
 
+def _top_args(args):
+    """Accelerator-top benchmark arguments shared by ``bench layer`` and ``bench step``."""
+    if args.lanes < 4 or args.lanes & (args.lanes - 1):
+        raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
+    return {"lanes": args.lanes, "slots": args.slots,
+            "progress": None if args.json else lambda m: print(m, flush=True)}
+
+
 def _layer(args):
     from ttrain.testbench.top import bench_layer
     ranks = tuple(r for r in args.ranks.split(",") if r)
-    if args.lanes < 4 or args.lanes & (args.lanes - 1):
-        raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
-    report = bench_layer(args.out, rank_sets=ranks, steps=args.steps, lanes=args.lanes,
-                         slots=args.slots,
-                         progress=None if args.json else lambda m: print(m, flush=True))
+    report = bench_layer(args.out, rank_sets=ranks, steps=args.steps, **_top_args(args))
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -77,11 +81,7 @@ def _layer(args):
 
 def _step(args):
     from ttrain.testbench.model import bench_step
-    if args.lanes < 4 or args.lanes & (args.lanes - 1):
-        raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
-    rep = bench_step(args.config, lanes=args.lanes, slots=args.slots, steps=args.steps,
-                     out_json=args.out,
-                     progress=None if args.json else lambda m: print(m, flush=True))
+    rep = bench_step(args.config, steps=args.steps, out_json=args.out, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
