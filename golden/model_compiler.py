@@ -312,7 +312,7 @@ class CompiledModel:
     lr : float
         Default learning rate of :meth:`sample_words` (the rate is data: ``in.gweight``).
     rows : int
-        Grid rows per step, ``batch * seq_len``.
+        Grid rows per step, ``batch * positions``.
     sections : dict
         ``"forward"``, ``"backward"``, ``"update"``: (first, end) instruction indices.
     """
@@ -321,6 +321,10 @@ class CompiledModel:
     lr: float
     rows: int
     sections: dict
+    positions: int = 0
+
+    def __post_init__(self):
+        self.positions = self.positions or self.cfg.seq_len
 
     @property
     def memory_map(self):
@@ -399,20 +403,28 @@ class CompiledModel:
         tokens = np.asarray(batch["tokens"])
         n, s = tokens.shape
         if s != cfg.seq_len:
-            raise ValueError(f"batch has sequence length {s}; the program was compiled for "
-                             f"seq_len = {cfg.seq_len}: pad or cut the batch to {cfg.seq_len}")
+            raise ValueError(f"batch has sequence length {s}; the config has seq_len = "
+                             f"{cfg.seq_len}: pad or cut the batch to {cfg.seq_len}")
+        P = self.positions
+        mask_in = np.asarray(batch["mask"], bool)
+        if mask_in[:, P:].any():
+            last = int(np.flatnonzero(mask_in.any(axis=0))[-1]) + 1
+            raise ValueError(f"the batch has real tokens up to position {last}; this program "
+                             f"was compiled for {P} positions: use compile_model(cfg, "
+                             f"positions={last}) or more")
         if n > cfg.batch:
             raise ValueError(f"batch has {n} sentences; the program takes at most cfg.batch = "
                              f"{cfg.batch}: split it")
-        B, S = cfg.batch, cfg.seq_len
+        B, S = cfg.batch, P
+        tokens = tokens[:, :P]
         tok = np.zeros((B, S), np.int64)
         seg = np.zeros((B, S), np.int64)
         mask = np.zeros((B, S), bool)
         mask[:, 0] = True                                   # padding rows: [CLS] only
         label = np.zeros(B, np.int64)
         weight = np.zeros(B, np.float32)
-        tok[:n], seg[:n] = tokens, np.asarray(batch["segments"])
-        mask[:n] = np.asarray(batch["mask"], bool)
+        tok[:n], seg[:n] = tokens, np.asarray(batch["segments"])[:, :P]
+        mask[:n] = mask_in[:, :P]
         label[:n] = np.asarray(batch["intent"])
         weight[:n] = np.float32(1.0) / np.float32(n)
         gweight = np.zeros(B, np.float32)
@@ -449,7 +461,7 @@ class CompiledModel:
 
 
 
-def compile_model(cfg, *, lr=None, order="bidirectional"):
+def compile_model(cfg, *, lr=None, order="bidirectional", positions=None):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
 
     Parameters
@@ -465,6 +477,12 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
         per sentence per step, never the program.
     order : str
         TT contraction order for every TT layer (:data:`ttrain.golden.compiler.ORDERS`).
+    positions : int, optional
+        Grid positions per sentence (default ``cfg.seq_len``). A program for ``P <
+        seq_len`` positions takes batches whose real tokens all lie in the first ``P``
+        positions and computes only those rows: padding past ``P`` is never computed (the
+        parameters, their layout and the update are the same; every padded position only
+        ever contributes exact zeros). The host picks the program per batch.
 
     Returns
     -------
@@ -478,8 +496,14 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
         raise ValueError(f"config {cfg.name!r} cannot be compiled to one on-chip step: {why}")
     lr = _check_lr(cfg.lr if lr is None else lr)
 
-    B, S, D, F, H = cfg.batch, cfg.seq_len, cfg.d_model, cfg.d_ffn, cfg.n_heads
-    C, dh, R = cfg.n_intents, cfg.d_head, cfg.batch * cfg.seq_len
+    if positions is None:
+        positions = cfg.seq_len
+    if isinstance(positions, bool) or not isinstance(positions, (int, np.integer)) \
+            or not 1 <= positions <= cfg.seq_len:
+        raise ValueError(f"positions must be an int in 1..seq_len = {cfg.seq_len}, got "
+                         f"{positions!r}")
+    B, S, D, F, H = cfg.batch, int(positions), cfg.d_model, cfg.d_ffn, cfg.n_heads
+    C, dh, R = cfg.n_intents, cfg.d_head, cfg.batch * S
     emb = cfg.embedding
     bld = _Builder()
     reg = bld.region
@@ -827,4 +851,4 @@ def compile_model(cfg, *, lr=None, order="bidirectional"):
     sections["update"] = (start_upd, len(bld.ins))
     sizes = {k: v for k, v in bld.alloc.high.items() if v}
     program = Program(bld.ins, sizes, dict(bld.alloc.regions))
-    return CompiledModel(cfg, program, float(lr), R, sections)
+    return CompiledModel(cfg, program, float(lr), R, sections, S)

@@ -144,3 +144,39 @@ def test_bad_input_is_rejected(dataset):
     cut = {k: (v[:, :4] if v.ndim == 2 else v) for k, v in one.items()}
     with pytest.raises(ValueError):
         cm.set_batch(image, cut)
+
+
+@pytest.mark.parametrize("batch, layers", [(1, 1), (3, 2)])
+def test_short_program_equals_the_full_grid_bit_for_bit(dataset, batch, layers):
+    """A program for the first P positions computes no padding past P and gives the very same
+    loss and parameter words as the full-grid program (padding only contributes zeros)."""
+    cfg = C.get_config("tiny").with_(batch=batch, n_layers=layers)
+    tr = dataset.splits["train"]
+    idx = np.flatnonzero(tr["mask"].sum(axis=1) <= 5)[:batch]
+    b = {k: v[idx] for k, v in tr.items()}
+    last = int(np.flatnonzero(b["mask"].any(axis=0))[-1]) + 1
+    assert last < cfg.seq_len
+    params = M.init_params(cfg, np.random.default_rng(4))
+    out = []
+    for cm in (compile_model(cfg), compile_model(cfg, positions=last)):
+        image = cm.initial_image(params)
+        cm.set_batch(image, b)
+        image, st = interpret(cm.program, image, raise_errors=True)
+        out.append((cm.loss(image), cm.params(image), st.macs))
+    (loss_f, p_f, macs_f), (loss_s, p_s, macs_s) = out
+    assert loss_f == loss_s and macs_s < macs_f
+    for k in p_f:
+        np.testing.assert_array_equal(p_f[k].view(np.uint32), p_s[k].view(np.uint32), k)
+
+
+def test_short_program_rejects_longer_batches_and_bad_positions(dataset):
+    cfg = C.get_config("tiny")
+    cm = compile_model(cfg, positions=3)
+    tr = dataset.splits["train"]
+    long = {k: v[[int(np.argmax(tr["mask"].sum(axis=1)))]] for k, v in tr.items()}
+    image = cm.initial_image(M.init_params(cfg, np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="compiled for 3 positions"):
+        cm.set_batch(image, long)
+    for bad in (0, cfg.seq_len + 1, 2.5, True):
+        with pytest.raises(ValueError, match="positions"):
+            compile_model(cfg, positions=bad)
