@@ -81,7 +81,8 @@ def _layer(args):
 
 def _step(args):
     from ttrain.testbench.model import bench_step
-    rep = bench_step(args.config, steps=args.steps, out_json=args.out, **_top_args(args))
+    rep = bench_step(args.config, steps=args.steps, out_json=args.out,
+                     positions=args.positions, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -92,6 +93,9 @@ def _step(args):
               f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
               f"bit-exact")
     ep = rep["epoch"]
+    if rep["positions"] != rep["seq_len"]:
+        print(f"(program for {rep['positions']} of {rep['seq_len']} positions: the epoch figure "
+              f"assumes every step has that length)")
     print(f"ATIS epoch ({ep['sentences']:,} sentences, {ep['steps']:,} steps of batch "
           f"{rep['batch']}): {ep['seconds_at_250MHz']:.1f} s at 250 MHz, "
           f"{ep['seconds_at_300MHz']:.1f} s at 300 MHz")
@@ -147,6 +151,9 @@ def register(sub):
     st.add_argument("--slots", type=int, default=16,
                     help="scoreboard slots of the sequencer (default 16)")
     st.add_argument("--steps", type=int, default=1, help="training steps (default 1)")
+    st.add_argument("--positions", type=int, default=None, metavar="P",
+                    help="run the program compiled for the first P positions (padding past P "
+                         "skipped) on the full-size build (default: the full grid)")
     st.set_defaults(func=_step)
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")
     f.add_argument("--unit", default="all", choices=["mul", "add", "compare", "all"])

@@ -350,7 +350,7 @@ ATIS_TRAIN_SENTENCES = 4478
 
 
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
-               progress=None, workdir=None):
+               progress=None, workdir=None, positions=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only, whole step, update-only (see ``ChipRun.run_steps`` with
@@ -359,6 +359,9 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     backward and update, the engine's cycles, ideal cycles (MACs / lanes), utilization, and
     the ATIS epoch time this implies at 250 and 300 MHz (batch ``cfg.batch``, the full grid
     of ``seq_len`` positions per sentence, so the cycles do not depend on the sentence).
+    ``positions``: run the program compiled for that many positions instead (on the same
+    build, sized for the full grid), on sentences that fit them; the epoch time is then what
+    an epoch of steps of that length would take.
     """
     import json
     import tempfile
@@ -371,17 +374,23 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         raise ValueError(f"steps must be an int in 1..20, not {steps!r}")
     say = progress or (lambda m: None)
     cfg, notes = chip_config(get_config(config))
-    cm = compile_model(cfg)
+    full = compile_model(cfg)
+    cm = full if positions is None else compile_model(cfg, positions=positions)
     t0 = time.time()
     say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
         f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
         f"paper-size first build takes 10-30 minutes")
     name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}"
-    build = build_model_top(cm, lanes=lanes, slots=slots, name=name)
+    build = build_model_top(full, lanes=lanes, slots=slots, name=name)
     build_s = time.time() - t0
     ds = generate_dataset(seed=0, n_train=max(8, steps * cfg.batch), n_dev=4, n_test=4,
                           seq_len=cfg.seq_len, vocab_size=min(cfg.vocab, 128))
-    batches = list(ds.batches("train", cfg.batch, seed=seed))[:steps]
+    fits = np.flatnonzero(ds.splits["train"]["mask"].sum(axis=1) <= cm.positions)
+    if len(fits) < steps * cfg.batch:
+        raise ValueError(f"positions={cm.positions} is shorter than the benchmark's sentences; "
+                         f"use at least 4")
+    rows = np.random.default_rng(seed).permutation(fits)[:steps * cfg.batch]
+    batches = [ds.batch("train", rows[i * cfg.batch:(i + 1) * cfg.batch]) for i in range(steps)]
     params = M.init_params(cfg, np.random.default_rng(seed))
     chip = ChipRun(cm, build, params, workdir or tempfile.mkdtemp(prefix="step-bench-"),
                    check="outputs")
@@ -400,7 +409,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             "instructions": r.instructions, "bit_exact": True})
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
-              "batch": cfg.batch, "seq_len": cfg.seq_len,
+              "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)
