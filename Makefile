@@ -60,7 +60,7 @@ bench-layer: $(STAMP)  ## 3 compiled training steps of the paper layer on the ac
 bench-step: $(STAMP)  ## one whole training step of paper-l1 on the accelerator top: cycles, breakdown (long)
 	$(VENV)/bin/ttrain bench step --config paper-l1 --out build/bench-step.json
 
-train-chip: $(STAMP)  ## train tiny on the simulated chip for all epochs, then the same run in golden
+train-chip: $(STAMP)  ## train tiny on the simulated chip, 3 epochs (~3 h of simulation), then in golden
 	$(VENV)/bin/ttrain train --config tiny --engine rtl --compare
 
 train-atis: $(STAMP)  ## train the small preset on ATIS (../shared/data/atis)
