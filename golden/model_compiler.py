@@ -9,10 +9,11 @@ ids, key-mask bias, one-hot labels, row weights) and the loss and logits out.
 
 Data layout and flow (``docs/model-compiler.md`` has the full table):
 
-* the step works on the **full grid** of ``R = batch * seq_len`` rows (row ``b * S + i``);
-  padded keys get the additive bias ``MASK_VALUE`` so their attention weight is exactly 0,
-  padded rows feed no loss, so their gradients are exactly zero and change no parameter
-  (the fast path ``golden/model.py`` skips them; both define the same function);
+* the step works on a grid of ``R = batch * S`` rows (row ``b * S + i``), ``S = seq_len`` or
+  the ``positions`` it was compiled for; padded keys get the additive bias ``MASK_VALUE`` so
+  their attention weight is exactly 0, padded rows feed no loss, so their gradients are exactly
+  zero and change no parameter (the fast path ``golden/model.py`` skips them; both define the
+  same function, and a shorter grid gives the very same words);
 * **TTM embedding**: the host writes the token's mixed-radix digits (most significant first)
   as one index list per core; core ``k`` lives in the param store as ``(v_k, r_k, e_k,
   r_{k+1})`` so each digit selects one contiguous slice, fetched by ``GATHER``; a chain of
