@@ -100,22 +100,22 @@ class _Builder:
     def r(self, name):
         return self.alloc.regions[name]
 
-    def mat(self, name, offset=0, rs=None, cs=1, bs=0):
+    def mat(self, name, rs=None, cs=1, bs=0):
         """Row-major view of region ``name`` (rows of its last dimension)."""
         r = self.r(name)
         if rs is None:
             rs = r.shape[-1] if len(r.shape) > 1 else 1
-        return View(r.store, r.base + offset, rs, cs, bs)
+        return View(r.store, r.base, rs, cs, bs)
 
-    def col(self, name, offset=0):
+    def col(self, name):
         """A region of one word per row, broadcast over columns (``col_stride`` 0)."""
         r = self.r(name)
-        return View(r.store, r.base + offset, 1, 0)
+        return View(r.store, r.base, 1, 0)
 
-    def rowvec(self, name, offset=0):
+    def rowvec(self, name):
         """A vector broadcast over rows (``row_stride`` 0)."""
         r = self.r(name)
-        return View(r.store, r.base + offset, 0, 1)
+        return View(r.store, r.base, 0, 1)
 
     def ew(self, op, rows, cols, d, a=None, b=None, imm=None, step=(0, 0, 0)):
         bits = 0 if imm is None else (imm if isinstance(imm, int) else f32_bits(imm))
@@ -183,7 +183,7 @@ def _relocate(instrs, layer_map, target):
             d = ins.desc
             out.append(dc_replace(ins, desc=dc_replace(d, a=move(d.a), b=move(d.b),
                                                           c=move(d.c))))
-        elif isinstance(ins, (Elementwise,)):
+        elif isinstance(ins, Elementwise):
             out.append(dc_replace(ins, d=move(ins.d), a=move(ins.a), b=move(ins.b)))
         elif isinstance(ins, Reduce):
             out.append(dc_replace(ins, d=move(ins.d), a=move(ins.a)))
@@ -192,15 +192,6 @@ def _relocate(instrs, layer_map, target):
         else:
             raise AssertionError(f"unexpected instruction in a TT layer: {ins}")
     return out
-
-
-def _written(instrs):
-    """Views written by ``instrs`` (slot 0; UPDATE's slot 1 too)."""
-    for ins in instrs:
-        if isinstance(ins, Contract):
-            yield ins.desc.c
-        elif isinstance(ins, (Elementwise, Reduce)):
-            yield ins.d
 
 
 class _TTLayers:
@@ -237,14 +228,16 @@ class _TTLayers:
             i = cut[0]
 
             # a merge reads cores (param store) and other merges only
-            scratch = [r for r in mm.values() if r.store == "scratch"]
+            scratch = {n: r for n, r in mm.items() if r.store == "scratch"}
 
             def region_of(v):
-                return next((r for r in scratch if r.base <= v.base < r.base + r.size), None)
+                return next(r for r in scratch.values() if r.base <= v.base < r.base + r.size)
             token_regions, merges = set(), []
             for n, st in enumerate(ins[:i]):
                 if isinstance(st, (Loop, EndLoop)):
-                    raise AssertionError("the compiled layer has a LOOP (sample_loop)")
+                    raise ValueError(f"order {self.order!r} needs a LOOP in the forward part of "
+                                     f"the TT layer {spec}; the model compiler cannot split it "
+                                     f"into merges and token steps: use order='bidirectional'")
                 reads = [v for v in st.views[1:] if v is not None]
                 if isinstance(st, Contract) and st.desc.accumulate:
                     reads.append(st.desc.c)
@@ -257,12 +250,9 @@ class _TTLayers:
                         token_regions.add(region_of(out).base)
                 else:
                     merges.append(n)
-            tok_written = token_regions
             private, pooled, pool = [], {}, 0
-            for name, r in mm.items():
-                if r.store != "scratch":
-                    continue
-                if any(r.base <= b < r.base + r.size for b in tok_written):
+            for name, r in scratch.items():
+                if r.base in token_regions:
                     private.append(name)
                 else:
                     pooled[name] = pool

@@ -28,8 +28,8 @@ def _batches(ds, n, per):
     return [{k: v[i * per:(i + 1) * per] for k, v in tr.items()} for i in range(n)]
 
 
-def _compare_steps(cfg, batches, lr=0.05):
-    cm = compile_model(cfg, lr=lr)
+def _compare_steps(cfg, batches, lr=0.05, order="bidirectional"):
+    cm = compile_model(cfg, lr=lr, order=order)
     params = M.init_params(cfg, np.random.default_rng(7))
     fast = {k: v.copy() for k, v in params.items()}
     image = cm.initial_image(params)
@@ -54,9 +54,10 @@ def _compare_steps(cfg, batches, lr=0.05):
     return cm, image
 
 
-def test_tiny_steps_match_fast_path(dataset):
+@pytest.mark.parametrize("order", ["bidirectional", "left_to_right", "dp_best"])
+def test_tiny_steps_match_fast_path(dataset, order):
     cfg = C.get_config("tiny")
-    _compare_steps(cfg, _batches(dataset, 4, 1))
+    _compare_steps(cfg, _batches(dataset, 4, 1), order=order)
 
 
 def test_batch_two_layers_short_batch_match_fast_path(dataset):
