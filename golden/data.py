@@ -27,6 +27,11 @@ Encoding rules (one place, used by the loader and the generator alike):
   ``intent_label.txt``, unknown → ``UNK``. ``intent_exact`` maps the full label string instead
   (unknown → ``UNK``) for exact-string accuracy.
 * Slots: one tag id per word (unknown tag → ``UNK``), ``-1`` on ``[CLS]`` and padding.
+* Unknown labels are counted: :attr:`Dataset.warnings` has one line per split with unknown
+  (first-listed) intents or unknown slot tags, with counts and examples. A split none of whose
+  intents is known, or an empty split, is a ValueError (it could only score 0%).
+* Files are UTF-8 (a byte-order mark is ignored); anything else is a ValueError naming the
+  file and line.
 
 A batch is a dict of NumPy arrays for ``n`` sentences: ``tokens`` int64 (n, S), ``segments``
 int64 (n, S), ``mask`` bool (n, S) (True = real token incl. ``[CLS]``), ``intent`` int64 (n,),
@@ -111,6 +116,8 @@ class Dataset:
     intent_labels: list
     slot_labels: list
     seq_len: int
+    warnings: list = field(default_factory=list, compare=False)
+    directory: str = field(default=None, compare=False)
     _word_ids: dict = field(default=None, repr=False, compare=False)
 
     @property
@@ -183,6 +190,19 @@ class Dataset:
         ids = [CLS] + [self._word_ids.get(w, UNK) for w in words[:self.seq_len - 1]]
         return np.array(ids + [PAD] * (self.seq_len - len(ids)), dtype=np.int64)
 
+    def reencode(self, vocab, intent_labels, slot_labels, *, labels_from):
+        """Return this data set's text encoded with a given vocabulary and label lists.
+
+        Used to evaluate or fine-tune a checkpoint: token and label ids must mean what they
+        meant in training. ``labels_from`` names where the lists came from (for messages).
+        """
+        if list(vocab[:len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+            raise ValueError(f"{labels_from}: the vocabulary must start with "
+                             f"{list(SPECIAL_TOKENS)}")
+        return build_dataset(self.raw, intent_labels, slot_labels, seq_len=self.seq_len,
+                             vocab=list(vocab), name=self.name, directory=self.directory,
+                             labels_from=labels_from)
+
     def save(self, path):
         """Write the data set as text files in the directory format of the module doc.
 
@@ -215,8 +235,16 @@ def _read_lines(path):
         raise FileNotFoundError(
             f"missing data file {path}: a data directory needs {{train,dev,test}}.seq.in/.seq.out"
             f"/.label, {INTENT_FILE} and {SLOT_FILE}")
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(f"{path} line {line} is not UTF-8 (byte 0x{data[exc.start]:02x} at "
+                         f"column {column}): save the file as UTF-8") from None
+    lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.rstrip("\r") for line in lines]
@@ -255,6 +283,35 @@ def _read_split(path, split):
     return RawSplit(tuple(words), tuple(tags), tuple(label.strip() for label in labels))
 
 
+def _examples(counter, k=3):
+    shown = ", ".join(f"{label!r} x{n}" for label, n in counter.most_common(k))
+    return shown + (f", ... ({len(counter)} distinct)" if len(counter) > k else "")
+
+
+def _label_report(split, raw, intent_labels, slot_labels, where, labels_from):
+    """Return the warning lines for unknown labels of one split; raise if none is known."""
+    known_intents, known_slots = set(intent_labels), set(slot_labels)
+    bad_intents = Counter(x for x in map(first_intent, raw.labels) if x not in known_intents)
+    bad_slots = Counter(t for tags in raw.tags for t in tags if t not in known_slots)
+    intent_from, slot_from = labels_from
+    lines = []
+    n = len(raw)
+    if n and sum(bad_intents.values()) == n:
+        raise ValueError(
+            f"{where(split, 'label')}: none of the {n} {split} intents is listed in "
+            f"{intent_from} ({_examples(bad_intents)}): the split "
+            f"could only score 0%; list its intents there or fix the labels")
+    if bad_intents:
+        lines.append(
+            f"{where(split, 'label')}: {sum(bad_intents.values())} of {n} {split} sentences "
+            f"have an intent not in {intent_from}, scored as UNK: {_examples(bad_intents)}")
+    if bad_slots:
+        lines.append(
+            f"{where(split, 'seq.out')}: {sum(bad_slots.values())} {split} slot tag(s) not in "
+            f"{slot_from}, scored as UNK: {_examples(bad_slots)}")
+    return lines
+
+
 def _encode_split(raw, vocab, intent_labels, slot_labels, seq_len):
     word_ids = {w: i for i, w in enumerate(vocab)}
     intent_ids = {label: i for i, label in enumerate(intent_labels)}
@@ -278,7 +335,8 @@ def _encode_split(raw, vocab, intent_labels, slot_labels, seq_len):
     }
 
 
-def build_dataset(raw, intent_labels, slot_labels, *, seq_len, vocab_size, name="dataset"):
+def build_dataset(raw, intent_labels, slot_labels, *, seq_len, vocab_size=None, name="dataset",
+                  vocab=None, directory=None, labels_from=None):
     """Encode text splits into a :class:`Dataset` (vocabulary from ``raw["train"]``).
 
     Parameters
@@ -293,20 +351,44 @@ def build_dataset(raw, intent_labels, slot_labels, *, seq_len, vocab_size, name=
         Maximum vocabulary size including the 3 special tokens.
     name : str
         Label for messages.
+    vocab : list of str, optional
+        Use this vocabulary instead of building one (``vocab_size`` is then ignored).
+    directory : str, optional
+        The directory the splits were read from (messages name its files).
+    labels_from : str, optional
+        Where the label lists came from, for messages (default: the directory's label files).
     """
     if not isinstance(seq_len, (int, np.integer)) or seq_len < 2:
         raise ValueError(f"seq_len must be an integer >= 2 ([CLS] and one word), got {seq_len!r}")
     missing = [s for s in SPLITS if s not in raw]
     if missing:
         raise ValueError(f"data set needs splits {list(SPLITS)}, missing {missing}")
-    if len(raw["train"]) == 0:
-        raise ValueError("the train split is empty: the vocabulary is built from it")
-    vocab = build_vocab(raw["train"].words, vocab_size)
+
+    def where(split, ext):
+        if directory is not None:
+            return os.path.join(directory, f"{split}.{ext}")
+        return f"{name} {split} split"
+    if labels_from is None:
+        labels_from = ((os.path.join(directory, INTENT_FILE), os.path.join(directory, SLOT_FILE))
+                       if directory is not None else ("the intent labels", "the slot labels"))
+    elif isinstance(labels_from, str):
+        labels_from = (labels_from, labels_from)
+    for split in SPLITS:
+        if len(raw[split]) == 0:
+            raise ValueError(f"{where(split, 'seq.in')}: the {split} split is empty"
+                             + (": the vocabulary is built from it" if split == "train" else
+                                ": it is evaluated every epoch; give it sentences"))
+    warnings = []
+    for split in SPLITS:
+        warnings += _label_report(split, raw[split], intent_labels, slot_labels, where,
+                                  labels_from)
+    if vocab is None:
+        vocab = build_vocab(raw["train"].words, vocab_size)
     splits = {s: _encode_split(raw[s], vocab, intent_labels, slot_labels, int(seq_len))
               for s in SPLITS}
     return Dataset(name=name, splits=splits, raw={s: raw[s] for s in SPLITS}, vocab=vocab,
                    intent_labels=list(intent_labels), slot_labels=list(slot_labels),
-                   seq_len=int(seq_len))
+                   seq_len=int(seq_len), warnings=warnings, directory=directory)
 
 
 def load_dataset(path, cfg=None, *, seq_len=None, vocab_size=None):
@@ -341,7 +423,7 @@ def load_dataset(path, cfg=None, *, seq_len=None, vocab_size=None):
     slot_labels = _label_list(os.path.join(path, SLOT_FILE), ("PAD", "UNK"))
     raw = {s: _read_split(path, s) for s in SPLITS}
     return build_dataset(raw, intent_labels, slot_labels, seq_len=seq_len,
-                         vocab_size=vocab_size, name=path)
+                         vocab_size=vocab_size, name=path, directory=path)
 
 
 # --------------------------------------------------------------------------------------------
