@@ -29,9 +29,13 @@ and these come from the config (``cfg.epochs``, ``cfg.lr``, ``cfg.batch``, ``cfg
 
 import dataclasses
 import json
+import math
 import os
 import sys
+import tempfile
 import time
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -40,7 +44,8 @@ from .data import UNK, Dataset
 
 __all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
-           "unk_probabilities", "SCHEDULES"]
+           "unk_probabilities", "SCHEDULES", "check_config_fits", "check_out_dir",
+           "write_atomically"]
 
 SCHEDULES = ("constant", "linear")
 CHECKPOINT_FORMAT = 1
@@ -162,8 +167,47 @@ def evaluate(cfg, params, dataset, split, *, batch_size=256):
 # Checkpoints
 
 
+def write_atomically(path, write):
+    """Create or replace the file ``path`` atomically: ``write(f)`` fills a temporary file in the
+    same directory (binary mode), which then replaces ``path`` (``os.replace``). A reader, or an
+    interrupted run, sees the old file or the new one, never a part of one."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)                   # as open() would have made it
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def check_out_dir(path):
+    """Raise ValueError unless ``path`` is a directory or can be created as one (call it before
+    a long run, so the results are not lost at the end)."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"output directory {path} is an existing file: pass a directory")
+    base = path
+    while not os.path.exists(base):
+        base = os.path.dirname(base)
+    if not os.path.isdir(base):
+        raise ValueError(f"output directory {path} cannot be created: {base} is a file")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise ValueError(f"output directory {path} cannot be written: {base} is not writable")
+
+
 def save_checkpoint(path, cfg, params, *, vocab, intent_labels, slot_labels, meta=None):
-    """Write ``params`` and what is needed to use them to an ``.npz`` file.
+    """Write ``params`` and what is needed to use them to an ``.npz`` file (atomically).
 
     Stored: every parameter array (key ``param/<name>``), the config (name and full JSON),
     the word vocabulary, intent and slot label lists and ``meta`` (a JSON-serializable dict).
@@ -176,12 +220,60 @@ def save_checkpoint(path, cfg, params, *, vocab, intent_labels, slot_labels, met
     arrays["intent_labels"] = np.array(list(intent_labels), dtype=str)
     arrays["slot_labels"] = np.array(list(slot_labels), dtype=str)
     arrays["meta_json"] = np.array(json.dumps(meta or {}))
-    path = os.fspath(path)
-    if os.path.dirname(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-    return path
+    return write_atomically(path, lambda f: np.savez(f, **arrays))
+
+
+_CHECKPOINT_KEYS = ("format", "config_json", "vocab", "intent_labels", "slot_labels",
+                    "meta_json")
+_NOT_A_CHECKPOINT = "pass a best.npz written by `ttrain train --out DIR`"
+
+
+class _NotACheckpoint(ValueError):
+    """Why a file is not a checkpoint (the text goes into the message's parentheses)."""
+
+
+def _sniff(path):
+    """Raise :class:`_NotACheckpoint` unless ``path`` starts like a zip (.npz) archive."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if not head:
+        raise _NotACheckpoint("the file is empty")
+    if head.startswith(b"\x93NUMPY"):
+        raise _NotACheckpoint("a single NumPy .npy array, not an .npz archive")
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        try:
+            head.decode("utf-8")
+            kind = "a text file"
+        except UnicodeDecodeError:
+            kind = "binary data"
+        raise _NotACheckpoint(f"{kind}, not an .npz archive")
+
+
+def _read_checkpoint(path):
+    """Return ``(stored config dict, rest)`` of a checkpoint file; raise on anything else."""
+    _sniff(path)
+    with np.load(path, allow_pickle=False) as z:
+        missing = [k for k in _CHECKPOINT_KEYS if k not in z.files]
+        if missing:
+            raise _NotACheckpoint(f"a zip archive without the checkpoint entries "
+                                  f"{', '.join(missing)}")
+        if int(z["format"]) != CHECKPOINT_FORMAT:
+            raise _FormatError(f"{path} has checkpoint format {int(z['format'])}, this ttrain "
+                               f"reads format {CHECKPOINT_FORMAT}")
+        # through ModelConfig, so fields added later get their defaults
+        stored = config_to_dict(config_from_dict(json.loads(str(z["config_json"]))))
+        params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
+        out = {"params": params, "vocab": [str(w) for w in z["vocab"]],
+               "intent_labels": [str(w) for w in z["intent_labels"]],
+               "slot_labels": [str(w) for w in z["slot_labels"]],
+               "meta": json.loads(str(z["meta_json"]))}
+    if not params:
+        raise _NotACheckpoint("no parameter arrays")
+    return stored, out
+
+
+class _FormatError(ValueError):
+    pass
 
 
 def load_checkpoint(path, cfg=None):
@@ -193,42 +285,61 @@ def load_checkpoint(path, cfg=None):
         The ``.npz`` file.
     cfg : ModelConfig, optional
         If given, the checkpoint must have been written for this config (same name and shapes;
-        ``lr``, ``epochs``, ``batch`` and ``description`` may differ), else ValueError.
+        ``lr``, ``epochs``, ``batch`` and ``description`` may differ), else ValueError (see
+        :func:`check_config_fits`).
 
     Returns
     -------
     dict
         ``cfg`` (the stored :class:`ModelConfig`), ``params``, ``vocab``, ``intent_labels``,
         ``slot_labels``, ``meta``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If it is not a readable checkpoint (empty, truncated, corrupted, another file type or
+        another format), with a one-line message naming the file.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint {path} does not exist")
-    with np.load(path, allow_pickle=False) as z:
-        if "config_json" not in z.files or "format" not in z.files:
-            raise ValueError(f"{path} is not a ttrain checkpoint (no config_json/format entries)")
-        if int(z["format"]) != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path} has checkpoint format {int(z['format'])}, this ttrain "
-                             f"reads format {CHECKPOINT_FORMAT}")
-        # through ModelConfig, so fields added later get their defaults
-        stored = config_to_dict(config_from_dict(json.loads(str(z["config_json"]))))
-        params = {k[len("param/"):]: z[k] for k in z.files if k.startswith("param/")}
-        out = {"params": params, "vocab": [str(w) for w in z["vocab"]],
-               "intent_labels": [str(w) for w in z["intent_labels"]],
-               "slot_labels": [str(w) for w in z["slot_labels"]],
-               "meta": json.loads(str(z["meta_json"]))}
+    try:
+        stored, out = _read_checkpoint(path)
+    except _FormatError:
+        raise
+    except _NotACheckpoint as exc:
+        raise ValueError(f"{path} is not a ttrain checkpoint ({exc}): {_NOT_A_CHECKPOINT}") \
+            from None
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"{path} is not a readable ttrain checkpoint (a truncated or corrupted "
+                         f".npz archive: {exc}): {_NOT_A_CHECKPOINT}") from None
+    except (ValueError, TypeError, KeyError, EOFError, OSError, zlib.error) as exc:
+        raise ValueError(f"{path} is not a readable ttrain checkpoint (corrupted: "
+                         f"{type(exc).__name__}: {' '.join(str(exc).split())}): "
+                         f"{_NOT_A_CHECKPOINT}") from None
     if cfg is not None:
-        want = config_to_dict(cfg)
-        if stored["name"] != want["name"]:
-            raise ValueError(f"checkpoint {path} was written for config {stored['name']!r}, not "
-                             f"{cfg.name!r}: load it with --config {stored['name']}")
-        diff = [k for k in want if k not in _NON_SHAPE_FIELDS and stored.get(k) != want[k]]
-        if diff:
-            detail = ", ".join(f"{k}: checkpoint {stored.get(k)!r} vs config {want[k]!r}"
-                               for k in diff)
-            raise ValueError(f"checkpoint {path} does not fit config {cfg.name!r} ({detail})")
+        check_config_fits(stored, cfg, path)
     out["cfg"] = config_from_dict(stored)
     return out
+
+
+def check_config_fits(stored, cfg, path):
+    """Raise ValueError unless the checkpoint config ``stored`` (a ModelConfig or its dict) has
+    the name and parameter shapes of ``cfg`` (hyperparameters may differ)."""
+    if isinstance(stored, ModelConfig):
+        stored = config_to_dict(stored)
+    want = config_to_dict(cfg)
+    if stored["name"] != want["name"]:
+        raise ValueError(f"checkpoint {path} was written for config {stored['name']!r}, not "
+                         f"{cfg.name!r}: use --config {stored['name']} (`ttrain eval "
+                         f"--checkpoint {path}` takes the config from the checkpoint)")
+    diff = [k for k in want if k not in _NON_SHAPE_FIELDS and stored.get(k) != want[k]]
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {stored.get(k)!r} vs config {want[k]!r}"
+                           for k in diff)
+        raise ValueError(f"checkpoint {path} does not fit config {cfg.name!r} ({detail})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,8 +373,7 @@ def plot_history(history, path, title=""):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=100)
-    return path
+    return write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +433,7 @@ def _fmt(value):
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
-          average=None, balance=None, log=None, blas_threads=1, unk_alpha=None):
+          average=None, balance=None, log=None, blas_threads=1, unk_alpha=None, init=None):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     Parameters
@@ -376,6 +486,10 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         more often without touching the loss or the update rule.
     log : callable, optional
         Called with one line of text per epoch (for example ``print``).
+    init : dict of str to ndarray, optional
+        Start from these parameters (for example a checkpoint's ``params``) instead of a seeded
+        initialization; they must have the names and shapes of ``cfg``'s (after the
+        ``n_intents``/``n_slots``/``slot_head`` changes), else ValueError before any step.
     blas_threads : int or None
         BLAS threads while training (None = leave as is). The matrices are small: one thread
         is fastest, and several threads on a shared 2-core machine are up to 14x slower
@@ -391,16 +505,38 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     """
     if blas_threads is None:
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha)
+                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha,
+                      init)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
         return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha)
+                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha,
+                      init)
+
+
+def _check_init(cfg, params, init):
+    """Raise ValueError unless ``init`` has exactly the parameter names and shapes of ``params``."""
+    missing = sorted(set(params) - set(init))
+    extra = sorted(set(init) - set(params))
+    shapes = [f"{k}: {tuple(np.shape(init[k]))} vs {params[k].shape}" for k in sorted(params)
+              if k in init and tuple(np.shape(init[k])) != params[k].shape]
+    if missing or extra or shapes:
+        detail = "; ".join(x for x in (
+            missing and f"missing {', '.join(missing[:4])}" + (" ..." if len(missing) > 4 else ""),
+            extra and f"not in the config {', '.join(extra[:4])}" + (" ..." if len(extra) > 4
+                                                                     else ""),
+            shapes and "shapes (init vs config) " + ", ".join(shapes[:4])) if x)
+        raise ValueError(f"the initial parameters do not fit config {cfg.name!r} ({detail})")
+
+
+def _finite_positive(value):
+    return (not isinstance(value, bool) and isinstance(value, (int, float, np.floating))
+            and math.isfinite(value) and value > 0)
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, word_dropout, average, balance, log, unk_alpha):
+           warmup, clip, word_dropout, average, balance, log, unk_alpha, init):
     from . import model
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
@@ -418,14 +554,16 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     unk_alpha = cfg.extra.get("unk_alpha", 0.0) if unk_alpha is None else unk_alpha
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if not _finite_positive(lr):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {list(SCHEDULES)}")
     if not 0 <= warmup < 1:
         raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
-    if clip is not None and not clip > 0:
-        raise ValueError(f"clip must be a positive gradient norm or None, got {clip!r}")
+    if clip is not None and not _finite_positive(clip):
+        raise ValueError(f"clip must be a positive finite gradient norm or None, got {clip!r}")
     if not 0 <= balance <= 1:
         raise ValueError(f"balance must be in [0, 1] (0 = plain shuffling), got {balance!r}")
     if not 0 <= average <= 1:
@@ -451,9 +589,14 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         changes["slot_head"] = bool(slot_head)
     if changes:
         cfg = cfg.with_(**changes)
+    if out_dir is not None:
+        check_out_dir(out_dir)           # now, not after the whole run
 
     t0 = time.perf_counter()
     params = model.init_params(cfg, np.random.default_rng(seed))
+    if init is not None:
+        _check_init(cfg, params, init)
+        params = {k: np.array(init[k], dtype=v.dtype) for k, v in params.items()}
     shuffle_rng = np.random.default_rng([seed, 1])
     dropout_rng = np.random.default_rng([seed, 2])
     hidden_rng = np.random.default_rng([seed, 3])       # cfg.dropout masks (model)
@@ -575,9 +718,9 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,
             intent_labels=dataset.intent_labels, slot_labels=dataset.slot_labels, meta=meta)
         result["history_file"] = os.path.join(out_dir, "history.json")
-        with open(result["history_file"], "w", encoding="utf-8") as f:
-            json.dump({"config": config_to_dict(cfg), **meta, "seconds": result["seconds"],
-                       "history": history}, f, indent=1)
+        text = json.dumps({"config": config_to_dict(cfg), **meta, "seconds": result["seconds"],
+                           "history": history}, indent=1)
+        write_atomically(result["history_file"], lambda f: f.write(text.encode("utf-8")))
         result["curves"] = plot_history(
             history, os.path.join(out_dir, "curves.png"),
             title=f"{cfg.name} on {dataset.name}: best dev epoch {best['epoch']}, test intent "
