@@ -36,9 +36,9 @@ def register(sub):
 
 def memory_lines(store_sizes, lanes):
     """Lines describing the stores mapped onto the U50's BRAM/URAM (and the report dict)."""
-    from .resources_cmd import fit_memory
-    from .rtl.top import store_sizes_for
-    sizes = store_sizes_for(store_sizes, lanes)
+    from .platforms.hw import round_store_words
+    from .platforms.memory import fit_memory
+    sizes = round_store_words(store_sizes, lanes)
     fit = fit_memory(sizes, lanes)
     best = fit["best"] or fit["auto"]
     lines = ["on-chip memory map (stores -> U50 RAM blocks, "
@@ -71,6 +71,9 @@ def run(args):
         raise ValueError(f"--lanes must be a power of two >= 4, got {args.lanes}")
     if args.per_session < 1:
         raise ValueError(f"--per-session must be >= 1, got {args.per_session}")
+    from .commands import check_output_file, check_seed
+    check_seed("--seed", args.seed)
+    check_output_file("--json", args.json)          # before the build, not after the run
     t0 = time.time()
     base = get_config(args.config)
     dataset = generate_dataset(seed=0, seq_len=base.seq_len, vocab_size=base.vocab)
@@ -144,8 +147,7 @@ def run(args):
                   "seconds": {"build": build_s, "simulation": chip.sim_seconds,
                               "golden": chip.golden_seconds, "total": total_s},
                   "store_sizes": build.config["store_sizes"]}
-        from pathlib import Path
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
+        from .golden.train import write_atomically
+        text = json.dumps(report, indent=1).encode("utf-8")
+        write_atomically(args.json, lambda f: f.write(text))
     return 0

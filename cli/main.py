@@ -4,6 +4,13 @@ import argparse
 import os
 import sys
 
+# Errors caused by the user's input or files: one line on stderr, exit code 2, no traceback.
+# Commands check their flags and paths up front and raise ValueError (see ``commands.check_*``);
+# the OSErrors are a safety net for paths that change under a running command, and
+# FloatingPointError is a diverged training run (its message says which flag to change).
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
+               NotADirectoryError, PermissionError, FloatingPointError)
+
 
 def build_parser():
     parser = argparse.ArgumentParser(
@@ -21,8 +28,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"ttrain {args.command}: error: {exc}", file=sys.stderr)
+    except USER_ERRORS as exc:
+        message = " ".join(str(exc).split())        # one line, whatever the exception held
+        print(f"ttrain {args.command}: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # Output piped into e.g. `head`: stop quietly, as Unix tools do.

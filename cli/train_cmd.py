@@ -31,13 +31,19 @@ def register(sub):
     p.add_argument("--slot-head", action="store_true",
                    help="also train the per-token slot head and report slot F1")
     p.add_argument("--out", metavar="DIR",
-                   help="write best.npz, history.json and curves.png here")
+                   help="write best.npz, history.json and curves.png here (checked before "
+                        "training; each file is replaced atomically)")
+    p.add_argument("--init", metavar="FILE",
+                   help="start from the parameters of this checkpoint (a best.npz of an earlier "
+                        "run of the same --config) instead of a seeded initialization; the data "
+                        "are encoded with the checkpoint's vocabulary and label lists, and the "
+                        "slot head follows the checkpoint unless --slot-head")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=("golden", "rtl"), default="golden",
                    help="golden: the NumPy fast path (default); rtl: every step on the "
                         "simulated accelerator (Verilator), checked bit-exactly against the "
                         "golden interpreter; slow for large presets")
-    p.add_argument("--lanes", type=int, default=4, metavar="P",
+    p.add_argument("--lanes", type=int, metavar="P",
                    help="--engine rtl: engine lanes = store banks (default 4)")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="--engine rtl: stop after N steps (default: all epochs)")
@@ -47,20 +53,17 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-def run(args):
-    from ttrain.golden.config import get_config
-    from ttrain.golden.data import generate_dataset, load_dataset
-    from ttrain.golden.train import train
-
-    cfg = get_config(args.config)
-    if args.epochs is not None and args.epochs < 1:
-        raise ValueError(f"--epochs must be at least 1, got {args.epochs}")
-    if args.lr is not None and not args.lr > 0:
-        raise ValueError(f"--lr must be positive, got {args.lr}")
-    if args.clip is not None and not args.clip > 0:
-        raise ValueError(f"--clip must be a positive gradient norm, got {args.clip}")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+def _check_args(args):
+    """Every flag's range and every path, before the data are read or a step is run."""
+    from .commands import (check_int, check_output_dir, check_positive_float, check_seed)
+    check_int("--epochs", args.epochs, 1)
+    check_positive_float("--lr", args.lr)
+    check_positive_float("--clip", args.clip, "a positive gradient norm")
+    check_int("--batch-size", args.batch_size, 1)
+    check_seed("--seed", args.seed)
+    check_int("--train-sentences", args.train_sentences, 1)
+    check_int("--max-steps", args.max_steps, 1)
+    check_output_dir("--out", args.out)
     if args.data is not None:
         if args.train_sentences is not None:
             raise ValueError("--train-sentences sizes the built-in data set; it cannot be used "
@@ -69,24 +72,71 @@ def run(args):
             raise ValueError(f"--data {args.data} is not a directory: pass a directory holding "
                              f"{{train,dev,test}}.seq.in/.seq.out/.label, intent_label.txt and "
                              f"slot_label.txt (e.g. ../shared/data/atis)")
+    if args.engine == "golden":
+        for flag in ("max_steps", "compare", "lanes"):
+            if getattr(args, flag):
+                raise ValueError(f"--{flag.replace('_', '-')} applies to --engine rtl only")
+    else:
+        for flag in ("batch_size", "schedule", "clip", "out"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')} is not available with --engine rtl "
+                                 f"(the chip trains the config's batch and schedule, no "
+                                 f"clipping)")
+        if args.slot_head:
+            raise ValueError("--slot-head is not available with --engine rtl (intent head only)")
+        if args.init is not None:
+            raise ValueError("--init is not available with --engine rtl (the chip starts from "
+                             "the seeded initialization); drop it or use --engine golden")
+        if args.lanes is not None and (args.lanes < 4 or args.lanes & (args.lanes - 1)):
+            raise ValueError(f"--lanes must be a power of two >= 4, got {args.lanes}")
+
+
+def _load_init(path, cfg, slot_head):
+    """Read the --init checkpoint; it must fit ``cfg`` (with its label counts and slot head)."""
+    from ttrain.golden.train import check_config_fits, load_checkpoint
+    if not os.path.isfile(path):
+        raise ValueError(f"--init {path} does not exist: pass a best.npz written by "
+                         f"`ttrain train --out DIR`")
+    try:
+        ck = load_checkpoint(path)
+        stored = ck["cfg"]
+        want = cfg.with_(n_intents=stored.n_intents, n_slots=stored.n_slots,
+                         slot_head=stored.slot_head if slot_head is None else slot_head)
+        check_config_fits(stored, want, path)
+    except ValueError as exc:
+        raise ValueError(f"--init: {exc}") from None
+    return ck
+
+
+def run(args):
+    from ttrain.golden.config import get_config
+    from ttrain.golden.data import generate_dataset, load_dataset
+    from ttrain.golden.train import train
+
+    from .commands import warn
+
+    cfg = get_config(args.config)
+    _check_args(args)
+    slot_head = True if args.slot_head else None
+    ck = None if args.init is None else _load_init(args.init, cfg, slot_head)
+    if args.data is not None:
         dataset = load_dataset(args.data, cfg)
     else:
         n_train = 1200 if args.train_sentences is None else args.train_sentences
-        if n_train < 1:
-            raise ValueError(f"--train-sentences must be at least 1, got {n_train}")
         dataset = generate_dataset(seed=0, n_train=n_train, seq_len=cfg.seq_len,
                                    vocab_size=cfg.vocab)
+    if ck is not None:
+        dataset = dataset.reencode(ck["vocab"], ck["intent_labels"], ck["slot_labels"],
+                                   labels_from=f"the label lists of --init {args.init}")
+        slot_head = ck["cfg"].slot_head if slot_head is None else slot_head
+    warn("train", dataset.warnings)
     print(dataset.summary())
     if args.engine == "rtl":
         return _run_rtl(args, cfg, dataset)
-    for flag in ("max_steps", "compare"):
-        if getattr(args, flag):
-            raise ValueError(f"--{flag.replace('_', '-')} applies to --engine rtl only")
-    slot_head = True if args.slot_head else None
     result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
                    batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
                    progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
-                   log=print)
+                   log=print, init=None if ck is None else ck["params"])
     t = result["cfg"]
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
           f"({result['schedule']}), clip {result['clip']}, word dropout "
@@ -108,18 +158,9 @@ def _run_rtl(args, cfg, dataset):
     from ttrain.golden.train import train
     from ttrain.testbench.model import chip_config, train_on_chip
 
-    for flag in ("batch_size", "schedule", "clip", "out"):
-        if getattr(args, flag) is not None:
-            raise ValueError(f"--{flag.replace('_', '-')} is not available with --engine rtl "
-                             f"(the chip trains the config's batch and schedule, no clipping)")
-    if args.slot_head:
-        raise ValueError("--slot-head is not available with --engine rtl (intent head only)")
-    if args.lanes < 4 or args.lanes & (args.lanes - 1):
-        raise ValueError(f"--lanes must be a power of two >= 4, got {args.lanes}")
-    if args.max_steps is not None and args.max_steps < 1:
-        raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}")
+    lanes = 4 if args.lanes is None else args.lanes
     res = train_on_chip(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
-                        lanes=args.lanes, max_steps=args.max_steps,
+                        lanes=lanes, max_steps=args.max_steps,
                         progress=not args.no_progress, log=print)
     cyc = sum(res["cycles"]) / max(1, len(res["cycles"]))
     print(f"{res['steps']} steps on the simulated chip, every step's loss and logits and every "
