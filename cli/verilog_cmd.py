@@ -8,7 +8,6 @@ instantiate the project's RAM template, a copy of ``ttrain_ram.v``. ``--lint`` r
 """
 
 import json
-import shutil
 from pathlib import Path
 
 
@@ -56,18 +55,51 @@ def _units():
 UNIT_NAMES = ["fp32_mul", "fp32_add", "fp32_compare", "store", "engine", "update", "update_int",
               "sweeper"]
 
+# The sizing flags each unit takes (the others are rejected, not silently ignored).
+UNIT_FLAGS = {"fp32_mul": (), "fp32_add": (), "fp32_compare": (),
+              "store": ("lanes", "depth", "style"), "engine": ("lanes", "depth"), "update": (),
+              "update_int": (), "sweeper": ("depth",)}
+DEFAULTS = {"lanes": 8, "depth": 4096, "style": "block"}
+
+
+def check_flags(units, given):
+    """Raise ValueError if a flag in ``given`` ({name: value}) applies to none of ``units``,
+    or its value does not suit them; return ``{name: value}`` with the defaults filled in."""
+    for name, value in given.items():
+        if value is not None and not any(name in UNIT_FLAGS[u] for u in units):
+            takes = sorted({f"--{f}" for u in units for f in UNIT_FLAGS[u]})
+            raise ValueError(f"--{name} does not apply to --unit {'/'.join(units)} (it takes "
+                             f"{', '.join(takes) or 'no sizing flags'}): drop --{name}")
+    values = {k: DEFAULTS[k] if given.get(k) is None else given[k] for k in DEFAULTS}
+    _check_sizes(units, values["lanes"], values["depth"])
+    return values
+
+
+def _check_sizes(units, lanes, depth):
+    banked = any(u in ("store", "engine") for u in units)
+    if banked and (isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1
+                   or lanes & (lanes - 1)):
+        raise ValueError(f"--lanes must be a positive power of two (lanes = store banks), "
+                         f"not {lanes!r}")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"--depth must be a positive integer, not {depth!r}")
+    if banked and depth % lanes:
+        raise ValueError(f"--depth {depth} is not a multiple of banks = --lanes {lanes}: use "
+                         f"--depth {-(-depth // lanes) * lanes}")
+    if any(u == "engine" for u in units) and lanes > 256:
+        raise ValueError(f"--lanes must be at most 256 for the engine, not {lanes}")
+
 
 def export_unit(unit, out_dir, *, lanes=8, depth=4096, style="block", lint=False):
     """Write ``unit`` as Verilog + port-map JSON into ``out_dir``; return the written paths."""
     from .testbench.verilator import component_ports, convert_component, lint_verilator
 
+    from ttrain.golden.train import write_atomically
+
     units = _units()
     if unit not in units:
         raise ValueError(f"unknown unit {unit!r}; choose one of: {', '.join(units)}")
-    if not isinstance(lanes, int) or lanes < 1:
-        raise ValueError(f"--lanes must be a positive integer, not {lanes!r}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"--depth must be a positive integer, not {depth!r}")
+    _check_sizes([unit], lanes, depth)
 
     class _Args:
         pass
@@ -76,23 +108,28 @@ def export_unit(unit, out_dir, *, lanes=8, depth=4096, style="block", lint=False
     component, name, extra = units[unit][1](args)
 
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is an existing file, not a directory: pass a directory")
     out.mkdir(parents=True, exist_ok=True)
     ports = []
     for pname, (value, direction) in component_ports(component).items():
         ports.append({"name": pname, "direction": direction.name.lower(), "width": len(value)})
     ports = [{"name": "clk", "direction": "input", "width": 1},
              {"name": "rst", "direction": "input", "width": 1}] + ports
+    # every file is replaced atomically: never a half-written module beside an old port map
     vfile = out / f"{name}.v"
-    vfile.write_text(convert_component(component, name))
+    verilog = convert_component(component, name).encode("utf-8")
+    write_atomically(vfile, lambda f: f.write(verilog))
     written = [vfile]
     for src in extra:
         dst = out / Path(src).name
-        shutil.copyfile(src, dst)
+        write_atomically(dst, lambda f, src=src: f.write(Path(src).read_bytes()))
         written.append(dst)
     meta = {"unit": unit, "module": name, "description": units[unit][0], "ports": ports,
             "signature": component.metadata.as_json(), "files": [p.name for p in written]}
     jfile = out / f"{name}.ports.json"
-    jfile.write_text(json.dumps(meta, indent=1) + "\n")
+    text = (json.dumps(meta, indent=1) + "\n").encode("utf-8")
+    write_atomically(jfile, lambda f: f.write(text))
     written.append(jfile)
     if lint:
         # Lint a fresh instance: an Amaranth component is elaborated once per conversion.
@@ -102,10 +139,12 @@ def export_unit(unit, out_dir, *, lanes=8, depth=4096, style="block", lint=False
 
 
 def _run(args):
+    from .commands import check_output_dir
     units = list(_units()) if args.unit == "all" else [args.unit]
+    values = check_flags(units, {"lanes": args.lanes, "depth": args.depth, "style": args.style})
+    check_output_dir("--out", args.out)
     for unit in units:
-        written = export_unit(unit, args.out, lanes=args.lanes, depth=args.depth,
-                              style=args.style, lint=args.lint)
+        written = export_unit(unit, args.out, lint=args.lint, **values)
         lint = ", lint clean (verilator -Wall + waivers)" if args.lint else ""
         print(f"{unit}: " + ", ".join(str(p) for p in written) + lint)
     return 0
@@ -119,12 +158,13 @@ def register(sub):
                    help="unit to export: " + ", ".join(UNIT_NAMES) + ", or all")
     p.add_argument("--out", default="build/verilog", metavar="DIR",
                    help="output directory (default build/verilog)")
-    p.add_argument("--lanes", type=int, default=8, metavar="P",
-                   help="engine lanes / store banks (default 8)")
-    p.add_argument("--depth", type=int, default=4096, metavar="WORDS",
+    p.add_argument("--lanes", type=int, metavar="P",
+                   help="engine lanes / store banks, a power of two (store, engine; default 8)")
+    p.add_argument("--depth", type=int, metavar="WORDS",
                    help="store depth in words (store, engine, sweeper; default 4096)")
-    p.add_argument("--style", choices=["block", "ultra", "auto"], default="block",
-                   help="store RAM style: block (BRAM), ultra (URAM) or auto (default block)")
+    p.add_argument("--style", choices=["block", "ultra", "auto"],
+                   help="store RAM style: block (BRAM), ultra (URAM) or auto (store; default "
+                        "block)")
     p.add_argument("--lint", action="store_true",
                    help="also run verilator --lint-only -Wall with the project's waivers")
     p.set_defaults(func=_run)
