@@ -110,8 +110,12 @@ def _fp32(args):
     results = [mod.run_fp32_sweep(u, args.pairs, args.seed) for u in units]
     failed = sum(r["mismatches"] for r in results)
     if args.json:
+        keys = ("pairs", "mismatches", "build_seconds", "sim_seconds", "golden_seconds",
+                "total_seconds")
+        total = {k: round(sum(r[k] for r in results), 2) for k in keys
+                 if all(k in r for r in results)}
         print(json.dumps({"config": {"pairs": args.pairs, "seed": args.seed},
-                          "entries": results}, indent=1, default=str))
+                          "entries": results, "total": total}, indent=1, default=str))
     else:
         for r in results:
             print(f"{r['unit']:8s} pairs {r['pairs']:>10,} mismatches {r['mismatches']} "
