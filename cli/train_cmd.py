@@ -133,10 +133,14 @@ def run(args):
     print(dataset.summary())
     if args.engine == "rtl":
         return _run_rtl(args, cfg, dataset)
-    result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
-                   batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
-                   progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
-                   log=print, init=None if ck is None else ck["params"])
+    import numpy as np
+    # A diverging run overflows before its loss turns non-finite: train() then stops with one
+    # FloatingPointError line (lower --lr, set --clip), not a page of NumPy RuntimeWarnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                       batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
+                       progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
+                       log=print, init=None if ck is None else ck["params"])
     t = result["cfg"]
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
           f"({result['schedule']}), clip {result['clip']}, word dropout "
