@@ -2,14 +2,15 @@
 
 Not a test module (pytest collects ``test_*.py`` only): a tool that proves the constrained-
 random tests have teeth (``docs/verification.md`` has the table it printed). For every defect
-of :data:`DEFECTS` it builds an overlay package in a temporary folder — ``ttrain`` with a copy
-of ``rtl/`` and ``testbench/`` and links to the rest — replaces exactly one line of source
-in the copy, and runs the chosen test files from a copy of ``tests/`` with ``PYTHONPATH``
+of :data:`DEFECTS` it builds an overlay package in a temporary folder — ``ttrain`` from
+``git archive HEAD`` (``--ref``), so edits in progress in the working tree do not leak in —
+replaces exactly one line of source in the copy, and runs the chosen test files from a copy of ``tests/`` with ``PYTHONPATH``
 pointing at the overlay (which wins over the editable install) and ``TTRAIN_SIM_BUILD`` at a
 scratch build root, so the checkout, its builds and other sessions are never touched. The
 unmodified overlay is run first: every test must pass there.
 
     .venv/bin/python tests/plant_defects.py [--only NAME ...] [--tests FILE ...] [--keep DIR]
+                                            [--ref COMMIT] [--no-baseline]
 
 Prints one line per defect: its name, the failed tests (``caught``) or ``MISSED``, seconds.
 """
@@ -75,18 +76,21 @@ DEFECTS = [
 ]
 
 
-def overlay(root):
-    """Create the overlay package and test copy under ``root``; return the env to run in."""
+def overlay(root, ref="HEAD"):
+    """Create the overlay package and test copy under ``root`` from commit ``ref`` (a
+    consistent snapshot even while the working tree is being edited); return the env."""
+    src = root / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "cli", "golden", "rtl",
+                              "platforms", "testbench", "tests", "pyproject.toml"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     pkg = root / "ttrain"
-    pkg.mkdir(parents=True)
-    for f in (REPO / "cli").glob("*.py"):
-        shutil.copy(f, pkg / f.name)
-    for name in ("golden", "platforms"):
-        (pkg / name).symlink_to(REPO / name)
-    for name in ("rtl", "testbench"):
-        shutil.copytree(REPO / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    shutil.copytree(src / "cli", pkg)
+    for name in ("golden", "platforms", "rtl", "testbench"):
+        shutil.copytree(src / name, pkg / name)
+    shutil.copytree(src / "tests", root / "tests")
+    shutil.copy(src / "pyproject.toml", root / "pyproject.toml")
     env = dict(os.environ, PYTHONPATH=str(root), TTRAIN_SIM_BUILD=str(root.parent / "build"),
                AMARANTH_USE_YOSYS="builtin")
     return env
@@ -109,6 +113,7 @@ def main(argv=None):
     ap.add_argument("--tests", nargs="*", help="test files to run instead of each defect's")
     ap.add_argument("--keep", help="scratch folder to use and keep (default: a temporary one)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the unmodified run")
+    ap.add_argument("--ref", default="HEAD", help="commit to copy (default HEAD)")
     args = ap.parse_args(argv)
     scratch = Path(args.keep or tempfile.mkdtemp(prefix="ttrain-plant-")).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
@@ -116,7 +121,7 @@ def main(argv=None):
     if not args.no_baseline:
         root = scratch / "baseline"
         shutil.rmtree(root, ignore_errors=True)
-        env = overlay(root)
+        env = overlay(root, args.ref)
         tests = args.tests or sorted({t for d in chosen for t in d[4]})
         failed, summary, secs, out = run_tests(root, env, tests)
         print(f"baseline (no defect): {summary} [{secs:.0f} s]", flush=True)
@@ -127,7 +132,7 @@ def main(argv=None):
     for i, (name, fname, old, new, tests) in enumerate(chosen):
         root = scratch / f"d{i}"
         shutil.rmtree(root, ignore_errors=True)
-        env = overlay(root)
+        env = overlay(root, args.ref)
         path = root / "ttrain" / fname                 # rtl/... or testbench/... copies
         text = path.read_text()
         if text.count(old) != 1:
