@@ -57,7 +57,7 @@ from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Pr
 from .layers import MASK_VALUE
 from .tt import token_digits
 
-__all__ = ["CompiledModel", "compile_model", "model_unsupported"]
+__all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config"]
 
 
 def _check_lr(lr):
@@ -843,3 +843,36 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None):
     sizes = {k: v for k, v in bld.alloc.high.items() if v}
     program = Program(bld.ins, sizes, dict(bld.alloc.regions))
     return CompiledModel(cfg, program, float(lr), R, sections, S)
+
+
+def chip_model_config(cfg, dataset=None):
+    """Return ``(cfg, notes)``: ``cfg`` as the chip trains it, and what was changed.
+
+    The data set's label counts replace the preset's (as in ``golden.train``); hidden-unit
+    dropout needs random masks the chip does not generate, so it is set to 0; gradient
+    clipping, tail averaging and class rebalancing are host-side golden features the chip
+    step does not have, so they are dropped from ``cfg.extra``. Anything else the compiler
+    cannot do raises ValueError (``model_unsupported``).
+    """
+    notes, changes = [], {}
+    if dataset is not None:
+        if dataset.n_intents != cfg.n_intents:
+            changes["n_intents"] = dataset.n_intents
+        if dataset.n_slots != cfg.n_slots:
+            changes["n_slots"] = dataset.n_slots
+    if cfg.dropout:
+        changes["dropout"] = 0.0
+        notes.append(f"dropout {cfg.dropout:g} -> 0 (no random masks on chip)")
+    extra = dict(cfg.extra)
+    for key in ("clip", "average", "balance", "unk_alpha"):
+        if extra.get(key):
+            notes.append(f"{key} {extra[key]:g} dropped (not part of the on-chip step)")
+            extra.pop(key)
+    if extra != cfg.extra:
+        changes["extra"] = extra
+    if changes:
+        cfg = cfg.with_(**changes)
+    why = model_unsupported(cfg)
+    if why:
+        raise ValueError(f"config {cfg.name!r} cannot train on the chip: {why}")
+    return cfg, notes

@@ -26,11 +26,12 @@ import shutil
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from .hw import HW_JSON, preset_hw_config, write_hw_json
 from .u50 import U50_PART
 
 __all__ = ["kernel_xml", "package_xo_tcl", "kernel_xdc", "vpp_link_config", "vpp_link_command",
            "package_command", "build_script", "write_kernel_tree", "U50_VITIS_PLATFORM",
-           "KERNEL_VENDOR", "HBM_BANKS"]
+           "KERNEL_VENDOR", "HBM_BANKS", "check_hbm_bank", "kernel_tree"]
 
 #: The U50 Vitis platform (shell) the link step targets by default.
 U50_VITIS_PLATFORM = "xilinx_u50_gen3x16_xdma_5_202210_1"
@@ -49,6 +50,14 @@ def _check_clock(clock_mhz):
     if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) \
             or not 10 <= clock_mhz <= 500:
         raise ValueError(f"clock_mhz must be a number in 10..500 (MHz), not {clock_mhz!r}")
+
+
+def check_hbm_bank(hbm_bank):
+    """Raise ValueError unless ``hbm_bank`` is an HBM pseudo-channel of the U50."""
+    if isinstance(hbm_bank, bool) or not isinstance(hbm_bank, int) \
+            or not 0 <= hbm_bank < HBM_BANKS:
+        raise ValueError(f"hbm_bank must be an HBM pseudo-channel 0..{HBM_BANKS - 1}, not "
+                         f"{hbm_bank!r}")
 
 
 def _check_name(name):
@@ -252,7 +261,7 @@ def build_script(*, link, kernel_name=None, platform=U50_VITIS_PLATFORM):
 
 
 def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
-                      platform=U50_VITIS_PLATFORM, link=False, meta=None):
+                      platform=U50_VITIS_PLATFORM, link=False, meta=None, hw=None):
     """Write the packaging tree of a :class:`~ttrain.rtl.kernel.VitisKernel` into ``out_dir``.
 
     Parameters
@@ -269,6 +278,8 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
         ``build.sh`` also links the ``.xclbin`` (``ttrain bitstream``).
     meta : dict or None
         Extra entries for ``kernel.json`` (e.g. the preset name).
+    hw : HwConfig or None
+        The configuration the kernel was built from, written as ``hw.json``.
 
     Returns
     -------
@@ -277,10 +288,11 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
     """
     from ..rtl.kernel import KERNEL_NAME, REGISTER_MAP, VitisKernel
     from ..rtl.store import ram_verilog_path
-    from ..testbench.verilator import convert_component
+    from ..rtl.export import convert_component
     if not isinstance(kernel, VitisKernel):
         raise TypeError(f"kernel must be a VitisKernel, not {kernel!r}")
     _check_clock(clock_mhz)
+    check_hbm_bank(hbm_bank)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {}
@@ -307,7 +319,56 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
         "imem_depth": acc.imem_depth,
         "registers": [{"name": r.name, "offset": r.offset, "width": r.width, "kind": r.kind}
                       for r in REGISTER_MAP]}, indent=1) + "\n")
+    if hw is not None:
+        files[HW_JSON] = write_hw_json(hw, out)
     commands = [package_command()]
     if link:
         commands.append(vpp_link_command(platform=platform))
     return {"files": files, "commands": commands}
+
+
+def kernel_tree(config, out_dir, *, link, clock_mhz=300.0, lanes=8, banks=None,
+                imem_depth=None, hbm_bank=0, platform=None, run_tools=True, log=print):
+    """Write the kernel tree of preset ``config`` and run the tools that are on ``PATH``.
+
+    The hardware is :func:`~ttrain.platforms.hw.preset_hw_config` of the preset with the
+    overrides (``"synth"`` flavor: every store a Verilog RAM template with the U50 mapping
+    that fits, the special-function unit when the training step needs it); the tree records it
+    as ``hw.json``. Every argument is checked before the (long) Verilog conversion and nothing
+    is written when one is wrong. Returns the :func:`write_kernel_tree` result plus ``hw``,
+    ``ran`` (the commands run) and ``pending`` (the commands left to run, with the reason).
+    """
+    import subprocess
+
+    from ..rtl.kernel import VitisKernel
+    _check_clock(clock_mhz)
+    check_hbm_bank(hbm_bank)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file, not a folder; give the tree a new or existing "
+                         f"folder")
+    hw = preset_hw_config(config, lanes=lanes, banks=banks, imem_depth=imem_depth,
+                          clock_mhz=float(clock_mhz))
+    if not hw.fits_u50:
+        log(f"warning: preset {config!r} does not fit the U50 by the memory map "
+            f"(`ttrain resources --config {config}`); generating it anyway")
+    log(f"converting the kernel of {config!r} ({hw.lanes} lanes, {hw.total_words:,} store "
+        f"words) to Verilog ...")
+    kernel = VitisKernel(**hw.accelerator_kwargs("synth"))
+    tree = write_kernel_tree(kernel, out, clock_mhz=clock_mhz, hbm_bank=hbm_bank,
+                             platform=platform or U50_VITIS_PLATFORM, link=link,
+                             meta={"config": config}, hw=hw)
+    tree["hw"], tree["ran"], tree["pending"] = hw, [], []
+    for cmd in tree["commands"]:
+        tool = cmd.split()[0]
+        if tree["pending"] or not run_tools or shutil.which(tool) is None:
+            why = ("an earlier step did not run" if tree["pending"] else
+                   "--no-run" if not run_tools else f"{tool} is not on PATH")
+            tree["pending"].append((cmd, why))
+            continue
+        log(f"running in {out}: {cmd}")
+        proc = subprocess.run(cmd, shell=True, cwd=out)
+        if proc.returncode != 0:
+            raise RuntimeError(f"`{cmd}` failed with exit code {proc.returncode} (in {out})")
+        tree["ran"].append(cmd)
+    return tree

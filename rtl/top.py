@@ -40,31 +40,12 @@ from .engine import ContractionEngine, StoreSpec
 from .sequencer import Sequencer
 from .vector_wide import WideVectorUnit
 
-__all__ = ["Accelerator", "store_sizes_for", "VECTOR_KINDS"]
+__all__ = ["Accelerator", "VECTOR_KINDS"]
 
 #: Vector / update unit implementations: ``"wide"`` (:class:`~ttrain.rtl.vector_wide.
 #: WideVectorUnit`, ``banks`` lanes per beat, pipelined). The one-element-at-a-time
 #: :class:`~ttrain.rtl.vector.VectorUnit` is not offered: it has no store-port interface.
 VECTOR_KINDS = ("wide",)
-
-
-def store_sizes_for(program_sizes, banks, minimum=None):
-    """Round a program's store sizes up to whole rows of ``banks`` words.
-
-    Parameters
-    ----------
-    program_sizes : dict
-        Store name -> words the program needs (``Program.store_sizes`` or an image's sizes).
-    banks : int
-        Banks per store.
-    minimum : dict or None
-        Optional lower bounds per store (e.g. to share one build between programs).
-    """
-    out = {}
-    for name in STORE_IDS:
-        need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)), 1)
-        out[name] = -(-need // banks) * banks
-    return out
 
 
 class Accelerator(wiring.Component):
@@ -74,7 +55,7 @@ class Accelerator(wiring.Component):
     ----------
     store_sizes : dict
         Words of each store of :data:`~ttrain.golden.isa.STORE_IDS` (multiples of ``banks``;
-        :func:`store_sizes_for` rounds a program's sizes).
+        :func:`ttrain.platforms.hw.round_store_words` rounds a program's sizes).
     lanes : int
         Contraction engine MAC lanes (power of two).
     banks, slots, dim_bits : int or None

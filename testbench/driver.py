@@ -470,27 +470,32 @@ class XrtBackend:
         run.wait()
 
 
-def build_kernel(config, name=KERNEL_NAME):
-    """Build (or reuse) ``VitisKernel(**config)`` under Verilator as the cocotb top level.
+def build_kernel(hw, name=KERNEL_NAME):
+    """Build (or reuse) the ``VitisKernel`` of ``hw`` (a :class:`~ttrain.platforms.hw.
+    HwConfig`, ``"sim"`` flavor) under Verilator as the cocotb top level; the build folder
+    records ``hw.json``.
 
     The kernel's own module is the top (its ports are exactly the Vitis ones); only its ports
     are VPI-visible (``public="top"``). ``interrupt`` is a C++ keyword-like name Vitis
     requires, so Verilator's ``SYMRSVDWORD`` warning is waived. Returns the
-    :class:`~ttrain.testbench.verilator.VerilatorBuild`. With ``special=True,
-    special_impl="verilog"`` in ``config`` the build also gets the FP32 unit modules the
-    special-function unit instantiates (:func:`ttrain.testbench.top.special_fp_sources`), as
+    :class:`~ttrain.testbench.verilator.VerilatorBuild`. A special-function unit gets the FP32
+    unit modules it instantiates (:func:`ttrain.testbench.top.special_fp_sources`), as
     :func:`~ttrain.testbench.top.build_top` does.
     """
+    from ..platforms.hw import write_hw_json
     from ..rtl.kernel import VitisKernel
     from ..rtl.store import ram_verilog_path
     from .verilator import build_verilator
+    config = hw.accelerator_kwargs("sim")
     kernel = VitisKernel(**config)
     extra = [ram_verilog_path()]
     if kernel.accelerator.special and config.get("special_impl") == "verilog":
         from .top import special_fp_sources
         extra = special_fp_sources() + extra
-    return build_verilator(kernel, name=name, extra_sources=extra,
-                           public="top", build_args=["-Wno-SYMRSVDWORD"])
+    build = build_verilator(kernel, name=name, extra_sources=extra,
+                            public="top", build_args=["-Wno-SYMRSVDWORD"])
+    write_hw_json(hw, build.build_dir)
+    return build
 
 
 def run_kernel_calls(build, store_sizes, calls, *, test_dir, timeout=None, mem_bytes=1 << 22):

@@ -19,35 +19,27 @@ import numpy as np
 
 from ..golden.interpreter import run as interpret
 from ..golden.isa import Barrier, End, Program
-from ..rtl.top import store_sizes_for
+from ..golden.model_compiler import chip_model_config as chip_config
+from ..platforms.hw import hw_config
 from .top import TopSession, build_top, pad_image, run_top
 
-__all__ = ["model_top_config", "build_model_top", "ChipRun", "StepResult", "section_program",
+__all__ = ["build_model_top", "ChipRun", "StepResult", "section_program",
            "chip_config", "train_on_chip", "bench_step", "ATIS_TRAIN_SENTENCES"]
 
 
-def model_top_config(compiled, *, lanes=4, slots=8, imem_depth=None):
-    """Accelerator keyword arguments for a compiled model (stores sized by its memory map,
-    the special-function unit in, instruction memory a power of two >= the program)."""
-    n = len(compiled.program.instructions)
-    if imem_depth is None:
-        imem_depth = max(64, 1 << (n - 1).bit_length())
-    if imem_depth < n:
-        raise ValueError(f"imem_depth {imem_depth} < {n} instructions of the program")
-    sizes = store_sizes_for(compiled.program.store_sizes, lanes)
-    impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
-    return {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
-            "vector": "wide", "store_impl": impl, "special": True, "special_impl": "verilog"}
-
-
-def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, res_depth=1 << 14):
+def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, res_depth=1 << 14,
+                    hw=None):
     """Build (or reuse) the accelerator for ``compiled`` under the host driver.
 
-    ``rom_depth`` defaults to room for the image written and checked whole twice, three
-    program loads and 256 steps of sample words and outputs, or ten steps checked whole
-    (``run_top`` says when a session needs more)."""
-    cfg = model_top_config(compiled, lanes=lanes, slots=slots)
-    words = sum(cfg["store_sizes"].values())
+    ``hw`` (a :class:`~ttrain.platforms.hw.HwConfig`) defaults to :func:`~ttrain.platforms.hw.
+    hw_config` of ``compiled`` with ``lanes`` and ``slots``. ``rom_depth`` defaults to room for
+    the image written and checked whole twice, three program loads and 256 steps of sample
+    words and outputs, or ten steps checked whole (``run_top`` says when a session needs
+    more)."""
+    if hw is None:
+        hw = hw_config({compiled.cfg.name: compiled}, config=compiled.cfg.name, lanes=lanes,
+                       slots=slots)
+    words = hw.total_words
     if rom_depth is None:
         prog = 16 * len(compiled.program.instructions)
         c = compiled.cfg          # sample words in, loss and logits checked, command headers
@@ -55,8 +47,8 @@ def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, re
                     + 2 * c.batch * c.n_intents + 128)
         need = max(2 * words + 256 * per_step, 12 * words) + 3 * prog + 4096
         rom_depth = 1 << need.bit_length()
-    name = name or f"ttrain_top_{compiled.cfg.name.replace('-', '_')}_l{lanes}"
-    return build_top(cfg, name, rom_depth=rom_depth, res_depth=res_depth)
+    name = name or f"ttrain_top_{compiled.cfg.name.replace('-', '_')}_l{hw.lanes}"
+    return build_top(hw, name, rom_depth=rom_depth, res_depth=res_depth)
 
 
 def section_program(compiled, section):
@@ -198,40 +190,6 @@ def _raise(stats, step, what):
     if stats.error:
         raise RuntimeError(f"the interpreter stopped the {what} of step {step} with error "
                            f"{stats.error}: {stats.message}")
-
-
-def chip_config(cfg, dataset=None):
-    """Return ``(cfg, notes)``: ``cfg`` as the chip trains it, and what was changed.
-
-    The data set's label counts replace the preset's (as in ``golden.train``); hidden-unit
-    dropout needs random masks the chip does not generate, so it is set to 0; gradient
-    clipping, tail averaging and class rebalancing are host-side golden features the chip
-    step does not have, so they are dropped from ``cfg.extra``. Anything else the compiler
-    cannot do raises ValueError (``model_unsupported``).
-    """
-    from ..golden.model_compiler import model_unsupported
-    notes, changes = [], {}
-    if dataset is not None:
-        if dataset.n_intents != cfg.n_intents:
-            changes["n_intents"] = dataset.n_intents
-        if dataset.n_slots != cfg.n_slots:
-            changes["n_slots"] = dataset.n_slots
-    if cfg.dropout:
-        changes["dropout"] = 0.0
-        notes.append(f"dropout {cfg.dropout:g} -> 0 (no random masks on chip)")
-    extra = dict(cfg.extra)
-    for key in ("clip", "average", "balance", "unk_alpha"):
-        if extra.get(key):
-            notes.append(f"{key} {extra[key]:g} dropped (not part of the on-chip step)")
-            extra.pop(key)
-    if extra != cfg.extra:
-        changes["extra"] = extra
-    if changes:
-        cfg = cfg.with_(**changes)
-    why = model_unsupported(cfg)
-    if why:
-        raise ValueError(f"config {cfg.name!r} cannot train on the chip: {why}")
-    return cfg, notes
 
 
 def train_on_chip(cfg, dataset, *, epochs=None, lr=None, seed=0, lanes=4, max_steps=None,

@@ -17,12 +17,13 @@ import numpy as np
 from ..golden.interpreter import run as interpret
 from ..golden.isa import STORE_IDS
 from ..rtl.store import ram_verilog_path
-from ..rtl.top import Accelerator, store_sizes_for
+from ..platforms.hw import HwConfig, hw_config, write_hw_json
+from ..rtl.top import Accelerator
 from .verilator import (SimulationError, TESTBENCH_DIR, build_root, build_verilator,
                         component_ports, convert_component, run_cocotb)
 
 __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image",
-           "default_sizes", "special_fp_sources"]
+           "special_fp_sources"]
 
 
 DRIVER = TESTBENCH_DIR / "top_driver_tb.v"
@@ -42,6 +43,7 @@ class TopBuild:
     config: dict           # Accelerator keyword arguments
     rom_depth: int         # command words the driver holds
     res_depth: int = 1024  # result words (16 per run + 64 for mismatches)
+    hw: object = None      # the HwConfig it was built from
 
 
 def special_fp_sources():
@@ -77,15 +79,20 @@ def special_fp_sources():
     return [paths[-1], *paths[:-1]]
 
 
-def build_top(config, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
-    """Build (or reuse) ``Accelerator(**config)`` (Verilog module ``name``) under the host
-    driver ``top_driver_tb.v``, whose command memory holds ``rom_depth`` words and whose result
-    memory ``res_depth`` words (``(res_depth - 64) // 16`` runs per session). With
-    ``special=True, special_impl="verilog"`` in ``config`` the build also gets the FP32 unit
-    modules the special-function unit instantiates (:func:`special_fp_sources`)."""
+def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
+    """Build (or reuse) the accelerator of ``hw`` (a :class:`~ttrain.platforms.hw.HwConfig`,
+    ``"sim"`` flavor; Verilog module ``name``) under the host driver ``top_driver_tb.v``, whose
+    command memory holds ``rom_depth`` words and whose result memory ``res_depth`` words
+    (``(res_depth - 64) // 16`` runs per session). A special-function unit gets the FP32 unit
+    modules it instantiates (:func:`special_fp_sources`). The build folder records ``hw`` as
+    ``hw.json``."""
+    if not isinstance(hw, HwConfig):
+        raise TypeError(f"hw must be a ttrain.platforms.hw.HwConfig (from hw_config), not "
+                        f"{type(hw).__name__}")
     for what, depth in (("rom_depth", rom_depth), ("res_depth", res_depth)):
         if depth < 1 or depth & (depth - 1) or (what == "res_depth" and depth < 128):
             raise ValueError(f"{what} must be a power of two (res_depth >= 128), not {depth}")
+    config = hw.accelerator_kwargs("sim")
     acc = Accelerator(**config)
     extra = [DRIVER, ram_verilog_path()]
     if acc.special and config.get("special_impl") == "verilog":
@@ -97,7 +104,8 @@ def build_top(config, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
     build = build_verilator(acc, name=name, toplevel="top_driver_tb",
                             extra_sources=extra,
                             defines={"DUT": name}, parameters=params, public="top")
-    return TopBuild(build, dict(config), rom_depth, res_depth)
+    write_hw_json(hw, build.build_dir)
+    return TopBuild(build, config, rom_depth, res_depth, hw)
 
 
 def pad_image(image, sizes):
@@ -296,12 +304,6 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
     return sess, stats
 
 
-def default_sizes(compiled, banks):
-    """The store sizes an accelerator needs for ``compiled`` (rounded to ``banks``)."""
-    return store_sizes_for(compiled.program.store_sizes, banks)
-
-
-
 #: The paper's 768x768 TT layer ([12,8,8 | 8,8,12]) rank sets (``architecture.md``).
 PAPER_LAYER = ((12, 8, 8), (8, 8, 12))
 PAPER_RANKS = {"r10": (1, 10, 10, 10, 10, 10, 1), "r20": (1, 12, 20, 20, 20, 12, 1)}
@@ -316,26 +318,6 @@ def paper_layers(batch=32, lr=0.01, rank_sets=tuple(PAPER_RANKS)):
         raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
     return {name: compile_tt_linear(TTSpec(*PAPER_LAYER, PAPER_RANKS[name]), batch, lr=lr)
             for name in rank_sets}
-
-
-def shared_config(compiled, *, lanes=8, slots=16, imem_depth=64, vector="wide",
-                  special=False):
-    """Accelerator keyword arguments whose stores fit every program of ``compiled`` (a dict of
-    CompiledLayer); stores of more than 64k words use the Verilog RAM template. ``special``:
-    the vector unit gets the special-function unit (``special_impl="verilog"``, fast
-    Verilator builds)."""
-    need = {}
-    for cl in compiled.values():
-        for store, words in cl.program.store_sizes.items():
-            need[store] = max(need.get(store, 0), words)
-    banks = lanes
-    sizes = store_sizes_for(need, banks)
-    impl = {s: ("verilog" if w > 65536 else "auto") for s, w in sizes.items()}
-    cfg = {"store_sizes": sizes, "lanes": lanes, "slots": slots, "imem_depth": imem_depth,
-           "vector": vector, "store_impl": impl}
-    if special:
-        cfg.update(special=True, special_impl="verilog")
-    return cfg
 
 
 def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=32, lanes=8,
@@ -354,8 +336,9 @@ def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=3
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 50:
         raise ValueError(f"steps must be an int in 1..50, not {steps!r}")
     layers = paper_layers(batch=batch, rank_sets=rank_sets)
-    cfg = shared_config(layers, lanes=lanes, slots=slots)
-    words = sum(cfg["store_sizes"].values())
+    hw = hw_config(layers, config="paper-layer", lanes=lanes, slots=slots)
+    cfg = hw.accelerator_kwargs("sim")
+    words = hw.total_words
     rom_depth = 1 << (words * (steps + 2) + 4096).bit_length()
     t0 = time.time()
     if progress:
@@ -363,7 +346,7 @@ def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=3
                  f"the first build takes 10-20 minutes")
     build_name = "ttrain_top_paper" + ("" if (lanes, slots) == (8, 16)
                                        else f"_l{lanes}_s{slots}")
-    top = build_top(cfg, build_name, rom_depth=rom_depth)
+    top = build_top(hw, build_name, rom_depth=rom_depth)
     build_s = time.time() - t0
     root = Path(test_dir or tempfile.mkdtemp(prefix="layer-bench-"))
     entries, totals = [], {}

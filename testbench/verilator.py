@@ -49,6 +49,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..rtl.export import check_name as _check_name
+from ..rtl.export import component_ports, convert_component
+
 __all__ = [
     "TESTBENCH_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
     "toolchain_env", "component_ports", "convert_component", "build_root", "build_verilator",
@@ -133,46 +136,6 @@ def toolchain_env(*, timing=False):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-
-
-def component_ports(component):
-    """Return the ``ports=`` mapping of ``component`` for :func:`amaranth.back.verilog.convert`.
-
-    Same naming as Amaranth's default (``i__payload``, ``o__valid``, ...) but members tied to
-    constants (``always_ready``/``always_valid`` streams) are left out instead of rejected.
-    """
-    from amaranth.hdl import Const, Value, ValueCastable
-    from amaranth.hdl import _ir
-    from amaranth.lib import wiring
-
-    if not isinstance(getattr(component, "signature", None), wiring.Signature):
-        raise TypeError(f"component must be an amaranth.lib.wiring.Component, not "
-                        f"{component!r}")
-    ports = {}
-    for path, member, value in component.signature.flatten(component):
-        if isinstance(value, ValueCastable):
-            value = value.as_value()
-        if not isinstance(value, Value) or isinstance(value, Const):
-            continue
-        direction = (_ir.PortDirection.Input if member.flow == wiring.In
-                     else _ir.PortDirection.Output)
-        ports["__".join(map(str, path))] = (value, direction)
-    return ports
-
-
-def convert_component(component, name):
-    """Return the Verilog of ``component`` as a module called ``name`` (str)."""
-    from amaranth.back import verilog
-
-    _check_name(name)
-    with toolchain_env():
-        return verilog.convert(component, name=name, ports=component_ports(component),
-                               emit_src=False, strip_internal_attrs=True)
-
-
-def _check_name(name):
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"name must be a Verilog identifier such as 'fp32_mul', not {name!r}")
 
 
 def build_root():

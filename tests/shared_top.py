@@ -11,7 +11,8 @@ from ttrain.golden import config as C
 from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
 from ttrain.golden.model_compiler import compile_model
-from ttrain.testbench.top import build_top, shared_config
+from ttrain.platforms.hw import hw_config
+from ttrain.testbench.top import build_top
 
 LANES = 4
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
@@ -35,7 +36,5 @@ def model_programs():
 
 def shared_top():
     programs = {**layer_programs(), **model_programs()}
-    depth = max(len(p.program.instructions) for p in programs.values())
-    cfg = shared_config(programs, lanes=LANES, slots=8, imem_depth=1 << (depth - 1).bit_length(),
-                        special=True)
-    return build_top(cfg, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)
+    hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
+    return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

@@ -38,7 +38,8 @@ from ttrain.rtl.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS,
 from ttrain.rtl.store import ram_verilog_path
 from ttrain.testbench.driver import (CommandList, KernelDriver, KernelError, build_kernel,
                                      run_kernel_calls)
-from ttrain.testbench.top import layer_session, pad_image, shared_config, special_fp_sources
+from ttrain.platforms.hw import hw_config
+from ttrain.testbench.top import layer_session, pad_image, special_fp_sources
 from ttrain.testbench.verilator import lint_verilator
 
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
@@ -62,9 +63,7 @@ def model():
 def config(layer, model):
     # one build for both scenarios: stores = the larger of both programs', imem a power of two
     # holding the longer program, the special-function unit the model step needs
-    depth = max(len(p.program.instructions) for p in (layer, model))
-    return shared_config({"tt": layer, "tiny": model}, lanes=2, slots=8,
-                         imem_depth=1 << (depth - 1).bit_length(), special=True)
+    return hw_config({"tt": layer, "tiny": model}, config="kernel-test", lanes=2, slots=8)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +75,8 @@ def build(config):
 def scenario(layer, model, config, build, tmp_path_factory):
     """Every invocation of the module, run once in one simulation; returns the calls, their
     parsed results, the register observations and the expected images."""
-    sizes = config["store_sizes"]
-    drv = KernelDriver(None, sizes, imem_depth=config["imem_depth"])
+    sizes = config.stores
+    drv = KernelDriver(None, sizes, imem_depth=config.imem_depth)
     sess, _ = layer_session(layer, sizes, steps=STEPS, seed=7)
     calls, expect = [], []
     cmds, program = drv.commands(), None
@@ -215,7 +214,7 @@ def test_ap_ctrl_hs_and_interrupt(scenario):
 
 
 def test_driver_rejects_bad_commands(config):
-    sizes = config["store_sizes"]
+    sizes = config.stores
     cmds = CommandList(sizes)
     with pytest.raises(ValueError, match="reaches past"):
         cmds.write("act", sizes["act"] - 1, [1, 2])

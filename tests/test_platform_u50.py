@@ -129,7 +129,7 @@ def test_generator_under_fusesoc_protocol(tmp_path):
     core = yaml.safe_load((ROOT / "ttrain.core").read_text())
     script = ROOT / core["generators"]["ttrain_accelerator"]["command"]
     gapi = {"gapi": "1.0", "files_root": str(ROOT), "vlnv": "::ttrain_gen_tiny:0",
-            "parameters": {"config": "tiny", "lanes": 1, "imem_depth": 16}}
+            "parameters": {"config": "tiny", "lanes": 1}}
     (tmp_path / "gen.yml").write_text(yaml.safe_dump(gapi))
     res = subprocess.run([sys.executable, str(script), "gen.yml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
@@ -152,6 +152,17 @@ def test_generator_under_fusesoc_protocol(tmp_path):
         assert re.search(rf"\b(input|output)\s+(\[\d+:0\]\s+)?{re.escape(p['name'])}\b",
                          verilog), p
     assert {"clk", "rst", "start", "busy", "done", "error"} <= names
-    # Store sizes: the memory plan's, rounded to whole rows of one bank.
-    from ttrain.resources_cmd import store_sizes_from_plan
-    assert ports["store_words"] == store_sizes_from_plan("tiny", 1)
+    # The target runs its preset's compiled training step: stores >= the memory map, an imem
+    # that holds the program, the special-function unit it uses; hw.json is the one
+    # configuration (`ttrain hw --config tiny --lanes 1`).
+    from ttrain.golden.config import get_config
+    from ttrain.golden.model_compiler import chip_model_config, compile_model
+    from ttrain.platforms.hw import preset_hw_config, program_needs_special, read_hw_json
+    program = compile_model(chip_model_config(get_config("tiny"))[0]).program
+    hw = read_hw_json(tmp_path / "hw.json")
+    assert hw == preset_hw_config("tiny", lanes=1)
+    assert all(hw.stores[s] >= w for s, w in program.store_sizes.items())
+    assert ports["store_words"] == hw.stores
+    assert ports["imem_depth"] == hw.imem_depth >= len(program.instructions)
+    assert program_needs_special(program) and hw.special
+    assert re.search(r"^module \\ttrain_accelerator_tiny\.vector\.sfu\b", verilog, re.M)

@@ -11,8 +11,8 @@ from amaranth.lib.wiring import In, Out
 from ttrain.main import main
 from ttrain.plan_cmd import build_report as plan_report
 from ttrain.platforms.u50 import U50_CAPACITY
-from ttrain.resources_cmd import (STORE_CATEGORY, _parse_stat, fit_memory, logic_depth,
-                                  memory_map, store_sizes_from_plan, synth_component)
+from ttrain.platforms.memory import STORE_CATEGORY, fit_memory, memory_map, store_sizes_from_plan
+from ttrain.platforms.resources import _parse_stat, logic_depth, synth_component
 
 
 def test_capacity_figures():
@@ -194,7 +194,7 @@ def test_cli_tiny_memory_map(capsys):
 
 
 def test_scaled_estimate_extrapolates_linearly(monkeypatch):
-    import ttrain.resources_cmd as rc
+    import ttrain.platforms.resources as rc
     seen = []
 
     def fake(*, store_sizes, lanes, banks, **kw):

@@ -136,27 +136,37 @@ def test_ttrain_xo_writes_the_tree_without_vivado(tmp_path):
 
 
 def test_ttrain_bitstream_adds_the_link_step(tmp_path):
-    from ttrain.xo_cmd import build_tree
-    tree = build_tree("tiny", tmp_path, link=True, lanes=1, run_tools=False,
+    from ttrain.platforms.vitis import kernel_tree
+    tree = kernel_tree("tiny", tmp_path, link=True, lanes=1, run_tools=False,
                       log=lambda m: None)
     cmds = [c for c, _ in tree["pending"]]
     assert cmds[0].startswith("vivado ") and cmds[1].startswith("v++ --link")
     assert "--config link.cfg" in cmds[1] and f"{KERNEL_NAME}.xo" in cmds[1]
     assert cmds[1] in (tmp_path / "build.sh").read_text()
     with pytest.raises(ValueError, match="unknown preset"):
-        build_tree("nope", tmp_path, link=False, run_tools=False)
+        kernel_tree("nope", tmp_path, link=False, run_tools=False)
 
 
-def test_kernel_config_follows_the_compiled_training_step():
-    """The kernel of a preset holds its compiled training step: stores from the compiler's
-    memory map, the whole program in the instruction memory, the special-function unit."""
+def test_kernel_tree_follows_the_compiled_training_step(tmp_path):
+    """The kernel of a preset holds its compiled training step (stores from the compiler's
+    memory map, the whole program in the instruction memory, the special-function unit) and
+    its tree records the one hardware configuration as hw.json; bad flags are rejected before
+    anything is written."""
     from ttrain.golden.config import get_config
     from ttrain.golden.model_compiler import compile_model
-    from ttrain.xo_cmd import kernel_config
-    cfg, fits = kernel_config("tiny", lanes=2)
+    from ttrain.platforms.hw import preset_hw_config, read_hw_json
+    from ttrain.platforms.vitis import kernel_tree
+    tree = kernel_tree("tiny", tmp_path / "xo", link=False, lanes=2, run_tools=False,
+                       log=lambda m: None)
+    hw = read_hw_json(tmp_path / "xo")
+    assert hw == tree["hw"] == preset_hw_config("tiny", lanes=2)
     prog = compile_model(get_config("tiny")).program
-    assert fits and cfg["special"] is True
-    assert cfg["imem_depth"] >= len(prog.instructions)
-    assert all(cfg["store_sizes"][s] >= w for s, w in prog.store_sizes.items())
-    with pytest.raises(ValueError, match="cannot hold"):
-        kernel_config("tiny", lanes=2, imem_depth=64)
+    assert hw.fits_u50 and hw.special
+    assert hw.imem_depth >= len(prog.instructions)
+    assert all(hw.stores[s] >= w for s, w in prog.store_sizes.items())
+    for kw, match in (({"imem_depth": 64}, "cannot hold"), ({"hbm_bank": 99}, "hbm_bank"),
+                      ({"lanes": 3}, "lanes must be")):
+        with pytest.raises(ValueError, match=match):
+            kernel_tree("tiny", tmp_path / "bad", link=False, run_tools=False,
+                        log=lambda m: None, **{"lanes": 2, **kw})
+        assert not (tmp_path / "bad").exists()

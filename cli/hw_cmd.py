@@ -1,0 +1,63 @@
+"""``ttrain hw``: print the hardware configuration of a preset (the one every build uses).
+
+Argument parsing and printing only; the configuration is
+:func:`ttrain.platforms.hw.preset_hw_config`.
+"""
+
+import json
+
+__all__ = ["register", "format_hw"]
+
+
+def format_hw(hw):
+    """Return the human-readable text of a :class:`~ttrain.platforms.hw.HwConfig`."""
+    src = hw.to_dict()["source"]
+    progs = ", ".join(f"{p['name']} ({p['instructions']} instructions)" for p in src["programs"])
+    lines = [f"hardware configuration of {src['config']!r} (hw.json digest {hw.digest()})",
+             f"  runs        {progs}",
+             f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims",
+             f"  stores      {hw.banks} banks each",
+             *(f"    {s:8s} {w:>10,} words  {hw.styles[s]:5s} ({'URAM' if hw.styles[s] == 'ultra' else 'BRAM'})"
+               for s, w in hw.stores.items()),
+             f"    total    {hw.total_words:>10,} words = {4 * hw.total_words / 1e6:.2f} MB; "
+             f"fits the U50: {'yes' if hw.fits_u50 else 'NO'}",
+             f"  imem        {hw.imem_depth} instructions",
+             f"  units       {', '.join(hw.units)}",
+             f"  clock       {hw.clock_mhz:g} MHz (target)"]
+    return "\n".join(lines)
+
+
+def _run(args):
+    from .commands import check_int
+    from .platforms.hw import preset_hw_config
+    for flag, v in (("--lanes", args.lanes), ("--banks", args.banks),
+                    ("--imem-depth", args.imem_depth)):
+        if v is not None and (v < 1 or v & (v - 1)):
+            raise ValueError(f"{flag} must be a positive power of two, got {v}")
+    check_int("--slots", args.slots, 2, 256)
+    hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
+                          imem_depth=args.imem_depth)
+    print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
+    return 0
+
+
+def register(sub):
+    from .golden.config import preset_names
+    p = sub.add_parser(
+        "hw", help="the hardware configuration of a preset (stores, imem, units, lanes)",
+        description="Print the one hardware configuration of a preset: store sizes from its "
+                    "compiled training step's memory map, the U50 BRAM/URAM mapping, "
+                    "instruction-memory depth, units, lanes and banks. Every Verilator build, "
+                    "`ttrain xo` tree and FuseSoC target of the same preset and flags records "
+                    "the same configuration as hw.json. Presets: " + ", ".join(preset_names()))
+    p.add_argument("--config", required=True, metavar="NAME", help="preset name")
+    p.add_argument("--lanes", type=int, default=None, metavar="P",
+                   help="engine lanes (power of two; default 8)")
+    p.add_argument("--banks", type=int, default=None, metavar="B",
+                   help="banks per store (power of two; default = lanes)")
+    p.add_argument("--slots", type=int, default=None, metavar="S",
+                   help="output rows interleaved per lane (default 16)")
+    p.add_argument("--imem-depth", type=int, default=None, metavar="N",
+                   help="instruction memory depth (power of two; default: the program's)")
+    p.add_argument("--json", action="store_true", help="print hw.json")
+    p.set_defaults(func=_run)

@@ -1,0 +1,345 @@
+"""The one hardware configuration: (model config, compiled programs, overrides) -> the chip.
+
+Every build, test, generator and report of ttrain turns a preset into hardware through
+:func:`hw_config`, and every generated artefact (Verilator build folder, ``ttrain xo`` tree,
+FuseSoC target output) records the result beside it as ``hw.json`` (:func:`write_hw_json`).
+``ttrain hw --config NAME [--lanes P] [--json]`` prints it.
+
+What the configuration decides
+------------------------------
+``store_words``
+    Words of each store (``param grad act scratch``): the largest need of the programs the
+    hardware must run (their compiled memory maps, :attr:`Program.store_sizes`), rounded up to
+    whole rows of ``banks`` words, at least ``min_store_words``.
+``imem_depth``
+    Instructions the instruction memory holds: the smallest power of two >= the longest
+    program, at least :data:`MIN_IMEM_DEPTH` (an explicit smaller value is rejected).
+``special``
+    The vector unit gets the special-function unit when any program uses a special op
+    (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``), or when asked.
+``lanes``, ``banks``, ``slots``, ``dim_bits``, ``overlap``, ``clock_mhz``
+    The engine's MAC lanes, banks per store (= vector/update lanes, default ``lanes``), the
+    output rows interleaved per lane (must exceed the adder latency), the descriptor width,
+    whether the sequencer overlaps instructions on different units, and the target clock.
+``store_style``
+    ``"block"`` (BRAM) or ``"ultra"`` (URAM) per store: the U50 mapping that fits
+    (:func:`ttrain.platforms.memory.fit_memory`; the default mapping when it fits). Simulation
+    ignores it; Vivado and the resource report use it.
+
+The implementation choices of a build (Amaranth ``Memory`` or the Verilog RAM template per
+store, Amaranth or Verilog FP32 units inside the special-function unit) change neither what the
+chip computes nor what it holds; they are a *flavor* of :meth:`HwConfig.accelerator_kwargs`
+(``"sim"``: fast Verilator builds, ``"synth"``: the self-contained tree Vivado infers RAMs
+from), not part of the configuration, so a Verilator build, an ``xo`` tree and a FuseSoC target
+of the same preset and overrides record the same ``hw.json``.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..golden.isa import SPECIAL_OPS, STORE_IDS, Elementwise
+
+__all__ = ["HwConfig", "hw_config", "preset_hw_config", "write_hw_json", "read_hw_json",
+           "program_needs_special", "round_store_words", "MIN_IMEM_DEPTH", "DEFAULT_LANES",
+           "DEFAULT_SLOTS", "FLAVORS", "HW_JSON"]
+
+#: Smallest instruction memory a configuration gets.
+MIN_IMEM_DEPTH = 64
+#: Engine lanes when none are asked for.
+DEFAULT_LANES = 8
+#: Output rows interleaved per lane when none are asked for (> the FP32 adder's latency).
+DEFAULT_SLOTS = 16
+#: Build flavors of :meth:`HwConfig.accelerator_kwargs`.
+FLAVORS = ("sim", "synth")
+#: File name every artefact records its configuration in.
+HW_JSON = "hw.json"
+#: Stores above this many words use the Verilog RAM template in ``"sim"`` builds (Amaranth
+#: writes every word's initial value, which is slow to elaborate; toolchain.md).
+_SIM_TEMPLATE_WORDS = 65536
+_FORMAT = 1
+
+_STORES = tuple(sorted(STORE_IDS, key=STORE_IDS.get))      # param grad act scratch
+
+
+def _pos_int(name, value, *, power_of_two=False):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 \
+            or (power_of_two and value & (value - 1)):
+        kind = "a positive power of two" if power_of_two else "a positive integer"
+        raise ValueError(f"{name} must be {kind}, not {value!r}")
+    return value
+
+
+def round_store_words(program_sizes, banks, minimum=None):
+    """Return ``{store: words}`` for every store: ``program_sizes`` rounded up to whole rows of
+    ``banks`` words, at least one row and at least ``minimum[store]``."""
+    out = {}
+    for name in _STORES:
+        need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)), 1)
+        out[name] = -(-need // banks) * banks
+    return out
+
+
+def program_needs_special(program):
+    """Return True if ``program`` (a :class:`~ttrain.golden.isa.Program` or instruction list)
+    uses a special-function op."""
+    instrs = getattr(program, "instructions", program)
+    codes = set(SPECIAL_OPS)
+    return any(isinstance(i, Elementwise) and i.op in codes for i in instrs)
+
+
+@dataclass(frozen=True)
+class HwConfig:
+    """Everything the hardware needs, from :func:`hw_config`. Immutable; JSON round-trips.
+
+    Attributes
+    ----------
+    lanes, banks, slots, dim_bits, imem_depth : int
+    overlap, special : bool
+    clock_mhz : float
+    store_words : tuple of (store, words)
+        In store-id order; :attr:`stores` is the dict view.
+    store_style : tuple of (store, ``"block"`` | ``"ultra"``)
+        The U50 mapping; :attr:`styles` is the dict view.
+    fits_u50 : bool
+        The stores fit the U50's BRAM and URAM with ``store_style``.
+    source : tuple of (key, value)
+        Provenance: ``config`` (preset name or None) and ``programs`` (name, instructions and
+        SHA-256 of the words of each program sized for). Two configurations of the same
+        programs and fields are equal however their values were chosen (defaults or
+        overrides), so their ``hw.json`` files are too.
+    """
+    lanes: int
+    banks: int
+    slots: int
+    dim_bits: int
+    imem_depth: int
+    overlap: bool
+    special: bool
+    clock_mhz: float
+    store_words: tuple
+    store_style: tuple
+    fits_u50: bool
+    source: tuple = ()
+
+    @property
+    def stores(self):
+        """Store name -> words."""
+        return dict(self.store_words)
+
+    @property
+    def styles(self):
+        """Store name -> ``"block"`` or ``"ultra"``."""
+        return dict(self.store_style)
+
+    @property
+    def total_words(self):
+        """Words of all four stores."""
+        return sum(w for _, w in self.store_words)
+
+    @property
+    def units(self):
+        """Units of the chip, in dispatch order."""
+        return ("engine", "vector", "update") + (("special",) if self.special else ())
+
+    def accelerator_kwargs(self, flavor="sim"):
+        """Return the keyword arguments of :class:`ttrain.rtl.top.Accelerator` (and of
+        :class:`ttrain.rtl.kernel.VitisKernel`) for build ``flavor``.
+
+        ``"sim"``: stores above 64 k words are Verilog RAM templates, the rest Amaranth
+        memories; the special unit instantiates separately converted FP32 modules (faster
+        Verilator builds). ``"synth"``: every store a Verilog RAM template with its
+        ``ram_style``, the special unit's FP32 units inline (a self-contained tree)."""
+        if flavor not in FLAVORS:
+            raise ValueError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
+        sizes = self.stores
+        if flavor == "sim":
+            impl = {s: ("verilog" if w > _SIM_TEMPLATE_WORDS else "auto")
+                    for s, w in sizes.items()}
+            special_impl = "verilog"
+        else:
+            impl, special_impl = "verilog", "amaranth"
+        kw = {"store_sizes": sizes, "lanes": self.lanes, "banks": self.banks,
+              "slots": self.slots, "dim_bits": self.dim_bits, "imem_depth": self.imem_depth,
+              "overlap": self.overlap, "store_impl": impl, "store_style": self.styles,
+              "special": self.special}
+        if self.special:
+            kw["special_impl"] = special_impl
+        return kw
+
+    def to_dict(self):
+        """Return the JSON form (``format``, every field, dicts for the per-store fields)."""
+        d = dataclasses.asdict(self)
+        d["store_words"] = self.stores
+        d["store_style"] = self.styles
+        d["source"] = _thaw(self.source)
+        d["units"] = list(self.units)
+        d["total_words"] = self.total_words
+        return {"format": _FORMAT, **d}
+
+    def to_json(self):
+        """Return :meth:`to_dict` as indented JSON text (stable key order)."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, d):
+        """Inverse of :meth:`to_dict` (raises ValueError on a foreign or damaged dict)."""
+        if not isinstance(d, dict) or d.get("format") != _FORMAT:
+            raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = names - set(d)
+        if missing:
+            raise ValueError(f"hw.json lacks {sorted(missing)}")
+        kw = {k: d[k] for k in names}
+        kw["store_words"] = tuple((s, int(d["store_words"][s])) for s in _STORES)
+        kw["store_style"] = tuple((s, d["store_style"][s]) for s in _STORES)
+        kw["source"] = _freeze(d["source"])
+        return cls(**kw)
+
+    def digest(self):
+        """Return a short SHA-256 of :meth:`to_json` (names builds)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
+
+
+def _freeze(v):
+    if isinstance(v, dict):
+        return tuple((k, _freeze(v[k])) for k in sorted(v))
+    if isinstance(v, list):
+        return ("__list__",) + tuple(_freeze(x) for x in v)
+    return v
+
+
+def _thaw(v):
+    if isinstance(v, tuple) and v[:1] == ("__list__",):
+        return [_thaw(x) for x in v[1:]]
+    if isinstance(v, tuple):
+        return {k: _thaw(x) for k, x in v}
+    return v
+
+
+def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
+              imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
+              min_store_words=None, store_style=None):
+    """Return the :class:`HwConfig` that runs every program of ``programs``.
+
+    Parameters
+    ----------
+    programs : dict
+        Name -> compiled program (a :class:`~ttrain.golden.isa.Program` or anything with a
+        ``.program`` attribute, e.g. ``CompiledModel`` / ``CompiledLayer``).
+    config : str or None
+        Preset name, recorded in ``source``.
+    lanes, banks, slots, dim_bits, imem_depth : int or None
+        Overrides (``None``: :data:`DEFAULT_LANES`, ``lanes``, :data:`DEFAULT_SLOTS`, 16, the
+        smallest power of two >= the longest program and >= :data:`MIN_IMEM_DEPTH`).
+    overlap : bool
+    special : bool or None
+        ``None``: exactly when a program needs it; ``False`` with a program that needs it is
+        rejected; ``True`` builds it anyway.
+    clock_mhz : float
+    min_store_words : dict or None
+        Lower bounds per store (room for more than the programs).
+    store_style : dict or None
+        Per-store ``"block"``/``"ultra"`` instead of the U50 fit.
+    """
+    from .memory import fit_memory
+
+    if not isinstance(programs, dict) or not programs:
+        raise ValueError("programs must be a non-empty dict of name -> compiled program")
+    progs = {name: getattr(p, "program", p) for name, p in programs.items()}
+    lanes = _pos_int("lanes", DEFAULT_LANES if lanes is None else lanes, power_of_two=True)
+    banks = _pos_int("banks", lanes if banks is None else banks, power_of_two=True)
+    slots = _pos_int("slots", DEFAULT_SLOTS if slots is None else slots)
+    _pos_int("dim_bits", dim_bits)
+    if isinstance(clock_mhz, bool) or not isinstance(clock_mhz, (int, float)) \
+            or not 0 < clock_mhz < 2000:
+        raise ValueError(f"clock_mhz must be a number of MHz in (0, 2000), not {clock_mhz!r}")
+    longest = max(len(p.instructions) for p in progs.values())
+    fit_depth = max(MIN_IMEM_DEPTH, 1 << (longest - 1).bit_length())
+    if imem_depth is None:
+        imem_depth = fit_depth
+    else:
+        _pos_int("imem_depth", imem_depth, power_of_two=True)
+        if imem_depth < longest:
+            raise ValueError(f"imem_depth {imem_depth} cannot hold the {longest}-instruction "
+                             f"program; use at least {1 << (longest - 1).bit_length()}")
+    needs_special = any(program_needs_special(p) for p in progs.values())
+    if special is None:
+        special = needs_special
+    elif not isinstance(special, bool):
+        raise ValueError(f"special must be True, False or None, not {special!r}")
+    elif needs_special and not special:
+        raise ValueError("special=False, but a program uses special-function ops "
+                         f"({', '.join(sorted(SPECIAL_OPS))}); leave special unset")
+    need = {}
+    for p in progs.values():
+        for store, words in p.store_sizes.items():
+            need[store] = max(need.get(store, 0), int(words))
+    words = round_store_words(need, banks, min_store_words)
+    fit = fit_memory(words, banks)
+    if store_style is None:
+        styles = (fit["best"] or fit["auto"])["styles"]
+        fits = fit["fits"]
+    else:
+        if set(store_style) != set(_STORES) or \
+                not set(store_style.values()) <= {"block", "ultra"}:
+            raise ValueError(f"store_style must map every store {list(_STORES)} to 'block' "
+                             f"or 'ultra', not {store_style!r}")
+        from .memory import fits_u50
+        styles, fits = dict(store_style), fits_u50(words, banks, store_style)
+    source = {"config": config,
+              "programs": [{"name": n, "instructions": len(p.instructions),
+                            "sha256": _words_digest(p.words())}
+                           for n, p in progs.items()]}
+    return HwConfig(lanes=lanes, banks=banks, slots=slots, dim_bits=dim_bits,
+                    imem_depth=imem_depth, overlap=bool(overlap), special=special,
+                    clock_mhz=float(clock_mhz),
+                    store_words=tuple((s, words[s]) for s in _STORES),
+                    store_style=tuple((s, styles[s]) for s in _STORES),
+                    fits_u50=bool(fits), source=_freeze(source))
+
+
+def preset_hw_config(config, **overrides):
+    """Return the :class:`HwConfig` of preset ``config``: its whole-model training step as
+    the chip runs it (:func:`ttrain.golden.model_compiler.chip_model_config`), with
+    ``overrides`` as in :func:`hw_config`."""
+    from ..golden.config import get_config, preset_names
+    from ..golden.model_compiler import chip_model_config, compile_model
+    if config not in preset_names():
+        raise ValueError(f"unknown preset {config!r}; choose one of {', '.join(preset_names())}")
+    cfg, _ = chip_model_config(get_config(config))
+    return hw_config({config: compile_model(cfg)}, config=config, **overrides)
+
+
+def write_hw_json(hw, folder):
+    """Write ``hw`` as ``folder/hw.json`` atomically; return the path."""
+    path = Path(folder) / HW_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{HW_JSON}.{os.getpid()}.tmp")
+    tmp.write_text(hw.to_json())
+    tmp.replace(path)
+    return path
+
+
+def read_hw_json(path):
+    """Read a ``hw.json`` (or the one in folder ``path``) as a :class:`HwConfig`."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / HW_JSON
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} does not exist") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not JSON ({e})") from None
+    try:
+        return HwConfig.from_dict(d)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _words_digest(words):
+    return hashlib.sha256(",".join(map(str, words)).encode()).hexdigest()[:16]

@@ -1,0 +1,155 @@
+"""The stores on the U50's RAMs: sizes from the compiler (or the planner), BRAM/URAM mapping, fit.
+
+Platform knowledge used by :func:`ttrain.platforms.hw.hw_config` (which mapping the chip is
+built with), ``ttrain resources`` and ``ttrain plan``. The per-store primitive counts follow
+:meth:`ttrain.rtl.store.BankedStore.mapping`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of
+512 x 32), a URAM288 4096 x 72 used 32 bits wide, one bank per column.
+"""
+
+import itertools
+
+__all__ = ["STORE_CATEGORY", "store_sizes_from_plan", "store_sizes_from_compiler",
+           "SIZE_SOURCES", "memory_map", "fit_memory", "fits_u50", "check_banks"]
+
+#: Store name -> category of the memory plan (``onchip_bytes``) it holds.
+STORE_CATEGORY = {"param": "parameters", "grad": "gradients", "act": "activations",
+                  "scratch": "scratch"}
+
+
+def _capacity():
+    from .u50 import U50_CAPACITY
+    return dict(U50_CAPACITY)
+
+
+def store_sizes_from_plan(config, banks):
+    """Return ``{store: words}`` of preset ``config`` from its on-chip memory plan.
+
+    Parameters
+    ----------
+    config : str
+        Preset name (``ttrain plan`` presets).
+    banks : int
+        Banks per store; every store is rounded up to whole rows of ``banks`` words.
+    """
+    from ..golden.config import get_config
+    from ..golden.memory import memory_report
+    from .hw import round_store_words
+    onchip = memory_report(get_config(config)).onchip
+    words = {s: -(-int(onchip[c]) // 4) for s, c in STORE_CATEGORY.items()}
+    return round_store_words(words, banks)
+
+
+def store_sizes_from_compiler(config, banks):
+    """Return ``{store: words}`` of preset ``config`` from the whole-model compiler's memory map
+    (``golden/model_compiler.py``: the program of one training step as the chip runs it, with
+    the changes ``golden.model_compiler.chip_model_config`` makes, e.g. dropout off), rounded up to whole
+    rows of ``banks`` words."""
+    from ..golden.config import get_config
+    from ..golden.model_compiler import chip_model_config, compile_model
+    from .hw import round_store_words
+    cfg, _ = chip_model_config(get_config(config))
+    return round_store_words(compile_model(cfg).program.store_sizes, banks)
+
+
+#: Where ``build_report`` takes the store sizes from.
+SIZE_SOURCES = {"compiler": store_sizes_from_compiler, "plan": store_sizes_from_plan}
+
+
+def check_banks(banks):
+    if not isinstance(banks, int) or isinstance(banks, bool) or banks < 1 or banks & (banks - 1):
+        raise ValueError(f"banks must be a positive power of two, not {banks!r}")
+
+
+def memory_map(store_sizes, banks, styles="auto"):
+    """Map the stores to Xilinx RAM primitives with :meth:`BankedStore.mapping`.
+
+    Parameters
+    ----------
+    store_sizes : dict
+        ``{store: words}`` (multiples of ``banks``).
+    banks : int
+        Banks per store.
+    styles : str or dict
+        ``"auto"``, ``"block"`` or ``"ultra"`` for every store, or per store name.
+
+    Returns
+    -------
+    dict
+        ``stores`` (one :meth:`~ttrain.rtl.store.BankedStore.mapping` dict per store, with
+        ``ramb36``/``ramb18``/``uram288`` always present) and ``total`` (sums, plus
+        ``ramb36_equiv`` = RAMB36 + RAMB18 / 2).
+    """
+    from ..rtl.store import BankedStore
+    check_banks(banks)
+    if not isinstance(styles, dict):
+        styles = {name: styles for name in store_sizes}
+    stores = []
+    for name, words in store_sizes.items():
+        st = BankedStore(depth=int(words), banks=banks, style=styles.get(name, "auto"),
+                         impl="verilog", name=name)
+        st._MustUse__silence = True          # only the mapping report is wanted
+        rep = {"ramb36": 0, "ramb18": 0, "uram288": 0, **st.mapping()}
+        stores.append(rep)
+    total = {k: sum(s[k] for s in stores) for k in ("words", "bytes", "ramb36", "ramb18",
+                                                     "uram288")}
+    total["ramb36_equiv"] = total["ramb36"] + total["ramb18"] / 2
+    return {"stores": stores, "total": total}
+
+
+def _left(total, capacity, reserve):
+    """Return the RAMB36-equivalent and URAM288 left after the stores and ``reserve``."""
+    bram = capacity["ramb36"] - total["ramb36_equiv"] - reserve.get("ramb36_equiv", 0)
+    uram = capacity["uram288"] - total["uram288"] - reserve.get("uram288", 0)
+    return {"ramb36_equiv": bram, "uram288": uram}
+
+
+def fit_memory(store_sizes, banks, capacity=None, reserve=None):
+    """Map the stores on the U50's BRAM and URAM; find a per-store mapping that fits.
+
+    Parameters
+    ----------
+    store_sizes : dict
+        ``{store: words}``.
+    banks : int
+        Banks per store.
+    capacity : dict or None
+        Device resources (default :data:`ttrain.platforms.u50.U50_CAPACITY`).
+    reserve : dict or None
+        RAMs the rest of the design takes (``ramb36_equiv``, ``uram288``), e.g. the logic
+        estimate's instruction memory and FIFOs.
+
+    Returns
+    -------
+    dict
+        ``auto`` (the stores' default mapping, its ``fits`` and ``left``), ``best`` (``auto``
+        if it fits, else the per-store ``styles`` among all BRAM/URAM assignments that fit
+        with the largest smaller fraction left, or ``None`` if none fits) and ``fits``.
+    """
+    capacity = _capacity() if capacity is None else capacity
+    reserve = reserve or {}
+
+    def entry(styles):
+        mm = memory_map(store_sizes, banks, styles)
+        left = _left(mm["total"], capacity, reserve)
+        fits = left["ramb36_equiv"] >= 0 and left["uram288"] >= 0
+        return {"styles": {s["name"]: s["style"] for s in mm["stores"]}, "map": mm,
+                "left": left, "fits": fits,
+                "left_fraction": min(left["ramb36_equiv"] / capacity["ramb36"],
+                                     left["uram288"] / capacity["uram288"])}
+
+    auto = entry("auto")
+    best = auto if auto["fits"] else None
+    names = list(store_sizes)
+    combos = [] if best else itertools.product(("block", "ultra"), repeat=len(names))
+    for combo in combos:
+        e = entry(dict(zip(names, combo)))
+        if e["fits"] and (best is None or e["left_fraction"] > best["left_fraction"]):
+            best = e
+    return {"auto": auto, "best": best, "fits": best is not None, "capacity": capacity}
+
+
+def fits_u50(store_sizes, banks, styles, reserve=None):
+    """Return True if the stores mapped with ``styles`` fit the U50 (after ``reserve``)."""
+    capacity = _capacity()
+    left = _left(memory_map(store_sizes, banks, styles)["total"], capacity, reserve or {})
+    return left["ramb36_equiv"] >= 0 and left["uram288"] >= 0

