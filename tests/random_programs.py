@@ -166,10 +166,10 @@ def mul_pairs(rng, n):
             # 2**-46 units): shifted right by t on the subnormal path, the guard bit is set,
             # the 23 bits under it are zero and the only sticky bits are the ones shifted out
             # of the 48-bit product: a lost sticky turns "above half" into a tie (even).
-            t = int(rng.integers(1, 23))
+            t = int(rng.integers(1, 22))                # t = 22 would keep an odd LSB
             ea = int(rng.integers(40, 88))
             a[i] = _bits(sa, ea, 1)
-            b[i] = _bits(sb, 128 - t - ea, (1 << t) - 1)
+            b[i] = _bits(sb, 127 - t - ea, (1 << t) - 1)   # G = bit 23 + t of the product
         elif fam < 0.86:                                # overflow boundary
             a[i] = _bits(sa, 254, 0x7FFFFF - int(rng.integers(0, 4)))
             b[i] = _bits(sb, 127, int(rng.integers(0, 4)))
