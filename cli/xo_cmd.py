@@ -1,6 +1,6 @@
 """``ttrain xo`` / ``ttrain bitstream``: a preset as a Vitis RTL kernel for the Alveo U50.
 
-``ttrain xo --config NAME`` writes the packaging tree of :class:`ttrain.rtl.kernel.VitisKernel`
+``ttrain xo --config NAME`` writes the packaging tree of :class:`ttrain.platforms.kernel.VitisKernel`
 (:func:`ttrain.platforms.vitis.write_kernel_tree`: Verilog, ``ttrain_ram.v``, ``kernel.xml``,
 ``package_xo.tcl``, ``kernel.xdc``, ``link.cfg``, ``build.sh``, ``kernel.json``, ``hw.json``)
 and runs

@@ -147,7 +147,7 @@ class HwConfig:
 
     def accelerator_kwargs(self, flavor="sim"):
         """Return the keyword arguments of :class:`ttrain.rtl.top.Accelerator` (and of
-        :class:`ttrain.rtl.kernel.VitisKernel`) for build ``flavor``.
+        :class:`ttrain.platforms.kernel.VitisKernel`) for build ``flavor``.
 
         ``"sim"``: stores above 64 k words are Verilog RAM templates, the rest Amaranth
         memories; the special unit instantiates separately converted FP32 modules (faster

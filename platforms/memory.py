@@ -2,18 +2,39 @@
 
 Platform knowledge used by :func:`ttrain.platforms.hw.hw_config` (which mapping the chip is
 built with), ``ttrain resources`` and ``ttrain plan``. The per-store primitive counts follow
-:meth:`ttrain.rtl.store.BankedStore.mapping`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of
+:func:`store_primitives`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of
 512 x 32), a URAM288 4096 x 72 used 32 bits wide, one bank per column.
 """
 
 import itertools
+import math
 
 __all__ = ["STORE_CATEGORY", "store_sizes_from_plan", "store_sizes_from_compiler",
-           "SIZE_SOURCES", "memory_map", "fit_memory", "fits_u50", "check_banks"]
+           "SIZE_SOURCES", "memory_map", "fit_memory", "fits_u50", "check_banks",
+           "store_primitives"]
 
 #: Store name -> category of the memory plan (``onchip_bytes``) it holds.
 STORE_CATEGORY = {"param": "parameters", "grad": "gradients", "act": "activations",
                   "scratch": "scratch"}
+
+
+def store_primitives(store):
+    """Return a dict describing a :class:`~ttrain.rtl.store.BankedStore` and its estimated
+    Xilinx primitives (``ramb36``/``ramb18``/``uram288`` always present).
+
+    BRAM: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of 512 x 32); URAM: a URAM288 holds
+    4096 x 72, used here 32 bits wide (one bank per column). Estimates, not synthesis.
+    """
+    bd = store.bank_depth
+    if store.style == "ultra":
+        per_bank = {"ramb36": 0, "ramb18": 0, "uram288": math.ceil(bd / 4096)}
+    else:
+        per_bank = {"ramb36": bd // 1024 + (1 if bd % 1024 > 512 else 0),
+                    "ramb18": 1 if 0 < bd % 1024 <= 512 else 0, "uram288": 0}
+    prims = {k: v * store.banks for k, v in per_bank.items()}
+    return {"name": store.name, "words": store.depth, "bytes": 4 * store.depth,
+            "banks": store.banks, "bank_depth": bd, "style": store.style,
+            "impl": store.impl, **prims}
 
 
 def _capacity():
@@ -88,7 +109,7 @@ def memory_map(store_sizes, banks, styles="auto"):
         st = BankedStore(depth=int(words), banks=banks, style=styles.get(name, "auto"),
                          impl="verilog", name=name)
         st._MustUse__silence = True          # only the mapping report is wanted
-        rep = {"ramb36": 0, "ramb18": 0, "uram288": 0, **st.mapping()}
+        rep = store_primitives(st)
         stores.append(rep)
     total = {k: sum(s[k] for s in stores) for k in ("words", "bytes", "ramb36", "ramb18",
                                                      "uram288")}

@@ -1,8 +1,8 @@
-"""Vitis RTL-kernel packaging of :class:`ttrain.rtl.kernel.VitisKernel` for the Alveo U50.
+"""Vitis RTL-kernel packaging of :class:`ttrain.platforms.kernel.VitisKernel` for the Alveo U50.
 
-Everything here is generated from :data:`ttrain.rtl.kernel.REGISTER_MAP` (the same table the
+Everything here is generated from :data:`ttrain.platforms.kernel.REGISTER_MAP` (the same table the
 RTL decodes and :mod:`ttrain.testbench.driver` programs), the kernel's port lists
-(:func:`~ttrain.rtl.kernel.axi_lite_ports`, :func:`~ttrain.rtl.kernel.axi_master_ports`) and
+(:func:`~ttrain.platforms.kernel.axi_lite_ports`, :func:`~ttrain.platforms.kernel.axi_master_ports`) and
 :data:`ttrain.platforms.u50.U50_PART`:
 
 ``kernel.xml``           :func:`kernel_xml` — ports, arguments (offsets, sizes, address
@@ -42,7 +42,7 @@ HBM_BANKS = 32
 
 
 def _kernel_modules():
-    from ..rtl import kernel
+    from . import kernel
     return kernel
 
 
@@ -70,7 +70,7 @@ def kernel_xml(kernel_name=None, *, vendor=KERNEL_VENDOR):
 
     Ports: ``s_axi_control`` (slave, ``range`` = the 12-bit control window, 32-bit data) and
     ``m_axi_gmem`` (master, 64-bit address range, 32-bit data). Arguments: one per
-    :data:`~ttrain.rtl.kernel.KERNEL_ARGS` entry, ``id`` in order, pointers with
+    :data:`~ttrain.platforms.kernel.KERNEL_ARGS` entry, ``id`` in order, pointers with
     ``addressQualifier="1"`` on ``m_axi_gmem``, scalars ``addressQualifier="0"`` on
     ``s_axi_control``.
     """
@@ -120,7 +120,7 @@ def package_xo_tcl(verilog_files, *, kernel_name=None, part=U50_PART, xdc="kerne
     sources and the XDC (out of context), ``ipx::package_project``; bus interfaces
     ``s_axi_control`` / ``m_axi_gmem`` associated with ``ap_clk``, ``ap_rst_n`` an active-low
     reset, ``interrupt`` an interrupt; the ``s_axi_control`` memory map with every register
-    of :data:`~ttrain.rtl.kernel.REGISTER_MAP` (pointer arguments tagged
+    of :data:`~ttrain.platforms.kernel.REGISTER_MAP` (pointer arguments tagged
     ``ASSOCIATED_BUSIF m_axi_gmem``); the Vitis kernel properties (``sdx_kernel``,
     ``ctrl_protocol ap_ctrl_hs``); ``ipx::check_integrity -kernel``; then
     ``package_xo -kernel_xml kernel.xml``.
@@ -171,7 +171,7 @@ ipx::associate_bus_interfaces -busif s_axi_control -clock ap_clk $core
 ipx::associate_bus_interfaces -busif m_axi_gmem -clock ap_clk $core
 ipx::associate_bus_interfaces -clock ap_clk -reset ap_rst_n $core
 
-# s_axi_control register map (ttrain.rtl.kernel.REGISTER_MAP: name, offset, bits, kind)
+# s_axi_control register map (ttrain.platforms.kernel.REGISTER_MAP: name, offset, bits, kind)
 set mem_map [ipx::add_memory_map -quiet s_axi_control $core]
 set addr_block [ipx::add_address_block -quiet reg0 $mem_map]
 set_property range {1 << k.CONTROL_ADDR_BITS:#x} $addr_block
@@ -262,11 +262,11 @@ def build_script(*, link, kernel_name=None, platform=U50_VITIS_PLATFORM):
 
 def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
                       platform=U50_VITIS_PLATFORM, link=False, meta=None, hw=None):
-    """Write the packaging tree of a :class:`~ttrain.rtl.kernel.VitisKernel` into ``out_dir``.
+    """Write the packaging tree of a :class:`~ttrain.platforms.kernel.VitisKernel` into ``out_dir``.
 
     Parameters
     ----------
-    kernel : ttrain.rtl.kernel.VitisKernel
+    kernel : ttrain.platforms.kernel.VitisKernel
     out_dir : path-like
     clock_mhz : float
         Kernel clock (XDC and ``link.cfg``).
@@ -286,7 +286,7 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
     dict
         ``files`` (name -> path) and ``commands`` (the shell commands to run in ``out_dir``).
     """
-    from ..rtl.kernel import KERNEL_NAME, REGISTER_MAP, VitisKernel
+    from .kernel import KERNEL_NAME, REGISTER_MAP, VitisKernel
     from ..rtl.store import ram_verilog_path
     from ..rtl.export import convert_component
     if not isinstance(kernel, VitisKernel):
@@ -340,7 +340,7 @@ def kernel_tree(config, out_dir, *, link, clock_mhz=300.0, lanes=8, banks=None,
     """
     import subprocess
 
-    from ..rtl.kernel import VitisKernel
+    from .kernel import VitisKernel
     _check_clock(clock_mhz)
     check_hbm_bank(hbm_bank)
     out = Path(out_dir)

@@ -442,9 +442,10 @@ class ContractionEngine(wiring.Component):
         """``{name: words}`` of every store."""
         return {s.name: s.depth for s in self._stores}
 
-    def store_mapping(self):
-        """Return the BRAM/URAM mapping report of every store (list of dicts)."""
-        return [s.mapping() for s in self._stores]
+    @property
+    def stores(self):
+        """The :class:`~ttrain.rtl.store.BankedStore` of every store (elaborated inside)."""
+        return tuple(self._stores)
 
     def encode_descriptor(self, desc):
         """Return the ``desc`` port value (int) for a golden ``Descriptor``.

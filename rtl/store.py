@@ -20,11 +20,10 @@ Two implementations behind one interface (``toolchain.md``, "Large memories"):
 
 ``impl="auto"`` picks ``"memory"`` up to :data:`MEMORY_MAX_BANK_DEPTH` rows per bank.
 ``style`` marks the Xilinx mapping (``"block"`` = BRAM, ``"ultra"`` = URAM); ``"auto"`` picks
-URAM for banks of at least :data:`URAM_MIN_BANK_DEPTH` rows. :meth:`BankedStore.mapping`
-reports the result.
+URAM for banks of at least :data:`URAM_MIN_BANK_DEPTH` rows. How many Xilinx primitives a store
+takes is platform knowledge: :func:`ttrain.platforms.memory.store_primitives`.
 """
 
-import math
 from pathlib import Path
 
 from amaranth.hdl import ClockSignal, Instance, Module
@@ -129,23 +128,6 @@ class BankedStore(wiring.Component):
     def row_bits(self):
         """Width of a row address (at least 1)."""
         return max(1, ceil_log2(self.bank_depth))
-
-    def mapping(self):
-        """Return a dict describing the store and its estimated Xilinx primitives.
-
-        BRAM: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of 512 x 32); URAM: a URAM288 holds
-        4096 x 72, used here 32 bits wide (one bank per column). Estimates, not synthesis.
-        """
-        bd = self.bank_depth
-        if self._style == "ultra":
-            per_bank = {"uram288": math.ceil(bd / 4096)}
-        else:
-            per_bank = {"ramb36": bd // 1024 + (1 if bd % 1024 > 512 else 0),
-                        "ramb18": 1 if 0 < bd % 1024 <= 512 else 0}
-        prims = {k: v * self._banks for k, v in per_bank.items()}
-        return {"name": self._name, "words": self._depth, "bytes": 4 * self._depth,
-                "banks": self._banks, "bank_depth": bd, "style": self._style,
-                "impl": self._impl, **prims}
 
     def elaborate(self, platform):
         m = Module()

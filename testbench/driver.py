@@ -1,6 +1,6 @@
-"""Host driver of the Vitis kernel (:mod:`ttrain.rtl.kernel`): one class for simulation and card.
+"""Host driver of the Vitis kernel (:mod:`ttrain.platforms.kernel`): one class for simulation and card.
 
-:class:`KernelDriver` owns the register map (:data:`ttrain.rtl.kernel.REGISTER_MAP`) and the
+:class:`KernelDriver` owns the register map (:data:`ttrain.platforms.kernel.REGISTER_MAP`) and the
 buffer layout: it turns store writes, runs and read-backs into a command buffer
 (:class:`CommandList`), starts the kernel through a *backend*, and parses the results buffer
 into run records, the words read back and the trailer (:class:`KernelResult`). Backends:
@@ -14,7 +14,7 @@ into run records, the words read back and the trailer (:class:`KernelResult`). B
 :class:`XrtBackend`
     An Alveo card through ``pyxrt`` (imported only when this backend is created): buffer
     objects in the kernel's memory bank, ``xrt.kernel`` called with the arguments in
-    :data:`~ttrain.rtl.kernel.KERNEL_ARGS` order. Use :meth:`KernelDriver.invoke`.
+    :data:`~ttrain.platforms.kernel.KERNEL_ARGS` order. Use :meth:`KernelDriver.invoke`.
 
 Typical use (the same on both backends)::
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..golden.isa import STORE_IDS
-from ..rtl.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, HEADER_WORDS, KERNEL_ARGS,
+from ..platforms.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, HEADER_WORDS, KERNEL_ARGS,
                           KERNEL_ERRORS, KERNEL_NAME, RUN_FIELDS, RUN_RECORD_WORDS, RUN_TAG,
                           TRAILER_FIELDS, TRAILER_MAGIC, TRAILER_WORDS, register)
 
@@ -150,11 +150,11 @@ class KernelResult:
     Attributes
     ----------
     runs : list of dict
-        One :data:`~ttrain.rtl.kernel.RUN_FIELDS` dict per RUN, in order.
+        One :data:`~ttrain.platforms.kernel.RUN_FIELDS` dict per RUN, in order.
     reads : list of (store, addr, numpy.ndarray)
         The words of every READ, in order.
     trailer : dict
-        :data:`~ttrain.rtl.kernel.TRAILER_FIELDS` (``kernel_error`` 0 = every command done).
+        :data:`~ttrain.platforms.kernel.TRAILER_FIELDS` (``kernel_error`` 0 = every command done).
     raw : numpy.ndarray
         The whole results buffer.
     """
@@ -189,7 +189,7 @@ class _Call:
 
 
 class KernelDriver:
-    """The host side of :class:`ttrain.rtl.kernel.VitisKernel`.
+    """The host side of :class:`ttrain.platforms.kernel.VitisKernel`.
 
     Parameters
     ----------
@@ -218,7 +218,7 @@ class KernelDriver:
         import json
         from pathlib import Path
 
-        from ..rtl.kernel import REGISTER_MAP
+        from ..platforms.kernel import REGISTER_MAP
         meta = json.loads((Path(tree) / "kernel.json").read_text())
         regs = [(r["name"], r["offset"], r["width"]) for r in meta["registers"]]
         if regs != [(r.name, r.offset, r.width) for r in REGISTER_MAP]:
@@ -336,8 +336,8 @@ class CocotbBackend:
     Parameters
     ----------
     dut : cocotb handle
-        The kernel top (ports named as :func:`ttrain.rtl.kernel.axi_lite_ports` /
-        :func:`~ttrain.rtl.kernel.axi_master_ports`).
+        The kernel top (ports named as :func:`ttrain.platforms.kernel.axi_lite_ports` /
+        :func:`~ttrain.platforms.kernel.axi_master_ports`).
     mem_bytes : int
         Size of the simulated global memory.
     timeout_cycles : int
@@ -430,7 +430,7 @@ class XrtBackend:
     device_index : int
         XRT device index (``xbutil examine``).
     kernel_name : str
-        Kernel name in the xclbin (:data:`~ttrain.rtl.kernel.KERNEL_NAME`).
+        Kernel name in the xclbin (:data:`~ttrain.platforms.kernel.KERNEL_NAME`).
     """
 
     def __init__(self, xclbin, device_index=0, kernel_name=KERNEL_NAME):
@@ -483,7 +483,7 @@ def build_kernel(hw, name=KERNEL_NAME):
     :func:`~ttrain.testbench.top.build_top` does.
     """
     from ..platforms.hw import write_hw_json
-    from ..rtl.kernel import VitisKernel
+    from ..platforms.kernel import VitisKernel
     from ..rtl.store import ram_verilog_path
     from .verilator import build_verilator
     config = hw.accelerator_kwargs("sim")

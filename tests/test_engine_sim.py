@@ -26,13 +26,13 @@ def test_store_parameters_rejected():
 
 
 def test_store_mapping():
-    small = BankedStore(depth=4 * 512, banks=4)
-    assert small.mapping()["style"] == "block" and small.mapping()["ramb18"] == 4
-    big = BankedStore(depth=16 * 8192, banks=16)
-    rep = big.mapping()
+    from ttrain.platforms.memory import store_primitives
+    small = store_primitives(BankedStore(depth=4 * 512, banks=4))
+    assert small["style"] == "block" and small["ramb18"] == 4
+    rep = store_primitives(BankedStore(depth=16 * 8192, banks=16))
     assert (rep["style"], rep["impl"], rep["uram288"], rep["bytes"]) == \
         ("ultra", "verilog", 32, 4 * 16 * 8192)
-    assert BankedStore(depth=8 * 1024, banks=8, style="block").mapping()["ramb36"] == 8
+    assert store_primitives(BankedStore(depth=8 * 1024, banks=8, style="block"))["ramb36"] == 8
 
 
 def test_store_read_write_timing():

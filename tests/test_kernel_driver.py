@@ -1,6 +1,6 @@
 """The host driver's buffer layout (``testbench/driver.py``), without a simulator.
 
-The command words are checked against the format the kernel decodes (``rtl/kernel.py``
+The command words are checked against the format the kernel decodes (``platforms/kernel.py``
 constants); results buffers assembled by hand in that format must parse into the right run
 records, read-backs and trailer, also when the kernel stopped early.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ttrain.golden.isa import STORE_IDS
-from ttrain.rtl.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, KERR_RANGE, REGISTER_MAP,
+from ttrain.platforms.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, KERR_RANGE, REGISTER_MAP,
                                RUN_FIELDS, RUN_RECORD_WORDS, RUN_TAG, TRAILER_FIELDS,
                                TRAILER_MAGIC, TRAILER_WORDS)
 from ttrain.testbench.driver import KernelDriver, KernelError, XrtBackend, ctrl_bits

@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""The Vitis kernel (``rtl/kernel.py``) under Verilator, driven entirely through its AXI ports.
+"""The Vitis kernel (``platforms/kernel.py``) under Verilator, driven entirely through its AXI ports.
 
 One build (2 lanes, the special-function unit, stores and instruction memory sized for both a
 compiled TT-linear layer and the whole ``tiny`` model step of ``compile_model``), one cocotb
@@ -33,7 +33,7 @@ from ttrain.golden.data import generate_dataset
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_OPCODE, STORE_IDS
 from ttrain.golden.model_compiler import compile_model
-from ttrain.rtl.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
+from ttrain.platforms.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
                                TRAILER_MAGIC)
 from ttrain.rtl.store import ram_verilog_path
 from ttrain.testbench.driver import (CommandList, KernelDriver, KernelError, build_kernel,

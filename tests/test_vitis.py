@@ -2,7 +2,7 @@
 """Vitis packaging of the kernel (``platforms/vitis.py``) and ``ttrain xo`` / ``bitstream``.
 
 The generated kernel.xml, package_xo TCL, v++ link config and XDC are parsed and checked
-against the register map of ``rtl/kernel.py`` (the table the RTL decodes and the driver
+against the register map of ``platforms/kernel.py`` (the table the RTL decodes and the driver
 programs), the U50 part and the kernel's Verilog ports; ``ttrain xo --config tiny`` must write
 the whole tree on a machine without Vivado.
 """
@@ -19,7 +19,7 @@ import pytest
 from ttrain.platforms.u50 import U50_PART
 from ttrain.platforms.vitis import (kernel_xdc, kernel_xml, package_xo_tcl, vpp_link_command,
                                     vpp_link_config)
-from ttrain.rtl.kernel import (CONTROL_ADDR_BITS, CONTROL_REGISTERS, GMEM_DATA_BITS,
+from ttrain.platforms.kernel import (CONTROL_ADDR_BITS, CONTROL_REGISTERS, GMEM_DATA_BITS,
                                KERNEL_ARGS, KERNEL_NAME, REGISTER_MAP, axi_lite_ports,
                                axi_master_ports, register)
 
@@ -98,7 +98,7 @@ def test_link_config_and_xdc():
 
 
 def test_verilog_ports_are_the_vitis_names():
-    from ttrain.rtl.kernel import VitisKernel
+    from ttrain.platforms.kernel import VitisKernel
     from ttrain.testbench.verilator import component_ports
     k = VitisKernel(store_sizes={"param": 16, "grad": 16, "act": 16, "scratch": 16}, lanes=1,
                     slots=8, imem_depth=4)

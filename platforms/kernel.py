@@ -48,7 +48,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.isa import STORE_IDS, STORE_NAMES
-from .top import Accelerator
+from ..rtl.top import Accelerator
 
 __all__ = ["VitisKernel", "Register", "CONTROL_REGISTERS", "KERNEL_ARGS", "REGISTER_MAP",
            "register", "KERNEL_NAME", "CONTROL_ADDR_BITS", "GMEM_ADDR_BITS", "GMEM_DATA_BITS",
