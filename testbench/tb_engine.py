@@ -1,4 +1,7 @@
-"""cocotb tests of the contraction engine under Verilator (run by test_engine_verilator.py).
+"""cocotb tests of the contraction engine under Verilator.
+
+Run by :mod:`ttrain.testbench.bench_engine` (``ttrain bench engine``) and
+``tests/test_engine_verilator.py``.
 
 The engine's parameters come from ``$ENGINE_CONFIG`` (JSON: ``lanes``, ``stores`` as
 ``[[name, depth, style, impl], ...]``, ``seed``, ``n_random``, ``max_mn``, ``max_k``); the

@@ -3,8 +3,10 @@
 Python is off the per-cycle path: the wrapper reads the operands (``+OPERANDS=``), feeds one
 pair per cycle, checks ``o.valid`` against ``i.valid`` delayed by ``+LATENCY=`` every cycle and
 dumps the results (``+RESULTS=``). This test only drives reset and ``start``, waits for
-``done`` and checks the wrapper's counters; the pytest side compares the results file with the
+``done`` and checks the wrapper's counters; the caller compares the results file with the
 golden functions. Environment: ``FP32_PAIRS`` (expected result count), ``FP32_TIMEOUT_CYCLES``.
+Started by :func:`ttrain.testbench.bench_fp32.stream_unit` (``ttrain bench fp32``,
+``tests/test_fp32_verilator.py``) and ``tests/test_special_verilator.py``.
 """
 
 import os

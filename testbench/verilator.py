@@ -18,10 +18,10 @@ for the same configuration wait on a file lock instead of building twice. The bu
 ``$TTRAIN_SIM_BUILD`` if set, else ``<repository>/build/sim`` (or ``./build/sim`` when ttrain
 is not installed from a checkout).
 
-:func:`run_cocotb` runs cocotb test modules (``tests/cocotb/tb_*.py``) on a build with
-``cocotb_tools.runner`` and raises :class:`SimulationError` (with the tail of the log) if the
-simulator fails or any cocotb test fails, in or out of pytest. Give each call its own
-``test_dir`` (e.g. pytest's ``tmp_path``): results and logs go there.
+:func:`run_cocotb` runs cocotb test modules (``testbench/tb_*.py``, ``tests/cocotb/tb_*.py``)
+on a build with ``cocotb_tools.runner`` and raises :class:`SimulationError` (with the tail of
+the log) if the simulator fails or any cocotb test fails, in or out of pytest. Give each call
+its own ``test_dir`` (e.g. pytest's ``tmp_path``): results and logs go there.
 
 :func:`lint_verilator` runs ``verilator --lint-only -Wall`` with the project waiver file and
 raises :class:`LintError` on any warning that is not waived.
@@ -425,8 +425,10 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     ----------
     build : VerilatorBuild
     test_module : str or sequence of str
-        cocotb module name(s), e.g. ``"tb_fp32"``; importable from ``sys.path`` (pytest's
-        ``pythonpath`` has ``tests/cocotb``) or from ``module_dirs``.
+        cocotb module name(s), e.g. ``"tb_fp32"``; importable from ``module_dirs``, from
+        ``sys.path`` (pytest's ``pythonpath`` has ``tests/cocotb``) or, last, from
+        :data:`TESTBENCH_DIR` (the testbench package's own ``tb_top``, ``tb_engine``,
+        ``tb_fp32``).
     test_dir : path-like, optional
         Folder for ``results.xml`` and ``sim.log``; a fresh folder under the build root's
         ``runs/`` if omitted. Use a unique folder per call (pytest's ``tmp_path``).
@@ -475,6 +477,7 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     added = [str(Path(d).resolve()) for d in module_dirs]
     saved_path = list(sys.path)
     sys.path[:0] = added
+    sys.path.append(str(TESTBENCH_DIR))            # last: its other modules shadow nothing
     failure = None
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
