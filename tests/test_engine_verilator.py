@@ -2,20 +2,18 @@
 """Contraction engine under Verilator: random descriptors and error cases, bit-exact vs golden.
 
 One build (4 lanes, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
-template and a small scratch) shared by the cocotb tests in ``tests/cocotb/tb_engine.py``.
+template and a small scratch) shared by the cocotb tests in ``testbench/tb_engine.py``. The
+engine helpers and the paper-layer benchmark (``ttrain bench engine``) are library code in
+:mod:`ttrain.testbench.bench_engine`.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
-from ttrain.rtl.engine import ContractionEngine, StoreSpec
 from ttrain.rtl.store import BankedStore, ram_verilog_path
-from ttrain.testbench.verilator import (SimulationError, build_wrapped,
-                                        lint_verilator, run_cocotb)
-
-COCOTB_DIR = Path(__file__).resolve().parent / "cocotb"
+from ttrain.testbench.bench_engine import build_engine, make_engine, run_step
+from ttrain.testbench.verilator import TESTBENCH_DIR, lint_verilator, run_cocotb
 
 CONFIG = {
     "lanes": 4,
@@ -28,55 +26,18 @@ CONFIG = {
 }
 
 
-def make_engine(cfg):
-    return ContractionEngine(lanes=cfg["lanes"], stores=[StoreSpec(*s) for s in cfg["stores"]],
-                             **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
-
-
-def build_engine(eng, name):
-    """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``)."""
-    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path()])
-
-
 @pytest.fixture(scope="module")
 def engine_build():
     return build_engine(make_engine(CONFIG), "ttrain_engine_l4")
 
 
 def test_engine_verilator_random_and_errors(engine_build, tmp_path):
-    run_cocotb(engine_build, "tb_engine", test_dir=tmp_path, module_dirs=[COCOTB_DIR],
+    run_cocotb(engine_build, "tb_engine", test_dir=tmp_path, module_dirs=[TESTBENCH_DIR],
                testcase=["random_descriptors", "error_descriptors"],
                extra_env={"ENGINE_CONFIG": json.dumps(CONFIG)})
 
 
 # ---- TT-linear training steps ------------------------------------------------------------
-
-def run_step(build, eng, cfg, jobs, tdir, sizes):
-    """Run ``jobs`` (``[(name, Descriptor)]``) in order on ``build`` (tb_engine's ``bench``
-    test: C checked after each, every word of ``sizes`` at the end). Returns
-    ``({name: cycles}, teardown_crash)``."""
-    import dataclasses
-
-    out = Path(tdir) / "cycles.json"
-    bench = {"out": str(out), "sizes": sizes,
-             "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
-    teardown_crash = False
-    try:
-        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
-                   module_dirs=[COCOTB_DIR],
-                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
-                              "ENGINE_BENCH": json.dumps(bench)})
-    except SimulationError:
-        # With megabyte stores the Verilator model sometimes crashes *after* $finish
-        # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as passed
-        # (every word checked) and the cycle file was written before the exit.
-        from cocotb_tools.runner import get_results
-        total, failed = get_results(Path(tdir) / "results.xml")
-        if not (total == 1 and failed == 0 and out.is_file()):
-            raise
-        teardown_crash = True
-    return {r["name"]: r["cycles"] for r in json.loads(out.read_text())}, teardown_crash
-
 
 def test_engine_verilator_tt_step_tiny(engine_build, tmp_path):
     """Every contraction of a TT-linear training step (tiny preset's attention layer, B = 8),
@@ -93,90 +54,6 @@ def test_engine_verilator_tt_step_tiny(engine_build, tmp_path):
     assert set(cycles) == {n for n, _ in jobs}
     for name, desc in jobs:
         assert eng.ideal_cycles(desc) <= cycles[name], name
-
-
-# ---- benchmark: one TT-linear training step of the paper's 768x768 layer -----------------
-
-BENCH_LANES = 8
-BENCH_SLOTS = 16
-PAPER_RANKS = {"r10": (1, 10, 10, 10, 10, 10, 1), "r20": (1, 12, 20, 20, 20, 12, 1)}
-
-
-def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
-                 rank_sets=tuple(PAPER_RANKS), test_dir=None):
-    """Measure every contraction of one TT-linear training step under Verilator.
-
-    For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
-    tokens, builds one engine (``lanes`` lanes, ``slots`` slots, stores sized for the largest
-    step), runs :func:`ttrain.golden.contract.tt_linear_step`'s descriptors in order, checks
-    them bit-exact against the golden model and returns the report
-    ``{"config": ..., "entries": [...], "total": ...}`` (``architecture.md`` "Measurement"
-    shape; one entry per contraction and per step total). Writes it to ``out_json`` if given.
-    """
-    import tempfile
-    import time
-
-    from ttrain.golden.config import TTSpec
-    from ttrain.golden.contract import BATCH_DEPENDENT, tt_linear_step
-
-    steps = {}
-    need = {}
-    for name in rank_sets:
-        spec = TTSpec((12, 8, 8), (8, 8, 12), PAPER_RANKS[name])
-        sizes, jobs = tt_linear_step(spec, batch)
-        steps[name] = (sizes, jobs)           # oriented below, once the engine exists
-        for store, words in sizes.items():
-            need[store] = max(need.get(store, 0), words)
-    stores = [[s, -(-w // lanes) * lanes, "auto", "verilog"] for s, w in sorted(need.items())]
-    cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7}
-    t0 = time.time()
-    eng = make_engine(cfg)
-    build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}")
-    build_s = time.time() - t0
-    steps = {name: (sizes, [(j, eng.best_orientation(d)) for j, d in jobs])
-             for name, (sizes, jobs) in steps.items()}
-    entries = []
-    totals = {}
-    for name, (sizes, jobs) in steps.items():
-        tdir = Path(test_dir or tempfile.mkdtemp(prefix="engine-bench-")) / name
-        tdir.mkdir(parents=True, exist_ok=True)
-        t1 = time.time()
-        cycles, teardown_crash = run_step(build, eng, cfg, jobs, tdir,
-                                          {st: eng.store_sizes[st] for st in sizes})
-        sim_s = time.time() - t1
-        tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
-        batch_dep = dict(tot)
-        for jname, desc in jobs:
-            ideal = eng.ideal_cycles(desc)
-            e = {"name": f"{name}.{jname}", "macs": desc.macs, "cycles": cycles[jname],
-                 "ideal_cycles": ideal, "utilization": ideal / cycles[jname],
-                 "model_cycles": eng.issue_cycles(desc),
-                 "shape": [desc.batch, desc.m, desc.n, desc.k]}
-            entries.append(e)
-            for acc in (tot, batch_dep) if jname in BATCH_DEPENDENT else (tot,):
-                for key in ("macs", "cycles", "ideal_cycles"):
-                    acc[key] += e[key]
-        for label, acc in ((f"{name}.step", tot), (f"{name}.batch_dependent", batch_dep)):
-            entries.append({"name": label, **acc,
-                            "utilization": acc["ideal_cycles"] / acc["cycles"]})
-        totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
-                        "sim_seconds": round(sim_s, 1), "teardown_crash": teardown_crash}
-    report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
-                         "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
-                                                                 for n in rank_sets},
-                         "stores": eng.store_mapping(), "build_seconds": round(build_s, 1)},
-              "entries": entries, "total": totals}
-    if out_json:
-        Path(out_json).write_text(json.dumps(report, indent=1))
-    return report
-
-
-if __name__ == "__main__":      # the benchmark: python tests/test_engine_verilator.py [out.json]
-    import sys
-    rep = bench_engine(sys.argv[1] if len(sys.argv) > 1 else "engine_bench.json")
-    for e in rep["entries"]:
-        print(f"{e['name']:28s} macs {e['macs']:9d} cycles {e['cycles']:8d} "
-              f"ideal {e['ideal_cycles']:8d} util {e['utilization']:.3f}")
 
 
 def test_engine_and_stores_lint_clean():

@@ -1,0 +1,143 @@
+"""Contraction-engine benchmark under Verilator: one TT-linear training step of the paper layer.
+
+Library side of ``ttrain bench engine`` and of ``tests/test_engine_verilator.py``:
+:func:`make_engine` / :func:`build_engine` (a :class:`~ttrain.rtl.engine.ContractionEngine`
+from a JSON-able configuration, built under Verilator inside a plain Verilog wrapper),
+:func:`run_step` (descriptors in order through the ``bench`` test of the cocotb testbench
+``testbench/tb_engine.py``, bit-exact, cycles measured) and :func:`bench_engine` (every
+contraction of the paper's [12,8,8 | 8,8,12] layer for the rank sets of
+:data:`ttrain.testbench.top.PAPER_RANKS`). From a shell::
+
+    .venv/bin/python -m ttrain.testbench.bench_engine [out.json]
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..rtl.engine import ContractionEngine, StoreSpec
+from ..rtl.store import ram_verilog_path
+from .top import PAPER_LAYER, PAPER_RANKS
+from .verilator import TESTBENCH_DIR, SimulationError, build_wrapped, run_cocotb
+
+__all__ = ["BENCH_LANES", "BENCH_SLOTS", "PAPER_RANKS", "make_engine", "build_engine",
+           "run_step", "bench_engine"]
+
+#: Default engine size of the benchmark.
+BENCH_LANES = 8
+BENCH_SLOTS = 16
+
+
+def make_engine(cfg):
+    """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
+    optional ``slots``): the same configuration ``testbench/tb_engine.py`` reads from
+    ``$ENGINE_CONFIG``."""
+    return ContractionEngine(lanes=cfg["lanes"], stores=[StoreSpec(*s) for s in cfg["stores"]],
+                             **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
+
+
+def build_engine(eng, name):
+    """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``)."""
+    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path()])
+
+
+def run_step(build, eng, cfg, jobs, tdir, sizes):
+    """Run ``jobs`` (``[(name, Descriptor)]``) in order on ``build`` (tb_engine's ``bench``
+    test: C checked after each, every word of ``sizes`` at the end). Returns
+    ``({name: cycles}, teardown_crash)``."""
+    out = Path(tdir) / "cycles.json"
+    bench = {"out": str(out), "sizes": sizes,
+             "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
+    teardown_crash = False
+    try:
+        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+                   module_dirs=[TESTBENCH_DIR],
+                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
+                              "ENGINE_BENCH": json.dumps(bench)})
+    except SimulationError:
+        # With megabyte stores the Verilator model sometimes crashes *after* $finish
+        # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as passed
+        # (every word checked) and the cycle file was written before the exit.
+        from cocotb_tools.runner import get_results
+        total, failed = get_results(Path(tdir) / "results.xml")
+        if not (total == 1 and failed == 0 and out.is_file()):
+            raise
+        teardown_crash = True
+    return {r["name"]: r["cycles"] for r in json.loads(out.read_text())}, teardown_crash
+
+
+def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
+                 rank_sets=tuple(PAPER_RANKS), test_dir=None):
+    """Measure every contraction of one TT-linear training step under Verilator.
+
+    For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
+    tokens, builds one engine (``lanes`` lanes, ``slots`` slots, stores sized for the largest
+    step), runs :func:`ttrain.golden.contract.tt_linear_step`'s descriptors in order, checks
+    them bit-exact against the golden model and returns the report
+    ``{"config": ..., "entries": [...], "total": ...}`` (``architecture.md`` "Measurement"
+    shape; one entry per contraction and per step total). Writes it to ``out_json`` if given.
+    """
+    import tempfile
+    import time
+
+    from ..golden.config import TTSpec
+    from ..golden.contract import BATCH_DEPENDENT, tt_linear_step
+
+    steps = {}
+    need = {}
+    for name in rank_sets:
+        spec = TTSpec(*PAPER_LAYER, PAPER_RANKS[name])
+        sizes, jobs = tt_linear_step(spec, batch)
+        steps[name] = (sizes, jobs)           # oriented below, once the engine exists
+        for store, words in sizes.items():
+            need[store] = max(need.get(store, 0), words)
+    stores = [[s, -(-w // lanes) * lanes, "auto", "verilog"] for s, w in sorted(need.items())]
+    cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7}
+    t0 = time.time()
+    eng = make_engine(cfg)
+    build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}")
+    build_s = time.time() - t0
+    steps = {name: (sizes, [(j, eng.best_orientation(d)) for j, d in jobs])
+             for name, (sizes, jobs) in steps.items()}
+    entries = []
+    totals = {}
+    for name, (sizes, jobs) in steps.items():
+        tdir = Path(test_dir or tempfile.mkdtemp(prefix="engine-bench-")) / name
+        tdir.mkdir(parents=True, exist_ok=True)
+        t1 = time.time()
+        cycles, teardown_crash = run_step(build, eng, cfg, jobs, tdir,
+                                          {st: eng.store_sizes[st] for st in sizes})
+        sim_s = time.time() - t1
+        tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
+        batch_dep = dict(tot)
+        for jname, desc in jobs:
+            ideal = eng.ideal_cycles(desc)
+            e = {"name": f"{name}.{jname}", "macs": desc.macs, "cycles": cycles[jname],
+                 "ideal_cycles": ideal, "utilization": ideal / cycles[jname],
+                 "model_cycles": eng.issue_cycles(desc),
+                 "shape": [desc.batch, desc.m, desc.n, desc.k]}
+            entries.append(e)
+            for acc in (tot, batch_dep) if jname in BATCH_DEPENDENT else (tot,):
+                for key in ("macs", "cycles", "ideal_cycles"):
+                    acc[key] += e[key]
+        for label, acc in ((f"{name}.step", tot), (f"{name}.batch_dependent", batch_dep)):
+            entries.append({"name": label, **acc,
+                            "utilization": acc["ideal_cycles"] / acc["cycles"]})
+        totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
+                        "sim_seconds": round(sim_s, 1), "teardown_crash": teardown_crash}
+    report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
+                         "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
+                                                                 for n in rank_sets},
+                         "stores": eng.store_mapping(), "build_seconds": round(build_s, 1)},
+              "entries": entries, "total": totals}
+    if out_json:
+        Path(out_json).write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":      # python -m ttrain.testbench.bench_engine [out.json]
+    import sys
+    rep = bench_engine(sys.argv[1] if len(sys.argv) > 1 else "engine_bench.json")
+    for e in rep["entries"]:
+        print(f"{e['name']:28s} macs {e['macs']:9d} cycles {e['cycles']:8d} "
+              f"ideal {e['ideal_cycles']:8d} util {e['utilization']:.3f}")
