@@ -6,32 +6,11 @@ contraction engine, bit-exact against the golden model, with cycles measured in 
 ideal cycles (MACs / lanes) and utilization. ``ttrain bench fp32``: random operand pairs
 through each FP32 unit (one million by default), compared bit for bit with the golden numerics.
 
-The benchmarks drive the cocotb testbenches of the repository's ``tests/`` folder, so they run
-from a checkout (``make env`` installs it editable). The first engine run builds a
-paper-size Verilator model (about 10 minutes on 2 cores); later runs reuse it.
+The first engine run builds a paper-size Verilator model (about 10 minutes on 2 cores);
+later runs reuse it.
 """
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-
-
-def _tests_module(name):
-    """Import ``tests/<name>.py`` of the checkout this package was installed from."""
-    root = Path(__file__).resolve().parent.parent
-    path = root / "tests" / f"{name}.py"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: `ttrain bench` runs the cocotb testbenches of a ttrain checkout; "
-            f"install ttrain from a clone with `make env` (editable) and run it there")
-    for extra in (root / "tests", root / "tests" / "cocotb"):
-        if str(extra) not in sys.path:
-            sys.path.insert(0, str(extra))
-    spec = importlib.util.spec_from_file_location(f"_ttrain_bench_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _print_report(report, as_json):
@@ -44,14 +23,14 @@ def _print_report(report, as_json):
 
 
 def _engine(args):
-    mod = _tests_module("test_engine_verilator")
+    from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
-    bad = [r for r in ranks if r not in mod.PAPER_RANKS]
+    bad = [r for r in ranks if r not in PAPER_RANKS]
     if bad:
-        raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(mod.PAPER_RANKS)}")
+        raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
     if args.lanes < 1 or args.lanes & (args.lanes - 1):
         raise ValueError(f"--lanes must be a positive power of two, not {args.lanes}")
-    report = mod.bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks)
+    report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks)
     _print_report(report, args.json)
     return 0
 
@@ -103,21 +82,16 @@ def _step(args):
 
 
 def _fp32(args):
-    mod = _tests_module("test_fp32_verilator")
-    units = mod.UNITS if args.unit == "all" else (args.unit,)
+    from ttrain.testbench import bench_fp32 as fp32
+    units = fp32.UNITS if args.unit == "all" else (args.unit,)
     if args.pairs < 1:
         raise ValueError(f"--pairs must be a positive integer, not {args.pairs}")
-    results = [mod.run_fp32_sweep(u, args.pairs, args.seed) for u in units]
-    failed = sum(r["mismatches"] for r in results)
+    report = fp32.bench_fp32(units, args.pairs, args.seed)
+    failed = sum(r["mismatches"] for r in report["entries"])
     if args.json:
-        keys = ("pairs", "mismatches", "build_seconds", "sim_seconds", "golden_seconds",
-                "total_seconds")
-        total = {k: round(sum(r[k] for r in results), 2) for k in keys
-                 if all(k in r for r in results)}
-        print(json.dumps({"config": {"pairs": args.pairs, "seed": args.seed},
-                          "entries": results, "total": total}, indent=1, default=str))
+        print(json.dumps(report, indent=1, default=str))
     else:
-        for r in results:
+        for r in report["entries"]:
             print(f"{r['unit']:8s} pairs {r['pairs']:>10,} mismatches {r['mismatches']} "
                   f"sim {r['sim_seconds']:.1f} s total {r['total_seconds']:.1f} s")
     return 1 if failed else 0

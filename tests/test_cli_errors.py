@@ -362,16 +362,13 @@ def test_train_init_must_fit_the_config(trained, capsys):
 
 
 def test_bench_fp32_json_has_a_total(monkeypatch, capsys):
-    from ttrain import bench_cmd
+    from ttrain.testbench import bench_fp32
 
-    class Sweeps:
-        UNITS = ("mul", "add")
-
-        @staticmethod
-        def run_fp32_sweep(unit, pairs, seed):
-            return {"unit": unit, "pairs": pairs, "mismatches": 0, "build_seconds": 1.0,
-                    "sim_seconds": 0.25, "golden_seconds": 0.5, "total_seconds": 2.0}
-    monkeypatch.setattr(bench_cmd, "_tests_module", lambda name: Sweeps)
+    def run_fp32_sweep(unit, pairs, seed):
+        return {"unit": unit, "pairs": pairs, "mismatches": 0, "build_seconds": 1.0,
+                "sim_seconds": 0.25, "golden_seconds": 0.5, "total_seconds": 2.0}
+    monkeypatch.setattr(bench_fp32, "UNITS", ("mul", "add"))
+    monkeypatch.setattr(bench_fp32, "run_fp32_sweep", run_fp32_sweep)
     assert main(["bench", "fp32", "--pairs", "10", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert sorted(rep) == ["config", "entries", "total"]
