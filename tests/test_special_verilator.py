@@ -4,7 +4,7 @@ benchmark), bit for bit against golden.
 The streaming wrapper ``testbench/fp32_stream_tb.v`` (shared with the FP32 units; its widths
 are parameters) plays ``{func, x}`` words from a ``$readmemh`` file into the unit at one per
 cycle, checks ``o.valid`` against ``i.valid`` delayed by the unit's latency on every cycle and
-dumps the results with ``$writememh``; cocotb (``tests/cocotb/tb_fp32.py``) only starts it and
+dumps the results with ``$writememh``; cocotb (``testbench/tb_fp32.py``) only starts it and
 awaits ``done``. The functions are interleaved at random, so the unit switches function on
 every cycle. The results are compared with :func:`ttrain.golden.special.fp32_special`.
 
