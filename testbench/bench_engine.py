@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Contraction-engine benchmark under Verilator: one TT-linear training step of the paper layer.
 
 Library side of ``ttrain bench engine`` and of ``tests/test_engine_verilator.py``:

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """FP32 unit sweeps under Verilator: operand sets, golden bit patterns, the streaming run.
 
 Library side of ``ttrain bench fp32`` and of ``tests/test_fp32_verilator.py`` (which, with
