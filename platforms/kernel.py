@@ -22,7 +22,8 @@ block (``CTRL`` 0x00: ``ap_start`` bit 0, ``ap_done`` bit 1 (clear on read), ``a
 2, ``ap_ready`` bit 3 (clear on read), ``auto_restart`` bit 7; ``GIE`` 0x04; ``IER`` 0x08;
 ``ISR`` 0x0C, toggle on write), then the arguments of :data:`KERNEL_ARGS` from 0x10.
 
-Command buffer (32-bit words, :data:`HEADER_WORDS`-word headers ``op, store, addr, count``):
+Command buffer (the host protocol of :mod:`ttrain.platforms.protocol`: 32-bit words,
+:data:`HEADER_WORDS`-word headers ``op, store, addr, count``):
 
 ``CMD_WRITE`` (1)
     ``count`` words follow; they go to store id ``store`` from word ``addr``.
@@ -49,6 +50,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..golden.isa import STORE_IDS, STORE_NAMES
 from ..rtl.top import Accelerator
+from .protocol import (CMD_READ, CMD_RUN, CMD_WRITE, HEADER_WORDS, KERNEL_ERRORS, KERR_AXI,
+                       KERR_NO_PROGRAM, KERR_NONE, KERR_OPCODE, KERR_PROGRAM, KERR_RANGE,
+                       KERR_RESULTS, KERR_STORE, KERR_TRUNCATED, RUN_FIELDS, RUN_RECORD_WORDS,
+                       RUN_TAG, TRAILER_FIELDS, TRAILER_MAGIC, TRAILER_WORDS)
 
 __all__ = ["VitisKernel", "Register", "CONTROL_REGISTERS", "KERNEL_ARGS", "REGISTER_MAP",
            "register", "KERNEL_NAME", "CONTROL_ADDR_BITS", "GMEM_ADDR_BITS", "GMEM_DATA_BITS",
@@ -134,41 +139,6 @@ CONTROL_ADDR_BITS = 12
 #: ``m_axi_gmem`` address and data bits.
 GMEM_ADDR_BITS = 64
 GMEM_DATA_BITS = 32
-
-CMD_WRITE, CMD_READ, CMD_RUN = 1, 2, 3
-#: Words of a command header (``op, store, addr, count``).
-HEADER_WORDS = 4
-#: Words of a RUN record in the results buffer.
-RUN_RECORD_WORDS = 16
-#: First word of every RUN record (``"RUN"`` + the low byte of the run index).
-RUN_TAG = 0x52554E00
-#: The leading words of a RUN record (the rest are 0).
-RUN_FIELDS = ("tag", "error", "error_code", "error_pc", "cycles", "executed", "busy_engine",
-              "busy_vector", "busy_update", "engine_cycles", "engine_error", "index")
-#: Words of the trailer written after the last record.
-TRAILER_WORDS = 8
-#: First word of the trailer (``"ttrn"``).
-TRAILER_MAGIC = 0x7474726E
-#: The trailer's words (the last one is 0).
-TRAILER_FIELDS = ("magic", "kernel_error", "error_at", "runs", "kernel_cycles",
-                  "command_words_read", "result_words_written")
-
-KERR_NONE, KERR_OPCODE, KERR_STORE, KERR_TRUNCATED, KERR_RANGE = 0, 1, 2, 3, 4
-KERR_RESULTS, KERR_PROGRAM, KERR_NO_PROGRAM, KERR_AXI = 5, 6, 7, 8
-#: Kernel error code -> meaning (trailer ``kernel_error``; ``error_at`` is the command word
-#: offset of the failing header).
-KERNEL_ERRORS = {
-    KERR_NONE: "none",
-    KERR_OPCODE: "unknown command opcode",
-    KERR_STORE: "store id is not one of the four stores",
-    KERR_TRUNCATED: "a command or its words run past command_words",
-    KERR_RANGE: "addr + count reaches past the store",
-    KERR_RESULTS: "the results would not fit result_words (records + trailer)",
-    KERR_PROGRAM: "program_length exceeds the instruction memory",
-    KERR_NO_PROGRAM: "RUN before any program was loaded",
-    KERR_AXI: "an m_axi_gmem response was SLVERR/DECERR",
-}
-
 
 def axi_lite_ports(prefix="s_axi_control", addr_bits=CONTROL_ADDR_BITS):
     """``[(name, direction, width)]`` of an AXI4-Lite slave (direction as seen by the kernel)."""

@@ -16,6 +16,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..platforms.memory import store_primitives
 from ..rtl.engine import ContractionEngine, StoreSpec
 from ..rtl.store import ram_verilog_path
 from .top import PAPER_LAYER, PAPER_RANKS
@@ -129,7 +130,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
-                         "stores": eng.store_mapping(), "build_seconds": round(build_s, 1)},
+                         "stores": [store_primitives(st) for st in eng.stores], "build_seconds": round(build_s, 1)},
               "entries": entries, "total": totals}
     if out_json:
         Path(out_json).write_text(json.dumps(report, indent=1))

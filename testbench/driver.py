@@ -1,5 +1,7 @@
 """Host driver of the Vitis kernel (:mod:`ttrain.platforms.kernel`): one class for simulation and card.
 
+Commands and records are those of the one host protocol, :mod:`ttrain.platforms.protocol`.
+
 :class:`KernelDriver` owns the register map (:data:`ttrain.platforms.kernel.REGISTER_MAP`) and the
 buffer layout: it turns store writes, runs and read-backs into a command buffer
 (:class:`CommandList`), starts the kernel through a *backend*, and parses the results buffer
@@ -29,9 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..golden.isa import STORE_IDS
-from ..platforms.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, HEADER_WORDS, KERNEL_ARGS,
-                          KERNEL_ERRORS, KERNEL_NAME, RUN_FIELDS, RUN_RECORD_WORDS, RUN_TAG,
-                          TRAILER_FIELDS, TRAILER_MAGIC, TRAILER_WORDS, register)
+from ..platforms.kernel import KERNEL_ARGS, KERNEL_NAME, register
+from ..platforms.protocol import (CMD_READ, CMD_RUN, CMD_WRITE, HEADER_WORDS, KERNEL_ERRORS,
+                                  RUN_FIELDS, RUN_RECORD_WORDS, RUN_TAG, TRAILER_FIELDS,
+                                  TRAILER_MAGIC, TRAILER_WORDS)
 
 __all__ = ["KernelDriver", "CommandList", "KernelResult", "KernelError", "CocotbBackend",
            "XrtBackend", "ctrl_bits", "build_kernel", "run_kernel_calls"]

@@ -18,6 +18,9 @@ from ..golden.interpreter import run as interpret
 from ..golden.isa import STORE_IDS
 from ..rtl.store import ram_verilog_path
 from ..platforms.hw import HwConfig, hw_config, write_hw_json
+from ..platforms.protocol import (ANY_PC, CMD_CHECK, CMD_END, CMD_IMEM, CMD_RUN_EXPECT,
+                                  CMD_WRITE, RUN_RECORD_WORDS, RUN_TAG, header,
+                                  parse_record)
 from ..rtl.top import Accelerator
 from .verilator import (SimulationError, TESTBENCH_DIR, build_root, build_verilator,
                         component_ports, convert_component, run_cocotb)
@@ -29,11 +32,8 @@ __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "p
 DRIVER = TESTBENCH_DIR / "top_driver_tb.v"
 #: Words of the result file of the driver (16 per run, the last 64 for mismatches).
 RES_DEPTH = 1024
-#: Command codes of the driver (see ``top_driver_tb.v``).
-CMD_END, CMD_WRITE, CMD_CHECK, CMD_IMEM, CMD_RUN = 0, 1, 2, 3, 4
-RESULT_FIELDS = ("error", "error_code", "error_pc", "cycles", "executed", "busy_engine",
-                 "busy_vector", "busy_update", "engine_cycles", "engine_error", "status_ok",
-                 "timed_out")
+# Commands and run records: the one host protocol (ttrain.platforms.protocol), with its
+# simulation-driver commands CHECK / RUN_EXPECT / IMEM / END.
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,9 @@ def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
     widths = {p: len(v) for p, (v, _) in component_ports(acc).items()}
     params = {"NB": acc.banks, "SB": acc.engine.port_signature.store_bits,
               "AB": acc.engine.addr_bits, "IA": widths["imem_addr"], "LW": widths["length"],
-              "ROM_DEPTH": rom_depth, "RES_DEPTH": res_depth}
+              "ROM_DEPTH": rom_depth, "RES_DEPTH": res_depth,
+              "CMD_WRITE": CMD_WRITE, "CMD_CHECK": CMD_CHECK, "CMD_RUN_EXPECT": CMD_RUN_EXPECT,
+              "CMD_IMEM": CMD_IMEM, "RUN_TAG": RUN_TAG}
     build = build_verilator(acc, name=name, toplevel="top_driver_tb",
                             extra_sources=extra,
                             defines={"DUT": name}, parameters=params, public="top")
@@ -161,20 +163,21 @@ class TopSession:
         for job in self.jobs:
             if job["kind"] == "write":
                 words = self.arrays[job["key"]]
-                out += [CMD_WRITE, STORE_IDS[job["store"]], job["addr"], len(words)]
+                out += header(CMD_WRITE, STORE_IDS[job["store"]], job["addr"], len(words))
                 out.append(words)
             elif job["kind"] == "program":
                 words = self.arrays[job["key"]]
-                out += [CMD_IMEM, len(words)]
+                out += header(CMD_IMEM, count=len(words))
                 out.append(words)
             else:
-                out += [CMD_RUN, job["length"], job["error"], job["code"],
-                        0xFFFFFFFF if job["pc"] is None else job["pc"], job["max_cycles"]]
+                out += header(CMD_RUN_EXPECT, count=job["length"])
+                out += [job["error"], job["code"], ANY_PC if job["pc"] is None else job["pc"],
+                        job["max_cycles"]]
                 for store, addr, key in job["check"]:
                     words = self.arrays[key]
-                    out += [CMD_CHECK, STORE_IDS[store], addr, len(words)]
+                    out += header(CMD_CHECK, STORE_IDS[store], addr, len(words))
                     out.append(words)
-        out.append(CMD_END)
+        out += header(CMD_END)
         return np.concatenate([np.atleast_1d(np.asarray(x, dtype=np.uint32)) for x in out])
 
     def run(self, name, *, expect=None, expect_at=(), error=0, code=0, pc=None,
@@ -198,7 +201,8 @@ class TopSession:
 def run_top(build, session, *, test_dir, timeout=None):
     """Play ``session`` on a :func:`build_top` build; return one dict per run.
 
-    Each dict has :data:`RESULT_FIELDS` and ``name``. Raises :class:`SimulationError` when a
+    Each dict has the run record's :data:`~ttrain.platforms.protocol.RECORD_FIELDS` and
+    ``name``. Raises :class:`SimulationError` when a
     run's status differs from the expected one, it timed out, or any compared word differs
     (the message lists the first mismatches).
     """
@@ -211,8 +215,8 @@ def run_top(build, session, *, test_dir, timeout=None):
                          f"{build.rom_depth}: build_top(..., rom_depth={need})")
     runs = [j for j in session.jobs if j["kind"] == "run"]
     depth = build.res_depth
-    if len(runs) > (depth - 64) // 16:
-        raise ValueError(f"at most {(depth - 64) // 16} runs per session with this build "
+    if len(runs) > (depth - 64) // RUN_RECORD_WORDS:
+        raise ValueError(f"at most {(depth - 64) // RUN_RECORD_WORDS} runs per session with this build "
                          f"(build_top(..., res_depth=...) holds more), got {len(runs)}")
     rom_file, res_file = test_dir / "commands.hex", test_dir / "results.hex"
     np.savetxt(rom_file, rom, fmt="%08x")
@@ -225,7 +229,7 @@ def run_top(build, session, *, test_dir, timeout=None):
     out = []
     problems = []
     for r, job in enumerate(runs):
-        row = {k: int(v) for k, v in zip(RESULT_FIELDS, res[16 * r:16 * r + 12])}
+        row = parse_record(res[RUN_RECORD_WORDS * r:RUN_RECORD_WORDS * (r + 1)])
         row["name"] = job["name"]
         out.append(row)
         if row["timed_out"]:

@@ -8,18 +8,20 @@
 // The DUT module name comes from the `DUT` macro; its ports are the Amaranth ones
 // (host_i__payload, ..., engine_error). Widths are parameters (set by ttrain.testbench.top).
 //
-// Command file (+ROM=<file>, $readmemh, 32-bit words; the generator is
-// ttrain.testbench.top.TopSession.rom):
-//   1 store addr count w0 .. w{count-1}     write words from addr (beats of NB words)
-//   2 store addr count e0 .. e{count-1}     read count words from addr, compare with e*
-//   3 count i0 .. i{count-1}                write instruction memory words 0 .. count-1
-//   4 length error code pc max_cycles       start a program of `length` instructions, wait
-//                                           for the end, compare error/code (and pc unless
-//                                           pc = ffffffff); record a result row
-//   0                                       end: dump results, raise `finished`
-// Results (+RESULTS=<file>, $writememh, RES_DEPTH words): row r (words 16r .. 16r+15) =
-//   error, error_code, error_pc, cycles, executed, busy_engine, busy_vector, busy_update,
-//   engine_cycles, engine_error, status_ok, timed_out, 0, 0, 0, 0;
+// Commands: the host protocol of ttrain.platforms.protocol (the Vitis kernel's), with its
+// simulation-driver commands (+ROM=<file>, $readmemh, 32-bit words, 4-word headers
+// op store addr count; the generator is ttrain.testbench.top.TopSession.rom):
+//   01 store addr count w0 .. w{count-1}   CMD_WRITE: write words from addr (beats of NB words)
+//   82 store addr count e0 .. e{count-1}   CMD_CHECK: read count words from addr, compare
+//   84 0 0 count i0 .. i{count-1}          CMD_IMEM: write instruction words 0 .. count-1
+//   83 0 0 length error code pc max_cycles CMD_RUN_EXPECT: start a program of `length`
+//                                          instructions, wait for the end, compare error/code
+//                                          (and pc unless pc = ffffffff); record a run record
+//   00 0 0 0                               CMD_END: dump results, raise `finished`
+// Results (+RESULTS=<file>, $writememh, RES_DEPTH words): run record r (words 16r .. 16r+15)
+//   in the protocol's RECORD_FIELDS order = tag ("RUN" + r), error, error_code, error_pc,
+//   cycles, executed, busy_engine, busy_vector, busy_update, engine_cycles, engine_error,
+//   index, status_ok, timed_out, 0, 0;
 // the last 64 words hold the first 16 mismatches as (rom index, store << 28 | addr, got, want).
 `ifndef DUT
 `define DUT ttrain_top
@@ -32,7 +34,13 @@ module top_driver_tb #(
     parameter integer IA = 12,         // instruction memory word address bits
     parameter integer LW = 9,          // program length bits
     parameter integer ROM_DEPTH = 1048576,
-    parameter integer RES_DEPTH = 1024
+    parameter integer RES_DEPTH = 1024,
+    // the protocol's codes (ttrain.platforms.protocol; build_top passes them)
+    parameter [31:0] CMD_WRITE = 32'h01,
+    parameter [31:0] CMD_CHECK = 32'h82,
+    parameter [31:0] CMD_RUN_EXPECT = 32'h83,
+    parameter [31:0] CMD_IMEM = 32'h84,
+    parameter [31:0] RUN_TAG = 32'h52554E00
 ) (
     input  wire        clk,
     output reg         finished,
@@ -116,17 +124,17 @@ module top_driver_tb #(
         end
         S_FETCH: begin
             case (rom[ip])
-            32'd1, 32'd2: begin
+            CMD_WRITE, CMD_CHECK: begin
                 store <= rom[ip + 1]; addr <= rom[ip + 2]; cnt <= rom[ip + 3];
                 rcnt <= rom[ip + 3]; rp <= ip + 4; base0 <= rom[ip + 2]; total <= rom[ip + 3];
-                if (rom[ip] == 32'd1) begin ip <= ip + 4; state <= S_WRITE; end
+                if (rom[ip] == CMD_WRITE) begin ip <= ip + 4; state <= S_WRITE; end
                 else begin ip <= ip + 4 + rom[ip + 3]; state <= S_CHECK; end
             end
-            32'd3: begin cnt <= rom[ip + 1]; ip <= ip + 2; imem_addr <= 0; state <= S_IMEM; end
-            32'd4: begin
-                length <= rom[ip + 1][LW-1:0]; want_error <= rom[ip + 2];
-                want_code <= rom[ip + 3]; want_pc <= rom[ip + 4]; max_cycles <= rom[ip + 5];
-                ip <= ip + 6; state <= S_START;
+            CMD_IMEM: begin cnt <= rom[ip + 3]; ip <= ip + 4; imem_addr <= 0; state <= S_IMEM; end
+            CMD_RUN_EXPECT: begin
+                length <= rom[ip + 3][LW-1:0]; want_error <= rom[ip + 4];
+                want_code <= rom[ip + 5]; want_pc <= rom[ip + 6]; max_cycles <= rom[ip + 7];
+                ip <= ip + 8; state <= S_START;
             end
             default: state <= S_END;
             endcase
@@ -188,25 +196,29 @@ module top_driver_tb #(
             start <= 0;
             waited <= waited + 1;
             if (waited >= 2 && !busy) begin
-                res[16 * runs + 0] <= {31'd0, error};
-                res[16 * runs + 1] <= {28'd0, error_code};
-                res[16 * runs + 2] <= error_pc;
-                res[16 * runs + 3] <= cycles;
-                res[16 * runs + 4] <= executed;
-                res[16 * runs + 5] <= busy_engine;
-                res[16 * runs + 6] <= busy_vector;
-                res[16 * runs + 7] <= busy_update;
-                res[16 * runs + 8] <= engine_cycles;
-                res[16 * runs + 9] <= {31'd0, engine_error};
+                res[16 * runs + 0] <= RUN_TAG | (runs & 32'hff);
+                res[16 * runs + 1] <= {31'd0, error};
+                res[16 * runs + 2] <= {28'd0, error_code};
+                res[16 * runs + 3] <= error_pc;
+                res[16 * runs + 4] <= cycles;
+                res[16 * runs + 5] <= executed;
+                res[16 * runs + 6] <= busy_engine;
+                res[16 * runs + 7] <= busy_vector;
+                res[16 * runs + 8] <= busy_update;
+                res[16 * runs + 9] <= engine_cycles;
+                res[16 * runs + 10] <= {31'd0, engine_error};
+                res[16 * runs + 11] <= runs;
                 if ({31'd0, error} == want_error && {28'd0, error_code} == want_code
                         && (want_pc == 32'hffffffff || error_pc == want_pc) && !engine_error)
-                    res[16 * runs + 10] <= 1;
+                    res[16 * runs + 12] <= 1;
                 else
                     bad_runs <= bad_runs + 1;
                 runs <= runs + 1;
                 state <= S_FETCH;
             end else if (waited > max_cycles) begin
-                res[16 * runs + 11] <= 1;
+                res[16 * runs + 0] <= RUN_TAG | (runs & 32'hff);
+                res[16 * runs + 11] <= runs;
+                res[16 * runs + 13] <= 1;
                 bad_runs <= bad_runs + 1;
                 runs <= runs + 1;
                 state <= S_END;
