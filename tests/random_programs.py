@@ -352,19 +352,24 @@ def hazards(instrs):
     return counts
 
 
-def neg_zero_cells(instr, image):
+def neg_zero_cells(instr, image, dirty=None):
     """Output cells of a non-accumulating CONTRACT whose every product is ``-0.0`` on
-    ``image`` (finite operands, a zero in each pair, signs differing): ``[(batch, i, j)]``."""
+    ``image`` (finite operands, a zero in each pair, signs differing): ``[(batch, i, j)]``.
+    With ``dirty`` (store -> set of addresses written earlier in the program) cells whose
+    operands an earlier instruction may have changed are left out."""
     d = instr.desc
     if d.accumulate:
         return []
     sh = d.shapes()
-    a = image[d.a.store][view_addresses(d.a, *sh["a"])]
-    b = image[d.b.store][view_addresses(d.b, *sh["b"])]
+    aa, ba = view_addresses(d.a, *sh["a"]), view_addresses(d.b, *sh["b"])
+    a, b = image[d.a.store][aa], image[d.b.store][ba]
     out = []
     for t in range(d.batch):
         for i in range(d.m):
             for j in range(d.n):
+                if dirty is not None and (dirty[d.a.store].intersection(aa[t, i, :].tolist())
+                                          or dirty[d.b.store].intersection(ba[t, :, j].tolist())):
+                    continue
                 x, y = a[t, i, :], b[t, :, j]
                 finite = ((x & 0x7F800000) != 0x7F800000) & ((y & 0x7F800000) != 0x7F800000)
                 zero = ((x & 0x7FFFFFFF) == 0) | ((y & 0x7FFFFFFF) == 0)
@@ -661,7 +666,7 @@ class ProgramGen:
                 self._craft(ins, image, dirty)
                 self.stats["numeric"] += 1
             if isinstance(ins, Contract):
-                self.stats["neg_zero_cells"] += len(neg_zero_cells(ins, image))
+                self.stats["neg_zero_cells"] += len(neg_zero_cells(ins, image, dirty))
             out.append(ins)
             ops = _operands(ins)
             history[unit_of(ins)] = ops

@@ -27,7 +27,10 @@ import pytest
 
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_B_RANGE, ERR_INDEX, Program, encode_program
-from ttrain.testbench.top import TopSession, run_top
+try:                                    # the simulated chip's host side (issue 11 item 3)
+    from ttrain.platforms.sim.top import TopSession, run_top
+except ImportError:                     # before it moved out of testbench/
+    from ttrain.testbench.top import TopSession, run_top
 from random_programs import (EXPECTED_CODES, STORES, ProgramGen, hazards, illegal_variants,
                              issue_war_program, rich_words)
 from shared_top import shared_top
@@ -124,11 +127,11 @@ def _random_session(top, seed, count, tmp_path):
     codes = []
     for i in range(count):
         if i:
-            p.write(gen.refresh(p.cur))
+            gen.refresh(p.cur)                   # fresh rich words in the windows
         prog = gen.program(p.cur, n=int(gen.rng.integers(8, 20)))
         for k, v in hazards(prog).items():
             total[k] = total.get(k, 0) + v
-        # crafted operands were written into p.cur by the generator: send the windows again
+        # the windows as the generator left them (fresh words, crafted operands, indices)
         p.write([(s, 0, p.cur[s][:window[s]].copy()) for s in STORES])
         st = p.run(f"seed{seed}.{i}", encode_program(prog), full=i == count - 1)
         codes.append(st.error)
@@ -147,12 +150,12 @@ def _env_int(name, default, lo):
 
 def _check_coverage(total, codes, stats, count):
     for kind in ("RAW", "WAR", "WAW"):
-        assert total.get(kind, 0) >= count // 4, (kind, total)
+        assert total.get(kind, 0) >= count, (kind, total)
     for pair in ("WAR:vector->engine", "WAR:engine->vector", "RAW:engine->vector",
                  "RAW:vector->engine", "RAW:update->engine", "WAW:update->vector"):
         assert total.get(pair, 0) >= 1, (pair, total)
     assert codes.count(0) >= count * 3 // 4, codes
-    assert stats["neg_zero_cells"] >= 1 and stats["numeric"] >= count, stats
+    assert stats["neg_zero_cells"] >= max(1, count // 8) and stats["numeric"] >= count, stats
 
 
 def test_random_programs_bit_exact(top, tmp_path):

@@ -235,16 +235,17 @@ def test_random_programs_with_random_latencies_bit_exact():
         gen = ProgramGen(seed, sizes, window, special=False, max_elems=24, index_words=16,
                          max_mn=4, max_k=4)
         image = gen.image()
-        progs, items, cur = [], [], {s: w.copy() for s, w in image.items()}
+        items, cur = [], {s: w.copy() for s, w in image.items()}
         for i in range(4):
-            writes = gen.refresh(cur) if i else []
-            prog = gen.program(cur, n=12)
+            if i:
+                gen.refresh(cur)                  # fresh rich words in the windows
+            prog = gen.program(cur, n=12)         # (writes crafted operands into cur)
             for k, v in hazards(prog).items():
                 total[k] = total.get(k, 0) + v
-            words = encode_program(prog)
-            writes = [(s, 0, cur[s][:WINDOW].copy()) for s in STORES]
-            items.append((writes, words))
-            progs.append(words)
+            # the host writes the windows before the program (the generator's last state of
+            # cur; cur itself is the image as the program finds it only in the windows)
+            items.append(([(s, 0, cur[s][:WINDOW].copy()) for s in STORES],
+                          encode_program(prog)))
         res = run_programs(items, image, seed=seed)
         cur = image
         for i, ((writes, words), (got, code, pc, executed, c)) in enumerate(zip(items, res)):
