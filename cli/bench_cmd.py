@@ -44,7 +44,7 @@ def _top_args(args):
 
 
 def _layer(args):
-    from ttrain.testbench.top import bench_layer
+    from ttrain.testbench.bench_layer import bench_layer
     ranks = tuple(r for r in args.ranks.split(",") if r)
     report = bench_layer(args.out, rank_sets=ranks, steps=args.steps, **_top_args(args))
     if args.json:
@@ -59,7 +59,7 @@ def _layer(args):
 
 
 def _step(args):
-    from ttrain.testbench.model import bench_step
+    from ttrain.testbench.bench_step import bench_step
     rep = bench_step(args.config, steps=args.steps, out_json=args.out,
                      positions=args.positions, **_top_args(args))
     if args.json:

@@ -63,7 +63,7 @@ def run(args):
     from .golden.config import get_config
     from .golden.data import generate_dataset
     from .golden.model_compiler import compile_model
-    from .testbench.model import ChipRun, build_model_top, chip_config
+    from .platforms.host.chip import ChipRun, build_model_top, chip_config
 
     if args.steps < 1 or args.steps > 2000:
         raise ValueError(f"--steps must be in 1..2000, got {args.steps}")

@@ -160,7 +160,7 @@ def run(args):
 
 def _run_rtl(args, cfg, dataset):
     from ttrain.golden.train import train
-    from ttrain.testbench.model import chip_config, train_on_chip
+    from ttrain.platforms.host.chip import chip_config, train_on_chip
 
     lanes = 4 if args.lanes is None else args.lanes
     res = train_on_chip(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,

@@ -92,7 +92,8 @@ def _check_sizes(units, lanes, depth):
 
 def export_unit(unit, out_dir, *, lanes=8, depth=4096, style="block", lint=False):
     """Write ``unit`` as Verilog + port-map JSON into ``out_dir``; return the written paths."""
-    from .testbench.verilator import component_ports, convert_component, lint_verilator
+    from .platforms.sim.verilator import lint_verilator
+    from .rtl.export import component_ports, convert_component
 
     from ttrain.golden.train import write_atomically
 

@@ -17,7 +17,7 @@ parameters stay on chip: the first call loads the program and the whole image, l
 write only the new inputs, run and read back what they need.
 
 Register map (:data:`REGISTER_MAP`, the single source for the RTL, ``platforms/vitis.py``'s
-``kernel.xml``/``package_xo`` script and ``testbench/driver.py``): the Vitis ``ap_ctrl_hs``
+``kernel.xml``/``package_xo`` script and ``platforms/host/driver.py``): the Vitis ``ap_ctrl_hs``
 block (``CTRL`` 0x00: ``ap_start`` bit 0, ``ap_done`` bit 1 (clear on read), ``ap_idle`` bit
 2, ``ap_ready`` bit 3 (clear on read), ``auto_restart`` bit 7; ``GIE`` 0x04; ``IER`` 0x08;
 ``ISR`` 0x0C, toggle on write), then the arguments of :data:`KERNEL_ARGS` from 0x10.

@@ -1,7 +1,7 @@
 """Vitis RTL-kernel packaging of :class:`ttrain.platforms.kernel.VitisKernel` for the Alveo U50.
 
 Everything here is generated from :data:`ttrain.platforms.kernel.REGISTER_MAP` (the same table the
-RTL decodes and :mod:`ttrain.testbench.driver` programs), the kernel's port lists
+RTL decodes and :mod:`ttrain.platforms.host.driver` programs), the kernel's port lists
 (:func:`~ttrain.platforms.kernel.axi_lite_ports`, :func:`~ttrain.platforms.kernel.axi_master_ports`) and
 :data:`ttrain.platforms.u50.U50_PART`:
 
@@ -18,7 +18,7 @@ RTL decodes and :mod:`ttrain.testbench.driver` programs), the kernel's port list
 
 :func:`write_kernel_tree` writes all of them plus the kernel's Verilog, ``ttrain_ram.v`` and
 ``kernel.json`` (the build's parameters and store sizes, read by
-:meth:`ttrain.testbench.driver.KernelDriver.from_tree`).
+:meth:`ttrain.platforms.host.driver.KernelDriver.from_tree`).
 """
 
 import json

@@ -1,14 +1,22 @@
-"""ttrain.testbench: simulation helpers shared by every RTL test.
+"""ttrain.testbench: cocotb benches, benchmarks, scoreboards and test-only helpers.
 
-``ttrain.testbench.verilator``
-    build Amaranth components into Verilator simulations (hash-keyed, reused, xdist-safe),
-    run cocotb test modules on them, lint with ``-Wall`` and the project waivers
-    (``waivers.vlt``). See ``docs/fp32-units.md``.
-``ttrain.testbench.bench_engine``, ``ttrain.testbench.bench_fp32``
-    the Verilator benchmarks behind ``ttrain bench engine`` / ``ttrain bench fp32`` (and the
-    helpers their tests share); ``tb_*.py`` are the cocotb modules they and the top run.
+Used by tests and benchmarks (and ``ttrain bench``), never by the library. The simulated chip
+itself (Verilator runner, host driver of the top) is a platform: :mod:`ttrain.platforms.sim`;
+the host runtime is :mod:`ttrain.platforms.host`.
+
+``ttrain.testbench.bench_engine``, ``bench_fp32``, ``bench_layer``, ``bench_step``
+    the Verilator benchmarks behind ``ttrain bench engine|fp32|layer|step`` (and the helpers
+    their tests share); ``tb_engine.py`` / ``tb_fp32.py`` are the cocotb modules they run
+    (``run_cocotb(..., module_dirs=[TESTBENCH_DIR])``).
+``ttrain.testbench.kernel``
+    the Vitis kernel under cocotb: the ``CocotbBackend`` of the host driver, ``build_kernel``,
+    ``run_kernel_calls``.
 ``*.v``
     simulation-only Verilog wrappers, e.g. ``fp32_stream_tb.v`` (streams operand pairs from a
-    ``$readmemh`` file through a unit and dumps the results), found via
-    :data:`ttrain.testbench.verilator.TESTBENCH_DIR`.
+    ``$readmemh`` file through a unit and dumps the results), found via :data:`TESTBENCH_DIR`.
 """
+
+from pathlib import Path
+
+#: Folder of the testbench's cocotb modules and simulation-only Verilog wrappers.
+TESTBENCH_DIR = Path(__file__).resolve().parent

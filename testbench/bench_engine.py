@@ -19,8 +19,9 @@ from pathlib import Path
 from ..platforms.memory import store_primitives
 from ..rtl.engine import ContractionEngine, StoreSpec
 from ..rtl.store import ram_verilog_path
-from .top import PAPER_LAYER, PAPER_RANKS
-from .verilator import TESTBENCH_DIR, SimulationError, build_wrapped, run_cocotb
+from .bench_layer import PAPER_LAYER, PAPER_RANKS
+from ..platforms.sim.verilator import SimulationError, build_wrapped, run_cocotb
+from . import TESTBENCH_DIR
 
 __all__ = ["BENCH_LANES", "BENCH_SLOTS", "PAPER_RANKS", "make_engine", "build_engine",
            "run_step", "bench_engine"]

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..golden import numerics as gn
 from ..rtl.fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul
-from .verilator import TESTBENCH_DIR, build_verilator, run_cocotb
+from ..platforms.sim.verilator import build_verilator, run_cocotb
+from . import TESTBENCH_DIR
 
 UNITS = ("mul", "add", "compare")
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"

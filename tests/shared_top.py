@@ -4,7 +4,7 @@
 and ``tests/test_model_verilator.py`` (whole-model training steps) run on the same 4-lane build
 with the special-function unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
-``testbench/verilator.py`` lets both pytest-xdist workers ask for it).
+``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
 """
 
 from ttrain.golden import config as C
@@ -12,7 +12,7 @@ from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
 from ttrain.golden.model_compiler import compile_model
 from ttrain.platforms.hw import hw_config
-from ttrain.testbench.top import build_top
+from ttrain.platforms.sim.top import build_top
 
 LANES = 4
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))

@@ -13,7 +13,8 @@ import pytest
 
 from ttrain.rtl.store import BankedStore, ram_verilog_path
 from ttrain.testbench.bench_engine import build_engine, make_engine, run_step
-from ttrain.testbench.verilator import TESTBENCH_DIR, lint_verilator, run_cocotb
+from ttrain.platforms.sim.verilator import lint_verilator, run_cocotb
+from ttrain.testbench import TESTBENCH_DIR
 
 CONFIG = {
     "lanes": 4,

@@ -15,9 +15,10 @@ from test_fp32_sim import assert_bits_equal
 from ttrain.testbench.bench_fp32 import (OUT_WIDTH, UNITS, WRAPPER, build_unit, make_unit,
                                          random_pairs, stream_unit, sweep_pairs,
                                          write_operands)
-from ttrain.testbench.verilator import (TESTBENCH_DIR, LintError, SimulationError,
-                                        build_verilator, component_ports, lint_verilator,
-                                        run_cocotb, toolchain_env)
+from ttrain.platforms.sim.verilator import (LintError, SimulationError, build_verilator,
+                                            component_ports, lint_verilator, run_cocotb,
+                                            toolchain_env)
+from ttrain.testbench import TESTBENCH_DIR
 
 #: Pairs per unit in ``make test``, and how many of them come with random idle cycles.
 TEST_PAIRS = 200_000

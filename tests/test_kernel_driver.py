@@ -1,4 +1,4 @@
-"""The host driver's buffer layout (``testbench/driver.py``), without a simulator.
+"""The host driver's buffer layout (``platforms/host/driver.py``), without a simulator.
 
 The command words are checked against the format the kernel decodes (``platforms/kernel.py``
 constants); results buffers assembled by hand in that format must parse into the right run
@@ -14,7 +14,7 @@ from ttrain.golden.isa import STORE_IDS
 from ttrain.platforms.kernel import (CMD_READ, CMD_RUN, CMD_WRITE, KERR_RANGE, REGISTER_MAP,
                                RUN_FIELDS, RUN_RECORD_WORDS, RUN_TAG, TRAILER_FIELDS,
                                TRAILER_MAGIC, TRAILER_WORDS)
-from ttrain.testbench.driver import KernelDriver, KernelError, XrtBackend, ctrl_bits
+from ttrain.platforms.host.driver import KernelDriver, KernelError, XrtBackend, ctrl_bits
 
 SIZES = {"param": 16, "grad": 16, "act": 32, "scratch": 8}
 

@@ -5,7 +5,7 @@ One build (2 lanes, the special-function unit, stores and instruction memory siz
 compiled TT-linear layer and the whole ``tiny`` model step of ``compile_model``), one cocotb
 run of several kernel invocations on the same kernel (the stores keep their words between
 calls), through cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on
-``m_axi_gmem``) and :class:`ttrain.testbench.driver.KernelDriver`:
+``m_axi_gmem``) and :class:`ttrain.platforms.host.driver.KernelDriver`:
 
 1. program + whole image + RUN + every store read back: bit-exact with the interpreter;
 2. four more steps without reloading the program or parameters (new inputs/targets only),
@@ -36,11 +36,11 @@ from ttrain.golden.model_compiler import compile_model
 from ttrain.platforms.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
                                TRAILER_MAGIC)
 from ttrain.rtl.store import ram_verilog_path
-from ttrain.testbench.driver import (CommandList, KernelDriver, KernelError, build_kernel,
-                                     run_kernel_calls)
+from ttrain.platforms.host.driver import CommandList, KernelDriver, KernelError
+from ttrain.testbench.kernel import build_kernel, run_kernel_calls
 from ttrain.platforms.hw import hw_config
-from ttrain.testbench.top import layer_session, pad_image, special_fp_sources
-from ttrain.testbench.verilator import lint_verilator
+from ttrain.platforms.sim.top import layer_session, pad_image, special_fp_sources
+from ttrain.platforms.sim.verilator import lint_verilator
 
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
 STEPS = 5

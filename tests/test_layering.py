@@ -5,12 +5,18 @@ functions included) and checks the rules below; a planted back-import in a copy 
 must be caught, so the checker itself is tested.
 
     cli (the ``ttrain`` root: argparse + printing)
-      -> testbench (Verilator runner, host drivers, cocotb benches, on-chip sessions)
-        -> platforms (hardware configuration, U50, Vitis, FuseSoC, memory fit, resources)
+      -> platforms.host (host runtime: card driver, on-chip training session, chip stepper)
+        -> platforms (hardware configuration, U50, Vitis, FuseSoC, memory fit, resources,
+                      sim = the Verilator simulation as a platform)
           -> rtl (components) -> golden (isa, config, special op sequences, numerics)
             golden imports nothing of the others
+    testbench (cocotb benches, benchmarks, scoreboards) -> platforms (host included), rtl,
+        golden; the library never imports it, with one exception: ``cli/bench_cmd.py`` runs
+        the benchmarks, which are testbench code (``ttrain bench`` is the benchmarks' front
+        end; moving them into the library would put cocotb benches there).
 
-No library module imports ``tests``.
+``platforms.host`` may import the other platforms modules; no other platforms module imports
+``platforms.host``. No library module imports ``tests``.
 """
 
 import ast
@@ -27,9 +33,12 @@ ALLOWED = {
     "golden": set(),
     "rtl": {"golden"},
     "platforms": {"golden", "rtl"},
-    "testbench": {"golden", "rtl", "platforms"},
-    "cli": {"golden", "rtl", "platforms", "testbench"},
+    "platforms.host": {"golden", "rtl", "platforms"},
+    "testbench": {"golden", "rtl", "platforms", "platforms.host"},
+    "cli": {"golden", "rtl", "platforms", "platforms.host"},
 }
+#: The one library -> testbench edge: ``ttrain bench`` runs the testbench's benchmarks.
+CLI_TESTBENCH = {"cli/bench_cmd.py"}
 #: The golden modules RTL may use: ISA encodings, configuration, the op sequences it is
 #: generated from and the named numerics constants (rounding modes).
 RTL_GOLDEN = {"ttrain.golden.isa", "ttrain.golden.config", "ttrain.golden.special",
@@ -43,6 +52,8 @@ def _layer_of(module):
         return "tests"
     if parts[0] != "ttrain":
         return None
+    if len(parts) > 2 and parts[1] == "platforms" and parts[2] == "host":
+        return "platforms.host"
     if len(parts) > 1 and parts[1] in ("golden", "rtl", "platforms", "testbench"):
         return parts[1]
     return "cli"
@@ -72,9 +83,10 @@ def violations(root):
     """Return the layering violations under ``root`` (a tree with the PACKAGES folders)."""
     found = {}                                    # one message per import statement
     for folder, package in PACKAGES.items():
-        layer = "cli" if folder == "cli" else folder
         for path in sorted((Path(root) / folder).rglob("*.py")):
             rel = path.relative_to(Path(root) / folder)
+            layer = "platforms.host" if folder == "platforms" and rel.parts[0] == "host" \
+                else folder
             pkg = ".".join([package, *rel.parent.parts]) if rel.parent.parts else package
             for lineno, mod in _imports(path, pkg):
                 target = _layer_of(mod)
@@ -83,6 +95,8 @@ def violations(root):
                     found.setdefault(where, f"{where}: imports {mod} (the library never "
                                             f"imports tests)")
                 elif target is None or target == layer:
+                    continue
+                elif target == "testbench" and f"{folder}/{rel}" in CLI_TESTBENCH:
                     continue
                 elif target not in ALLOWED[layer]:
                     found.setdefault(where, f"{where}: {layer} imports {mod} ({target})")
@@ -109,6 +123,10 @@ def test_checker_catches_planted_back_imports(tmp_path):
         "testbench/planted.py": "import ttrain.main\n",
         "rtl/planted2.py": "from ..golden.train import train\n",        # golden, not allowed
         "cli/planted.py": "import test_engine_verilator\n",              # a test file
+        "platforms/sim/planted.py": "from ..host import chip\n",          # platform -> host
+        "platforms/planted2.py": "from .host.driver import KernelDriver\n",
+        "cli/planted2.py": "from .testbench import bench_fp32\n",         # not bench_cmd
+        "platforms/host/planted.py": "from ...testbench import kernel\n", # runtime -> tests
     }
     for rel, text in plants.items():
         (tmp_path / rel).write_text(text)

@@ -15,8 +15,8 @@ from ttrain.golden import model as M
 from ttrain.golden.data import generate_dataset
 from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_INDEX, Gather
-from ttrain.testbench.model import ChipRun
-from ttrain.testbench.top import TopSession, pad_image, run_top
+from ttrain.platforms.host.chip import ChipRun
+from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 from shared_top import model_programs, shared_top
 
 

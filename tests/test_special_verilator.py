@@ -29,9 +29,10 @@ if str(_HERE) not in sys.path:                      # when run as a script
 from ttrain.golden import numerics as nx  # noqa: E402
 from ttrain.golden import special as S  # noqa: E402
 from ttrain.rtl.special import SpecialFunctionUnit  # noqa: E402
-from ttrain.testbench.top import special_fp_sources  # noqa: E402
-from ttrain.testbench.verilator import (TESTBENCH_DIR, build_verilator,  # noqa: E402
-                                        lint_verilator, run_cocotb)
+from ttrain.platforms.sim.top import special_fp_sources  # noqa: E402
+from ttrain.platforms.sim.verilator import (build_verilator, lint_verilator,  # noqa: E402
+                                            run_cocotb)
+from ttrain.testbench import TESTBENCH_DIR  # noqa: E402
 
 COCOTB_DIR = _HERE / "cocotb"
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"

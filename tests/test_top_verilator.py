@@ -3,7 +3,7 @@
 
 One build (``tests/shared_top.py``: 4 lanes, stores sized for these programs and the whole-model
 ones of ``test_model_verilator.py``) runs, through the Verilog host
-driver ``testbench/top_driver_tb.v``: three consecutive training steps of TT-linear layers
+driver ``platforms/sim/top_driver_tb.v``: three consecutive training steps of TT-linear layers
 (bi-directional and left-to-right orders, batched and sample-loop programs) and of a dense
 layer, every word of every store compared after every step; illegal programs (opcode, address
 range) that must change no word, followed by a valid run; a gather whose index is out of the
@@ -24,9 +24,9 @@ from ttrain.golden.isa import (ERR_A_RANGE, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, 
                                End, Gather, Program, Reduce, decode_program, f32_bits)
 from ttrain.rtl.sequencer import Sequencer
 from ttrain.rtl.top import Accelerator
-from ttrain.rtl.vector import VectorUnit
-from ttrain.testbench.top import TopSession, layer_session, pad_image, run_top
-from ttrain.testbench.verilator import SimulationError, lint_verilator
+from ttrain.testbench.vector_ref import VectorUnit
+from ttrain.platforms.sim.top import TopSession, layer_session, pad_image, run_top
+from ttrain.platforms.sim.verilator import SimulationError, lint_verilator
 from shared_top import layer_programs, shared_top
 from ttrain.rtl.store import ram_verilog_path
 

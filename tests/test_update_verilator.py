@@ -30,8 +30,9 @@ from test_update_sim import assert_update_equal, int_operands, update_operands  
 
 from ttrain.golden.update import int_sgd_update, sweep_region  # noqa: E402
 from ttrain.rtl.update import IntUpdatePipeline, RegionSweeper, UpdatePipeline  # noqa: E402
-from ttrain.testbench.verilator import (TESTBENCH_DIR, build_verilator,  # noqa: E402
-                                        lint_verilator, run_cocotb)
+from ttrain.platforms.sim.verilator import (build_verilator, lint_verilator,  # noqa: E402
+                                            run_cocotb)
+from ttrain.testbench import TESTBENCH_DIR  # noqa: E402
 
 COCOTB_DIR = _HERE / "cocotb"
 STREAM_TB = TESTBENCH_DIR / "update_stream_tb.v"
@@ -45,7 +46,7 @@ DEPTH = 1 << 18
 PDEPTH, GDEPTH = 1024, 1000
 #: -Wall, except DECLFILENAME: Amaranth writes every submodule of a design into the one
 #: ``<name>.v`` as ``\\<name>.<sub>`` modules, which can never match the file name. (It belongs
-#: in ``testbench/waivers.vlt`` for ``*/amaranth/*.v``; that file is not ours to edit.)
+#: in ``platforms/sim/waivers.vlt`` for ``*/amaranth/*.v``; that file is not ours to edit.)
 LINT_FLAGS = ("-Wall", "-Wno-DECLFILENAME")
 
 

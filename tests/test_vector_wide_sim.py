@@ -21,7 +21,7 @@ from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, STORE_IDS, Elementwise, E
                                Reduce, Update, f32_bits)
 from ttrain.rtl.vector import VectorCommand, vector_command
 from ttrain.rtl.vector_wide import WideVectorUnit
-from ttrain.testbench.verilator import lint_verilator
+from ttrain.platforms.sim.verilator import lint_verilator
 
 SIZES = {"param": 256, "grad": 256, "act": 512, "scratch": 512}
 ADDR_BITS = 9
@@ -553,7 +553,7 @@ def test_lint_clean():
         assert lint_verilator(WideVectorUnit(width=width, addr_bits=12, groups=groups),
                               name=f"ttrain_vector_wide_w{width}") == ""
     # with a (small, impl="verilog") special-function unit and its FP32 unit modules
-    from ttrain.testbench.top import special_fp_sources
+    from ttrain.platforms.sim.top import special_fp_sources
     assert lint_verilator(WideVectorUnit(width=4, addr_bits=12, special=True,
                                          special_impl="verilog", special_functions=SP_FUNCS),
                           name="ttrain_vector_wide_sp", extra_sources=special_fp_sources()) == ""

@@ -99,7 +99,7 @@ def test_link_config_and_xdc():
 
 def test_verilog_ports_are_the_vitis_names():
     from ttrain.platforms.kernel import VitisKernel
-    from ttrain.testbench.verilator import component_ports
+    from ttrain.platforms.sim.verilator import component_ports
     k = VitisKernel(store_sizes={"param": 16, "grad": 16, "act": 16, "scratch": 16}, lanes=1,
                     slots=8, imem_depth=4)
     ports = {n: (len(v), d.name.lower()) for n, (v, d) in component_ports(k).items()}

@@ -1,9 +1,9 @@
 """cocotb side of the Vitis kernel tests (run by ``tests/test_kernel_verilator.py``).
 
 ``$KERNEL_JOBS`` names a pickle of ``{"store_sizes", "calls": [prepared invocations]}`` made
-by :meth:`ttrain.testbench.driver.KernelDriver.prepare`. Every call is played through
-:class:`~ttrain.testbench.driver.KernelDriver` with the cocotbext-axi backend
-(:class:`~ttrain.testbench.driver.CocotbBackend`: ``AxiRam`` + ``AxiLiteMaster``), one after
+by :meth:`ttrain.platforms.host.driver.KernelDriver.prepare`. Every call is played through
+:class:`~ttrain.platforms.host.driver.KernelDriver` with the cocotbext-axi backend
+(:class:`~ttrain.testbench.kernel.CocotbBackend`: ``AxiRam`` + ``AxiLiteMaster``), one after
 the other on the same kernel (the stores keep their words between calls). The raw results
 buffers and the control-register observations go to ``$KERNEL_OUT`` (pickle); the pytest side
 parses and compares them with the golden interpreter.
@@ -16,7 +16,8 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
-from ttrain.testbench.driver import CocotbBackend, KernelDriver
+from ttrain.platforms.host.driver import KernelDriver
+from ttrain.testbench.kernel import CocotbBackend
 
 
 @cocotb.test()

@@ -2,12 +2,14 @@
 
 Every RTL test in ttrain goes through two calls::
 
-    from ttrain.testbench.verilator import build_verilator, run_cocotb
+    from ttrain.platforms.sim.verilator import build_verilator, run_cocotb
+    from ttrain.testbench import TESTBENCH_DIR
 
     build = build_verilator(FP32Mul(), name="fp32_mul",
                             extra_sources=[TESTBENCH_DIR / "fp32_stream_tb.v"],
                             toplevel="fp32_stream_tb", parameters={"OUT_W": 32})
-    run_cocotb(build, "tb_fp32", test_dir=tmp_path, extra_env={"FP32_LATENCY": "6"})
+    run_cocotb(build, "tb_fp32", test_dir=tmp_path, module_dirs=[TESTBENCH_DIR],
+               extra_env={"FP32_LATENCY": "6"})
 
 :func:`build_verilator` converts the component to Verilog (``verilog.convert(..., name=name,
 emit_src=False, strip_internal_attrs=True)``), hashes that Verilog together with the extra
@@ -18,10 +20,11 @@ for the same configuration wait on a file lock instead of building twice. The bu
 ``$TTRAIN_SIM_BUILD`` if set, else ``<repository>/build/sim`` (or ``./build/sim`` when ttrain
 is not installed from a checkout).
 
-:func:`run_cocotb` runs cocotb test modules (``testbench/tb_*.py``, ``tests/cocotb/tb_*.py``)
-on a build with ``cocotb_tools.runner`` and raises :class:`SimulationError` (with the tail of
-the log) if the simulator fails or any cocotb test fails, in or out of pytest. Give each call
-its own ``test_dir`` (e.g. pytest's ``tmp_path``): results and logs go there.
+:func:`run_cocotb` runs cocotb test modules (``platforms/sim/tb_top.py``,
+``testbench/tb_*.py``, ``tests/cocotb/tb_*.py``) on a build with ``cocotb_tools.runner`` and
+raises :class:`SimulationError` (with the tail of the log) if the simulator fails or any cocotb
+test fails, in or out of pytest. Give each call its own ``test_dir`` (e.g. pytest's
+``tmp_path``): results and logs go there.
 
 :func:`lint_verilator` runs ``verilator --lint-only -Wall`` with the project waiver file and
 raises :class:`LintError` on any warning that is not waived.
@@ -49,20 +52,21 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rtl.export import check_name as _check_name
-from ..rtl.export import component_ports, convert_component
+from ...rtl.export import check_name as _check_name
+from ...rtl.export import component_ports, convert_component
 
 __all__ = [
-    "TESTBENCH_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
+    "SIM_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
     "toolchain_env", "component_ports", "convert_component", "build_root", "build_verilator",
     "build_wrapped",
     "run_cocotb", "lint_verilator",
 ]
 
-#: Folder of the simulation-only Verilog wrappers (``testbench/*.v``).
-TESTBENCH_DIR = Path(__file__).resolve().parent
+#: Folder of the simulation platform: the host driver of the top (``top_driver_tb.v``), its
+#: cocotb clocker (``tb_top.py``) and the lint waivers.
+SIM_DIR = Path(__file__).resolve().parent
 #: Verilator lint waivers for Amaranth-generated Verilog.
-WAIVER_FILE = TESTBENCH_DIR / "waivers.vlt"
+WAIVER_FILE = SIM_DIR / "waivers.vlt"
 
 # Verilator flags of every build: waivers keep the Amaranth-specific width/case warnings quiet,
 # every other warning stays fatal.
@@ -143,7 +147,7 @@ def build_root():
     env = os.environ.get("TTRAIN_SIM_BUILD")
     if env:
         return Path(env).resolve()
-    repo = TESTBENCH_DIR.parent
+    repo = SIM_DIR.parent.parent                  # platforms/sim -> the checkout
     if (repo / "pyproject.toml").is_file():
         return repo / "build" / "sim"
     return Path.cwd() / "build" / "sim"
@@ -162,7 +166,7 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     name : str
         Verilog module name of the component; also names the build folder.
     extra_sources : sequence of path-like
-        Further Verilog files (e.g. a simulation-only wrapper from :data:`TESTBENCH_DIR`).
+        Further Verilog files (e.g. a simulation-only wrapper of ``testbench/``).
     toplevel : str, optional
         HDL top-level module; defaults to ``name``.
     defines, parameters : dict, optional
@@ -427,8 +431,8 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     test_module : str or sequence of str
         cocotb module name(s), e.g. ``"tb_fp32"``; importable from ``module_dirs``, from
         ``sys.path`` (pytest's ``pythonpath`` has ``tests/cocotb``) or, last, from
-        :data:`TESTBENCH_DIR` (the testbench package's own ``tb_top``, ``tb_engine``,
-        ``tb_fp32``).
+        :data:`SIM_DIR` (the platform's own ``tb_top``); the testbench package's
+        ``tb_engine`` / ``tb_fp32`` need ``module_dirs=[ttrain.testbench.TESTBENCH_DIR]``.
     test_dir : path-like, optional
         Folder for ``results.xml`` and ``sim.log``; a fresh folder under the build root's
         ``runs/`` if omitted. Use a unique folder per call (pytest's ``tmp_path``).
@@ -477,7 +481,7 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     added = [str(Path(d).resolve()) for d in module_dirs]
     saved_path = list(sys.path)
     sys.path[:0] = added
-    sys.path.append(str(TESTBENCH_DIR))            # last: its other modules shadow nothing
+    sys.path.append(str(SIM_DIR))                  # last: its other modules shadow nothing
     failure = None
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")

@@ -1,8 +1,8 @@
-"""cocotb side of the accelerator-top runs (see ``testbench/top_driver_tb.v``).
+"""cocotb side of the accelerator-top runs (see ``platforms/sim/top_driver_tb.v``).
 
 The Verilog driver plays the command file into the top and compares every word; this module
 only drives the clock and waits for ``finished``, then logs the driver's totals. Python stays
-off the per-cycle path. Started by :func:`ttrain.testbench.top.run_top`, which parses and
+off the per-cycle path. Started by :func:`ttrain.platforms.sim.top.run_top`, which parses and
 checks the results file.
 """
 

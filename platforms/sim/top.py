@@ -1,35 +1,36 @@
-"""Run programs on the accelerator top under Verilator and check them against the interpreter.
+"""The simulated chip: the accelerator top under Verilator, driven by the host driver.
 
-:class:`TopSession` collects host jobs (store writes, a program load, runs with the expected
-store images) and :func:`run_top` plays them on a Verilator build of
-:class:`ttrain.rtl.top.Accelerator` through the cocotb driver ``testbench/tb_top.py``.
+:func:`build_top` builds :class:`ttrain.rtl.top.Accelerator` of a hardware configuration under
+the Verilog host driver ``top_driver_tb.v`` (this folder), which speaks the one host protocol
+(:mod:`ttrain.platforms.protocol`). :class:`TopSession` collects host jobs (store writes, a
+program load, runs with the expected store images) and :func:`run_top` plays them on the build
+(``tb_top.py`` only clocks it).
 :func:`layer_session` prepares consecutive training steps of a compiled layer
 (:mod:`ttrain.golden.compiler`), every store's expected words computed by
 :func:`ttrain.golden.interpreter.run`.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..golden.interpreter import run as interpret
-from ..golden.isa import STORE_IDS
-from ..rtl.store import ram_verilog_path
-from ..platforms.hw import HwConfig, hw_config, write_hw_json
-from ..platforms.protocol import (ANY_PC, CMD_CHECK, CMD_END, CMD_IMEM, CMD_RUN_EXPECT,
+from ...golden.interpreter import run as interpret
+from ...golden.isa import STORE_IDS
+from ...rtl.store import ram_verilog_path
+from ..hw import HwConfig, write_hw_json
+from ..protocol import (ANY_PC, CMD_CHECK, CMD_END, CMD_IMEM, CMD_RUN_EXPECT,
                                   CMD_WRITE, RUN_RECORD_WORDS, RUN_TAG, header,
                                   parse_record)
-from ..rtl.top import Accelerator
-from .verilator import (SimulationError, TESTBENCH_DIR, build_root, build_verilator,
+from ...rtl.top import Accelerator
+from .verilator import (SIM_DIR, SimulationError, build_root, build_verilator,
                         component_ports, convert_component, run_cocotb)
 
 __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image",
            "special_fp_sources"]
 
 
-DRIVER = TESTBENCH_DIR / "top_driver_tb.v"
+DRIVER = SIM_DIR / "top_driver_tb.v"
 #: Words of the result file of the driver (16 per run, the last 64 for mismatches).
 RES_DEPTH = 1024
 # Commands and run records: the one host protocol (ttrain.platforms.protocol), with its
@@ -54,8 +55,8 @@ def special_fp_sources():
     general waivers cover); return the paths, control file first."""
     import os
 
-    from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
-    from ..rtl.special import FP_UNIT_MODULES
+    from ...rtl.fp32 import FP32Add, FP32Compare, FP32Mul
+    from ...rtl.special import FP_UNIT_MODULES
     units = {"ttrain_sf_fp32_mul": FP32Mul(), "ttrain_sf_fp32_add": FP32Add(),
              "ttrain_sf_fp32_compare": FP32Compare(latency=1)}
     if set(units) != set(FP_UNIT_MODULES):
@@ -125,7 +126,7 @@ def pad_image(image, sizes):
 
 
 class TopSession:
-    """Host jobs for one simulation run (see ``testbench/tb_top.py`` for their meaning)."""
+    """Host jobs for one simulation run (``top_driver_tb.v`` plays them)."""
 
     def __init__(self):
         self.arrays = {}
@@ -222,7 +223,7 @@ def run_top(build, session, *, test_dir, timeout=None):
     np.savetxt(rom_file, rom, fmt="%08x")
     if res_file.exists():
         res_file.unlink()
-    run_cocotb(build.build, "tb_top", test_dir=test_dir, module_dirs=[TESTBENCH_DIR],
+    run_cocotb(build.build, "tb_top", test_dir=test_dir, module_dirs=[SIM_DIR],
                plusargs=[f"+ROM={rom_file}", f"+RESULTS={res_file}"], timeout=timeout)
     res = np.array([int(x, 16) for x in res_file.read_text().split()
                     if not x.startswith("//")], dtype=np.uint64)
@@ -306,81 +307,3 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
         stats.append(st)
         sess.run(f"step{s}", expect=image)
     return sess, stats
-
-
-#: The paper's 768x768 TT layer ([12,8,8 | 8,8,12]) rank sets (``architecture.md``).
-PAPER_LAYER = ((12, 8, 8), (8, 8, 12))
-PAPER_RANKS = {"r10": (1, 10, 10, 10, 10, 10, 1), "r20": (1, 12, 20, 20, 20, 12, 1)}
-
-
-def paper_layers(batch=32, lr=0.01, rank_sets=tuple(PAPER_RANKS)):
-    """Compile the paper layer for each rank set: ``{name: CompiledLayer}``."""
-    from ..golden.compiler import compile_tt_linear
-    from ..golden.config import TTSpec
-    bad = [r for r in rank_sets if r not in PAPER_RANKS]
-    if bad:
-        raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
-    return {name: compile_tt_linear(TTSpec(*PAPER_LAYER, PAPER_RANKS[name]), batch, lr=lr)
-            for name in rank_sets}
-
-
-def bench_layer(out_json=None, *, rank_sets=tuple(PAPER_RANKS), steps=3, batch=32, lanes=8,
-                slots=16, test_dir=None, progress=None):
-    """Consecutive training steps of the paper layer on the accelerator top under Verilator.
-
-    Every store word is compared with the interpreter after every step (a mismatch raises
-    :class:`SimulationError`). Returns the report ``{"config", "entries", "total"}``: per step
-    the measured cycles, the engine's own cycles summed over the step's CONTRACTs (measured in
-    the same run), the ideal cycles (MACs / lanes), utilization = ideal / cycles, sequencing
-    overhead = cycles / engine cycles - 1, and the vector / update units' busy cycles.
-    """
-    import tempfile
-    import time
-
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 50:
-        raise ValueError(f"steps must be an int in 1..50, not {steps!r}")
-    layers = paper_layers(batch=batch, rank_sets=rank_sets)
-    hw = hw_config(layers, config="paper-layer", lanes=lanes, slots=slots)
-    cfg = hw.accelerator_kwargs("sim")
-    words = hw.total_words
-    rom_depth = 1 << (words * (steps + 2) + 4096).bit_length()
-    t0 = time.time()
-    if progress:
-        progress(f"building the accelerator ({lanes} lanes, stores {cfg['store_sizes']}); "
-                 f"the first build takes 10-20 minutes")
-    build_name = "ttrain_top_paper" + ("" if (lanes, slots) == (8, 16)
-                                       else f"_l{lanes}_s{slots}")
-    top = build_top(hw, build_name, rom_depth=rom_depth)
-    build_s = time.time() - t0
-    root = Path(test_dir or tempfile.mkdtemp(prefix="layer-bench-"))
-    entries, totals = [], {}
-    for name, cl in layers.items():
-        sess, stats = layer_session(cl, cfg["store_sizes"], steps=steps, seed=1)
-        if progress:
-            progress(f"{name}: {steps} steps, {len(cl.program.instructions)} instructions")
-        t1 = time.time()
-        res = run_top(top, sess, test_dir=root / name, timeout=4 * 3600)
-        sim_s = time.time() - t1
-        for s, (r, st) in enumerate(zip(res, stats)):
-            ideal = -(-st.macs // lanes)
-            entries.append({
-                "name": f"{name}.step{s}", "cycles": r["cycles"],
-                "engine_cycles": r["engine_cycles"], "ideal_cycles": ideal, "macs": st.macs,
-                "utilization": ideal / r["cycles"],
-                "overhead": r["cycles"] / r["engine_cycles"] - 1,
-                "busy_engine": r["busy_engine"], "busy_vector": r["busy_vector"],
-                "busy_update": r["busy_update"], "instructions": r["executed"],
-                "vector_elements": st.elementwise, "updated_words": st.updated,
-                "bit_exact": True})
-        last = entries[-1]
-        totals[name] = {k: last[k] for k in ("cycles", "engine_cycles", "ideal_cycles",
-                                             "utilization", "overhead")}
-        totals[name]["sim_seconds"] = round(sim_s, 1)
-    report = {"config": {"lanes": lanes, "slots": slots, "banks": lanes, "batch": batch,
-                         "steps": steps, "layer": "[12,8,8 | 8,8,12]",
-                         "ranks": {n: PAPER_RANKS[n] for n in layers},
-                         "store_sizes": cfg["store_sizes"], "build_seconds": round(build_s, 1)},
-              "entries": entries, "total": totals}
-    if out_json:
-        Path(out_json).write_text(json.dumps(report, indent=1))
-    return report
