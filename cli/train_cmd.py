@@ -7,9 +7,10 @@ def register(sub):
     p = sub.add_parser(
         "train", help="train a config with plain SGD (golden model) and report intent accuracy",
         description="Train the tensorized transformer of a preset with plain SGD on the golden "
-                    "NumPy model. Without --data it uses the built-in generated ATIS-like data "
-                    "set (seed 0). Prints one line per epoch and the dev and test intent "
-                    "accuracy (first listed intent) of the best-dev epoch.")
+                    "NumPy model (or, with --engine, on the golden interpreter or the simulated "
+                    "chip: one training loop). Without --data it uses the built-in generated "
+                    "ATIS-like data set (seed 0). Prints one line per epoch and the dev and "
+                    "test intent accuracy (first listed intent) of the best-dev epoch.")
     p.add_argument("--config", required=True, metavar="NAME",
                    help="preset name (see `ttrain plan --help` or golden/config.py)")
     p.add_argument("--data", metavar="DIR",
@@ -39,17 +40,21 @@ def register(sub):
                         "are encoded with the checkpoint's vocabulary and label lists, and the "
                         "slot head follows the checkpoint unless --slot-head")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--engine", choices=("golden", "rtl"), default="golden",
-                   help="golden: the NumPy fast path (default); rtl: every step on the "
-                        "simulated accelerator (Verilator), checked bit-exactly against the "
-                        "golden interpreter; slow for large presets")
+    p.add_argument("--engine", choices=("golden", "interpreter", "rtl"), default="golden",
+                   help="what runs each step of the one training loop (same data order, "
+                        "seeds, schedule and evaluation): golden = the NumPy fast path "
+                        "(default); interpreter = the compiled training step on the bit-exact "
+                        "golden interpreter (the chip's numbers, no simulator); rtl = every "
+                        "step on the simulated accelerator (Verilator), checked bit-exactly "
+                        "against the interpreter; slow for large presets")
     p.add_argument("--lanes", type=int, metavar="P",
                    help="--engine rtl: engine lanes = store banks (default 4)")
     p.add_argument("--max-steps", type=int, metavar="N",
-                   help="--engine rtl: stop after N steps (default: all epochs)")
+                   help="stop after N steps (default: all epochs; the schedule still spans "
+                        "them)")
     p.add_argument("--compare", action="store_true",
-                   help="--engine rtl: also train the golden fast path with the same settings "
-                        "and seed and print both accuracies")
+                   help="--engine interpreter/rtl: also train the golden fast path with the "
+                        "same settings and seed and print both accuracies")
     p.set_defaults(func=run)
 
 
@@ -73,21 +78,25 @@ def _check_args(args):
                              f"{{train,dev,test}}.seq.in/.seq.out/.label, intent_label.txt and "
                              f"slot_label.txt (e.g. ../shared/data/atis)")
     if args.engine == "golden":
-        for flag in ("max_steps", "compare", "lanes"):
-            if getattr(args, flag):
-                raise ValueError(f"--{flag.replace('_', '-')} applies to --engine rtl only")
+        if args.compare:
+            raise ValueError("--compare applies to --engine interpreter or rtl only")
     else:
-        for flag in ("batch_size", "schedule", "clip", "out"):
+        for flag in ("batch_size", "schedule", "clip"):
             if getattr(args, flag) is not None:
-                raise ValueError(f"--{flag.replace('_', '-')} is not available with --engine rtl "
-                                 f"(the chip trains the config's batch and schedule, no "
-                                 f"clipping)")
+                raise ValueError(f"--{flag.replace('_', '-')} is not available with --engine "
+                                 f"{args.engine} (the compiled step trains the config's batch "
+                                 f"and schedule, no clipping)")
         if args.slot_head:
-            raise ValueError("--slot-head is not available with --engine rtl (intent head only)")
+            raise ValueError(f"--slot-head is not available with --engine {args.engine} "
+                             f"(intent head only)")
         if args.init is not None:
-            raise ValueError("--init is not available with --engine rtl (the chip starts from "
-                             "the seeded initialization); drop it or use --engine golden")
-        if args.lanes is not None and (args.lanes < 4 or args.lanes & (args.lanes - 1)):
+            raise ValueError(f"--init is not available with --engine {args.engine} (the "
+                             f"compiled run starts from the seeded initialization); drop it or "
+                             f"use --engine golden")
+    if args.lanes is not None:
+        if args.engine != "rtl":
+            raise ValueError("--lanes applies to --engine rtl only")
+        if args.lanes < 4 or args.lanes & (args.lanes - 1):
             raise ValueError(f"--lanes must be a power of two >= 4, got {args.lanes}")
 
 
@@ -131,21 +140,36 @@ def run(args):
         slot_head = ck["cfg"].slot_head if slot_head is None else slot_head
     warn("train", dataset.warnings)
     print(dataset.summary())
-    if args.engine == "rtl":
-        return _run_rtl(args, cfg, dataset)
     import numpy as np
+    stepper = None
+    if args.engine == "interpreter":
+        from ttrain.golden.stepper import InterpreterStepper
+        stepper = InterpreterStepper()
+    elif args.engine == "rtl":
+        from ttrain.platforms.host.chip import ChipStepper
+        stepper = ChipStepper(lanes=4 if args.lanes is None else args.lanes)
     # A diverging run overflows before its loss turns non-finite: train() then stops with one
     # FloatingPointError line (lower --lr, set --clip), not a page of NumPy RuntimeWarnings.
     with np.errstate(over="ignore", invalid="ignore"):
         result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
                        batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
                        progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
-                       log=print, init=None if ck is None else ck["params"])
+                       log=print, init=None if ck is None else ck["params"], stepper=stepper,
+                       max_steps=args.max_steps)
     t = result["cfg"]
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
           f"({result['schedule']}), clip {result['clip']}, word dropout "
           f"{result['word_dropout']:g}, {result['epochs']} epochs, seed {result['seed']}, "
           f"{result['seconds']:.1f} s")
+    if args.engine == "rtl":
+        cyc = sum(result["cycles"]) / max(1, len(result["cycles"]))
+        print(f"{result['steps']} steps on the simulated chip, every step's loss and logits and "
+              f"every store word after each session bit-exact; mean {cyc:,.0f} cycles per step "
+              f"(simulation {result['sim_seconds']:.0f} s, golden interpreter "
+              f"{result['golden_seconds']:.0f} s)")
+    elif args.engine == "interpreter":
+        print(f"{result['steps']} steps of the compiled training step on the bit-exact golden "
+              f"interpreter")
     dev, test = result["dev"], result["test"]
     print(f"best dev epoch {result['best_epoch']}: dev intent accuracy "
           f"{100 * dev['intent_acc']:.2f}%, test intent accuracy {100 * test['intent_acc']:.2f}% "
@@ -155,33 +179,19 @@ def run(args):
         print(f"slot F1: dev {100 * dev['slot_f1']:.2f}%, test {100 * test['slot_f1']:.2f}%")
     if result["checkpoint"]:
         print(f"wrote {result['checkpoint']}, {result['history_file']}, {result['curves']}")
-    return 0
-
-
-def _run_rtl(args, cfg, dataset):
-    from ttrain.golden.train import train
-    from ttrain.platforms.host.chip import chip_config, train_on_chip
-
-    lanes = 4 if args.lanes is None else args.lanes
-    res = train_on_chip(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
-                        lanes=lanes, max_steps=args.max_steps,
-                        progress=not args.no_progress, log=print)
-    cyc = sum(res["cycles"]) / max(1, len(res["cycles"]))
-    print(f"{res['steps']} steps on the simulated chip, every step's loss and logits and every "
-          f"store word after each session bit-exact; mean {cyc:,.0f} cycles per step "
-          f"(simulation {res['sim_seconds']:.0f} s, golden interpreter "
-          f"{res['golden_seconds']:.0f} s)")
-    print(f"best dev epoch {res['best_epoch']}: dev intent accuracy "
-          f"{100 * res['dev']['intent_acc']:.2f}%, test intent accuracy "
-          f"{100 * res['test']['intent_acc']:.2f}%")
     if args.compare:
-        ccfg, _ = chip_config(cfg, dataset)
-        if args.max_steps is not None:
-            print("--compare: skipped (the golden run trains whole epochs; drop --max-steps)")
-            return 0
-        ref = train(ccfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
-                    progress=False)
-        print(f"golden fast path, same config and seed: best dev epoch {ref['best_epoch']}: "
-              f"dev {100 * ref['dev']['intent_acc']:.2f}%, test "
-              f"{100 * ref['test']['intent_acc']:.2f}%")
+        _compare(args, cfg, dataset)
     return 0
+
+
+def _compare(args, cfg, dataset):
+    """The golden fast path on the compiled step's config, same seed and settings."""
+    from ttrain.golden.model_compiler import chip_model_config
+    from ttrain.golden.train import train
+    if args.max_steps is not None:
+        print("--compare: skipped (the golden run trains whole epochs; drop --max-steps)")
+        return
+    ccfg, _ = chip_model_config(cfg, dataset)
+    ref = train(ccfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed, progress=False)
+    print(f"golden fast path, same config and seed: best dev epoch {ref['best_epoch']}: "
+          f"dev {100 * ref['dev']['intent_acc']:.2f}%, test {100 * ref['test']['intent_acc']:.2f}%")

@@ -433,8 +433,14 @@ def _fmt(value):
 
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
-          average=None, balance=None, log=None, blas_threads=1, unk_alpha=None, init=None):
+          average=None, balance=None, log=None, blas_threads=1, unk_alpha=None, init=None,
+          stepper=None, max_steps=None):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
+
+    This is the one training loop: ``stepper`` (:mod:`ttrain.golden.stepper`) says what runs
+    each step (the float32 fast path by default, the bit-exact interpreter, the simulated
+    chip); data order, seeds, schedule, evaluation, checkpoints and curves are the same for
+    all of them.
 
     Parameters
     ----------
@@ -494,6 +500,13 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         BLAS threads while training (None = leave as is). The matrices are small: one thread
         is fastest, and several threads on a shared 2-core machine are up to 14x slower
         (``docs/training.md``).
+    stepper : ttrain.golden.stepper.Stepper, optional
+        What runs the steps (default :class:`~ttrain.golden.stepper.FastStepper`). Its
+        ``configure`` adapts ``cfg`` first (a compiled step: no hidden dropout, clipping,
+        averaging or rebalancing; each change is logged as ``note: ...``).
+    max_steps : int, optional
+        Stop after this many steps (the schedule still spans all ``epochs``); the epoch in
+        progress is evaluated as usual.
 
     Returns
     -------
@@ -501,18 +514,19 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         ``cfg`` (the config trained), ``params`` (best-dev parameters), ``history`` (one dict
         per epoch: lr, train loss and running accuracy, dev/test loss and accuracies, seconds),
         ``best_epoch``, ``dev`` and ``test`` (evaluation of the best parameters), ``seconds``,
-        ``checkpoint`` / ``curves`` / ``history_file`` (paths or None).
+        ``steps``, ``engine`` (the stepper's name), ``notes`` (its config changes),
+        ``checkpoint`` / ``curves`` / ``history_file`` (paths or None), and the stepper's
+        ``report()`` entries (the chip's cycles and simulation times).
     """
+    args = (cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
+            warmup, clip, word_dropout, average, balance, log, unk_alpha, init, stepper,
+            max_steps)
     if blas_threads is None:
-        return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha,
-                      init)
+        return _train(*args)
     _check_positive_int("blas_threads", blas_threads)
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=int(blas_threads), user_api="blas"):
-        return _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress,
-                      schedule, warmup, clip, word_dropout, average, balance, log, unk_alpha,
-                      init)
+        return _train(*args)
 
 
 def _check_init(cfg, params, init):
@@ -536,12 +550,19 @@ def _finite_positive(value):
 
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
-           warmup, clip, word_dropout, average, balance, log, unk_alpha, init):
+           warmup, clip, word_dropout, average, balance, log, unk_alpha, init, stepper,
+           max_steps):
     from . import model
+    from .stepper import FastStepper, StepContext
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
+    stepper = FastStepper() if stepper is None else stepper
+    cfg, notes = stepper.configure(cfg, dataset)
+    for note in notes:
+        if log is not None:
+            log(f"note: {note}")
     epochs = cfg.epochs if epochs is None else epochs
     lr = cfg.lr if lr is None else lr
     batch_size = cfg.batch if batch_size is None else batch_size
@@ -554,6 +575,8 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     unk_alpha = cfg.extra.get("unk_alpha", 0.0) if unk_alpha is None else unk_alpha
     _check_positive_int("epochs", epochs)
     _check_positive_int("batch_size", batch_size)
+    if max_steps is not None:
+        _check_positive_int("max_steps", max_steps)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if not _finite_positive(lr):
@@ -589,6 +612,9 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         changes["slot_head"] = bool(slot_head)
     if changes:
         cfg = cfg.with_(**changes)
+    if average > 0 and stepper.chunk > 1:
+        raise ValueError(f"average needs the parameters after every step; the {stepper.name} "
+                         f"stepper runs {stepper.chunk} steps at a time: set average 0")
     if out_dir is not None:
         check_out_dir(out_dir)           # now, not after the whole run
 
@@ -599,10 +625,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         params = {k: np.array(init[k], dtype=v.dtype) for k, v in params.items()}
     shuffle_rng = np.random.default_rng([seed, 1])
     dropout_rng = np.random.default_rng([seed, 2])
-    hidden_rng = np.random.default_rng([seed, 3])       # cfg.dropout masks (model)
     n_train = dataset.size("train")
     steps_per_epoch = -(-n_train // batch_size)
     total_steps = epochs * steps_per_epoch
+    last_step = total_steps if max_steps is None else min(total_steps, int(max_steps))
+    stepper.start(StepContext(cfg=cfg, dataset=dataset, params=params, seed=seed, lr=lr,
+                              batch_size=batch_size, clip=clip, total_steps=total_steps,
+                              log=log))
     show_bar = bool(progress) and sys.stderr.isatty()
     if show_bar:
         from tqdm import tqdm
@@ -615,10 +644,6 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     p_unk = None
     if unk_alpha > 0:
         p_unk = unk_probabilities(dataset, unk_alpha)
-    intent_offset = None
-    if cfg.logit_adjustment:
-        intent_offset = model.intent_log_prior(train_labels, cfg.n_intents,
-                                               cfg.logit_adjustment)
 
     def epoch_batches():
         if balance == 0:
@@ -628,12 +653,51 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         for start in range(0, n_train, batch_size):
             yield dataset.batch("train", order[start:start + batch_size])
     for epoch in range(1, epochs + 1):
+        if step >= last_step:
+            break
         t_epoch = time.perf_counter()
         loss_sum, correct, seen = 0.0, 0, 0
-        bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{epochs}", leave=False,
-                   unit="step", file=sys.stderr) if show_bar else None
+        bar = tqdm(total=min(steps_per_epoch, last_step - step), desc=f"epoch {epoch}/{epochs}",
+                   leave=False, unit="step", file=sys.stderr) if show_bar else None
+        pending, rates = [], []
+
+        def flush():
+            """Run the pending steps; account their losses, accuracy and averaging."""
+            nonlocal loss_sum, correct, seen, step, avg, n_avg
+            results = stepper.steps(pending, rates)
+            for batch, rate, (loss, logits) in zip(pending, rates, results):
+                if not np.isfinite(loss):
+                    raise FloatingPointError(
+                        f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower "
+                        f"the learning rate (now {rate:g}) or set a gradient clip")
+                if step >= avg_start:
+                    # running mean in float64, so the order of additions does not lose precision
+                    n_avg += 1
+                    current = stepper.params()
+                    if avg is None:
+                        avg = {k: v.astype(np.float64) for k, v in current.items()}
+                    else:
+                        for k, v in current.items():
+                            avg[k] += (v - avg[k]) / n_avg
+                n = len(batch["intent"])
+                loss_sum += float(loss) * n
+                correct += int(np.sum(np.argmax(logits[:n], -1) == batch["intent"]))
+                seen += n
+                step += 1
+                if bar is not None:
+                    bar.update(1)
+                    if step % 20 == 0 or stepper.chunk > 1:
+                        bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+            if len(results) != len(pending):
+                raise RuntimeError(f"the {stepper.name} stepper ran {len(results)} of "
+                                   f"{len(pending)} steps")
+            pending.clear()
+            rates.clear()
+        queued = step
         for batch in epoch_batches():
-            rate = lr_at(step, total_steps, lr, schedule, warmup)
+            if queued >= last_step:
+                break
+            rate = lr_at(queued, total_steps, lr, schedule, warmup)
             if p_unk is not None:
                 words = batch["mask"].copy()
                 words[:, 0] = False
@@ -645,36 +709,16 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                 words[:, 0] = False
                 drop = words & (dropout_rng.random(words.shape) < word_dropout)
                 batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
-            loss, grads, out = model.forward_backward(cfg, params,
-                                                      _model_batch(batch, cfg.slot_head),
-                                                      rng=hidden_rng,
-                                                      intent_offset=intent_offset)
-            if not np.isfinite(loss):
-                raise FloatingPointError(
-                    f"training diverged at epoch {epoch}, step {step} (loss {loss}): lower the "
-                    f"learning rate (now {rate:g}) or set a gradient clip")
-            if clip is not None:
-                model.clip_grads(grads, clip)
-            model.sgd_update(params, grads, rate)
-            if step >= avg_start:
-                # running mean in float64, so the order of additions does not lose precision
-                n_avg += 1
-                if avg is None:
-                    avg = {k: v.astype(np.float64) for k, v in params.items()}
-                else:
-                    for k, v in params.items():
-                        avg[k] += (v - avg[k]) / n_avg
-            n = len(batch["intent"])
-            loss_sum += float(loss) * n
-            correct += int(np.sum(np.argmax(out["intent_logits"], -1) == batch["intent"]))
-            seen += n
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                if step % 20 == 0:
-                    bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+            pending.append(batch)
+            rates.append(rate)
+            queued += 1
+            if len(pending) >= stepper.chunk:
+                flush()
+        if pending:
+            flush()
         if bar is not None:
             bar.close()
+        params = stepper.params()
         current = params if avg is None else {k: v.astype(params[k].dtype)
                                               for k, v in avg.items()}
         dev = evaluate(cfg, current, dataset, "dev")
@@ -686,6 +730,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                "test_acc": test["intent_acc"], "test_exact_acc": test["intent_exact_acc"]}
         if cfg.slot_head:
             row.update(dev_slot_f1=dev["slot_f1"], test_slot_f1=test["slot_f1"])
+        row["steps"] = step
         row["seconds"] = time.perf_counter() - t_epoch
         history.append(row)
         key = (dev["intent_acc"], -dev["loss"])
@@ -699,20 +744,23 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
                     f"{_fmt(dev['intent_acc'])}  test intent {_fmt(test['intent_acc'])}")
             if cfg.slot_head:
                 line += f"  slot F1 dev {_fmt(dev['slot_f1'])} test {_fmt(test['slot_f1'])}"
-            log(line + (" (averaged)" if avg is not None else "") + f"  ({row['seconds']:.1f} s)")
+            log(line + (" (averaged)" if avg is not None else "") + f"  ({row['seconds']:.1f} s)"
+                + stepper.epoch_note(step))
 
     result = {"cfg": cfg, "params": best["params"], "history": history,
               "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
               "word_dropout": word_dropout, "average": average, "balance": balance,
-              "unk_alpha": unk_alpha, "checkpoint": None, "curves": None, "history_file": None}
+              "unk_alpha": unk_alpha, "steps": step, "engine": stepper.name, "notes": notes,
+              "checkpoint": None, "curves": None, "history_file": None, **stepper.report()}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
                                        "warmup", "clip", "word_dropout", "average",
-                                       "balance", "unk_alpha", "best_epoch")}
+                                       "balance", "unk_alpha", "best_epoch", "steps",
+                                       "engine")}
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,

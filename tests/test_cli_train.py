@@ -17,10 +17,14 @@ from ttrain.main import main
     (["--config", "tiny", "--clip", "0"], "--clip must be a positive gradient norm"),
     (["--config", "tiny", "--data", "/nonexistent/atis"], "is not a directory"),
     (["--config", "nope"], "unknown config 'nope'; choose one of: tiny"),
-    (["--config", "tiny", "--max-steps", "3"], "--max-steps applies to --engine rtl only"),
+    (["--config", "tiny", "--lanes", "4"], "--lanes applies to --engine rtl only"),
+    (["--config", "tiny", "--engine", "interpreter", "--lanes", "4"], "--lanes applies to "
+                                                                       "--engine rtl only"),
+    (["--config", "tiny", "--engine", "interpreter", "--clip", "1"], "--clip is not available "
+                                                                     "with --engine interpreter"),
     (["--config", "tiny", "--train-sentences", "0"], "--train-sentences must be at least 1"),
     (["--config", "tiny", "--train-sentences", "9", "--data", "."], "cannot be used with --data"),
-    (["--config", "tiny", "--compare"], "--compare applies to --engine rtl only"),
+    (["--config", "tiny", "--compare"], "--compare applies to --engine interpreter or rtl only"),
     (["--config", "tiny", "--engine", "rtl", "--clip", "1"], "--clip is not available with "
                                                              "--engine rtl"),
     (["--config", "tiny", "--engine", "rtl", "--batch-size", "2"], "--batch-size is not"),

@@ -7,8 +7,9 @@ every store word (``check="all"``) or the loss and logits after every step and e
 word after the last step of a session (``check="outputs"``; a wrong word anywhere changes
 the following losses and the final image, so nothing can hide).
 
-:class:`ChipRun` is the host loop shared by ``make demo``, ``ttrain train --engine rtl``,
-``ttrain bench step`` and the tests.
+:class:`ChipRun` is the host session shared by ``make demo``, ``ttrain train --engine rtl``,
+``ttrain bench step`` and the tests; :class:`ChipStepper` is the chip's step for the one
+training loop, :func:`ttrain.golden.train.train` (``train_on_chip`` is that loop with it).
 """
 
 import time
@@ -20,11 +21,12 @@ import numpy as np
 from ...golden.interpreter import run as interpret
 from ...golden.isa import Barrier, End, Program
 from ...golden.model_compiler import chip_model_config as chip_config
+from ...golden.stepper import Stepper, check_compiled_step
 from ..hw import hw_config
 from ..sim.top import TopSession, build_top, pad_image, run_top
 
-__all__ = ["build_model_top", "ChipRun", "StepResult", "section_program",
-           "chip_config", "train_on_chip"]
+__all__ = ["build_model_top", "ChipRun", "StepResult", "section_program", "chip_config",
+           "ChipStepper", "train_on_chip"]
 
 
 def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, res_depth=1 << 14,
@@ -192,112 +194,77 @@ def _raise(stats, step, what):
                            f"{stats.error}: {stats.message}")
 
 
+class ChipStepper(Stepper):
+    """The steps of :func:`ttrain.golden.train.train` on the simulated accelerator.
+
+    The config is the compiled step's (:func:`chip_config`); steps run in sessions of
+    ``steps_per_session`` (one Verilator run each, from the verified image); each session
+    checks loss and logits after every step and every store word after its last step
+    (``ChipRun(check="outputs")``). ``build``: a :func:`build_model_top` build to reuse (else
+    one is built, or reused from the build cache, for ``lanes``)."""
+    name = "rtl"
+
+    def __init__(self, *, lanes=4, build=None, workdir=None, steps_per_session=100):
+        if isinstance(steps_per_session, bool) or not isinstance(steps_per_session, int) \
+                or steps_per_session < 1:
+            raise ValueError(f"steps_per_session must be a positive int, not "
+                             f"{steps_per_session!r}")
+        self.lanes, self.build, self.workdir = lanes, build, workdir
+        self.chunk = steps_per_session
+        self.chip = None
+        self.cycles = []
+
+    def configure(self, cfg, dataset):
+        return chip_config(cfg, dataset)
+
+    def start(self, ctx):
+        import tempfile
+
+        from ...golden.model_compiler import compile_model
+        check_compiled_step(ctx, "the chip")
+        cm = compile_model(ctx.cfg, lr=ctx.lr)
+        if self.build is None:
+            if ctx.log is not None:
+                ctx.log(f"building the accelerator for {ctx.cfg.name} ({self.lanes} lanes) "
+                        f"under Verilator (first build: minutes)")
+            self.build = build_model_top(cm, lanes=self.lanes)
+        self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="ttrain-chip-"))
+        self.chip = ChipRun(cm, self.build, ctx.params, self.workdir, check="outputs")
+
+    def steps(self, batches, rates):
+        res = self.chip.run_steps(batches, rates)
+        self.cycles += [r.cycles for r in res]
+        return [(r.loss, r.logits) for r in res]
+
+    def params(self):
+        return self.chip.params()
+
+    def epoch_note(self, steps):
+        return f"  ({steps} steps bit-exact)"
+
+    def report(self):
+        chip = self.chip
+        return {"cycles": list(self.cycles), "sim_seconds": chip.sim_seconds if chip else 0.0,
+                "golden_seconds": chip.golden_seconds if chip else 0.0,
+                "workdir": str(self.workdir)}
+
+
 def train_on_chip(cfg, dataset, *, epochs=None, lr=None, seed=0, lanes=4, max_steps=None,
-                  steps_per_session=100, workdir=None, progress=True, log=print, build=None):
+                  steps_per_session=100, workdir=None, progress=True, log=print, build=None,
+                  out_dir=None):
     """Train ``cfg`` on the simulated accelerator, every step checked against the interpreter.
 
-    The data order, initialization, learning-rate schedule and host-side word dropout are
-    those of :func:`ttrain.golden.train.train` with the same seed, so the golden run of
-    ``chip_config(cfg)`` is the reference. Steps run in sessions of ``steps_per_session``; each
-    session starts from the verified image, checks loss and logits after every step and every
-    store word after its last step (``ChipRun(check="outputs")``). Evaluation uses the
-    golden fast path on the chip's (verified) parameters after every epoch; the best-dev epoch
-    is reported, as in golden training.
+    :func:`ttrain.golden.train.train` with a :class:`ChipStepper`: the data order,
+    initialization, learning-rate schedule, host-side word dropout, per-epoch evaluation (on
+    the chip's verified parameters, golden fast path), best-dev selection, checkpoints and
+    curves are those of the golden run with the same seed, so the golden run of
+    ``chip_config(cfg)`` is the reference.
 
-    Returns a dict: ``cfg``, ``params`` (best dev), ``history`` (per epoch), ``best_epoch``,
-    ``dev``, ``test``, ``steps``, ``cycles`` (per step), ``sim_seconds``, ``golden_seconds``,
-    ``notes``.
+    Returns :func:`~ttrain.golden.train.train`'s result plus ``cycles`` (per step),
+    ``sim_seconds``, ``golden_seconds`` and ``workdir``.
     """
-    import tempfile
-
-    from ...golden import model as M
-    from ...golden.model_compiler import compile_model
-    from ...golden.data import UNK
-    from ...golden.train import evaluate, lr_at
-    cfg, notes = chip_config(cfg, dataset)
-    for note in notes:
-        log(f"note: {note}")
-    epochs = cfg.epochs if epochs is None else int(epochs)
-    lr = cfg.lr if lr is None else float(lr)
-    if epochs < 1 or not lr > 0:
-        raise ValueError(f"epochs must be >= 1 and lr > 0, got {epochs}, {lr}")
-    if dataset.seq_len != cfg.seq_len or dataset.vocab_size > cfg.vocab:
-        raise ValueError(f"the data set (seq_len {dataset.seq_len}, {dataset.vocab_size} words) "
-                         f"does not fit config {cfg.name!r} (seq_len {cfg.seq_len}, "
-                         f"{cfg.vocab} TTM rows): load it with this config")
-    cm = compile_model(cfg, lr=lr)
-    if build is None:
-        log(f"building the accelerator for {cfg.name} ({lanes} lanes) under Verilator "
-            f"(first build: minutes)")
-        build = build_model_top(cm, lanes=lanes)
-    workdir = Path(workdir or tempfile.mkdtemp(prefix="ttrain-chip-"))
-    params = M.init_params(cfg, np.random.default_rng(seed))
-    chip = ChipRun(cm, build, params, workdir, check="outputs")
-    shuffle_rng = np.random.default_rng([seed, 1])
-    dropout_rng = np.random.default_rng([seed, 2])
-    schedule = cfg.extra.get("schedule", "constant")
-    warmup = cfg.extra.get("warmup", 0.0)
-    word_dropout = cfg.extra.get("word_dropout", 0.0)
-    n_train = dataset.size("train")
-    per_epoch = -(-n_train // cfg.batch)
-    total = epochs * per_epoch
-    if max_steps is not None:
-        total = min(total, int(max_steps))
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=total, unit="step", desc=f"{cfg.name} on chip")
-    history, best, cycles, step = [], None, [], 0
-    for epoch in range(1, epochs + 1):
-        if step >= total:
-            break
-        pending, lrs = [], []
-        loss_sum, correct, seen = 0.0, 0, 0
-
-        def flush():
-            nonlocal loss_sum, correct, seen
-            res = chip.run_steps(pending, lrs)
-            for b, r in zip(pending, res):
-                n = len(b["intent"])
-                loss_sum += r.loss * n
-                correct += int(np.sum(np.argmax(r.logits[:n], -1) == b["intent"]))
-                seen += n
-                cycles.append(r.cycles)
-            if bar is not None:
-                bar.update(len(pending))
-                bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.4f}")
-            pending.clear()
-            lrs.clear()
-        for batch in dataset.batches("train", cfg.batch, seed=shuffle_rng):
-            if step >= total:
-                break
-            if word_dropout > 0:
-                words = batch["mask"].copy()
-                words[:, 0] = False
-                drop = words & (dropout_rng.random(words.shape) < word_dropout)
-                batch = dict(batch, tokens=np.where(drop, UNK, batch["tokens"]))
-            pending.append(batch)
-            lrs.append(lr_at(step, epochs * per_epoch, lr, schedule, warmup))
-            step += 1
-            if len(pending) == steps_per_session:
-                flush()
-        if pending:
-            flush()
-        params_now = chip.params()
-        dev = evaluate(cfg, params_now, dataset, "dev")
-        test = evaluate(cfg, params_now, dataset, "test")
-        row = {"epoch": epoch, "steps": step, "train_loss": loss_sum / max(seen, 1),
-               "train_acc": correct / max(seen, 1), "dev_loss": dev["loss"],
-               "dev_acc": dev["intent_acc"], "test_acc": test["intent_acc"]}
-        history.append(row)
-        if best is None or (dev["intent_acc"], -dev["loss"]) > best[0]:
-            best = ((dev["intent_acc"], -dev["loss"]), epoch, params_now, dev, test)
-        log(f"epoch {epoch}/{epochs}: train loss {row['train_loss']:.4f} acc "
-            f"{100 * row['train_acc']:.2f}%, dev intent {100 * row['dev_acc']:.2f}%, test "
-            f"intent {100 * row['test_acc']:.2f}% ({step} steps bit-exact)")
-    if bar is not None:
-        bar.close()
-    return {"cfg": cfg, "params": best[2], "history": history, "best_epoch": best[1],
-            "dev": best[3], "test": best[4], "steps": step, "cycles": cycles,
-            "sim_seconds": chip.sim_seconds, "golden_seconds": chip.golden_seconds,
-            "notes": notes, "workdir": str(workdir)}
+    from ...golden.train import train
+    stepper = ChipStepper(lanes=lanes, build=build, workdir=workdir,
+                          steps_per_session=steps_per_session)
+    return train(cfg, dataset, epochs=epochs, lr=lr, seed=seed, max_steps=max_steps,
+                 progress=progress, log=log, stepper=stepper, out_dir=out_dir)
