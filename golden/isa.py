@@ -31,13 +31,15 @@ same codes. :class:`ISAError` (a ``ValueError``) carries ``.code`` and, where kn
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .contract import (Descriptor, View, ERROR_NONE, ERROR_STORE, ERROR_DIM, ERROR_A_RANGE,
-                       ERROR_B_RANGE, ERROR_C_RANGE)
-from .special import FUNCTION_CODES
+                       ERROR_B_RANGE, ERROR_C_RANGE, check_descriptor, contract, validate,
+                       view_addresses)
+from .numerics import fp32_add, fp32_max, fp32_mul, fp32_sub, fp32_sum
+from .special import FUNCTION_CODES, fp32_special
 
 __all__ = [
     "WORDS", "STORE_IDS", "STORE_NAMES", "OPCODES", "MNEMONICS", "ERROR_CODES", "ISAError",
@@ -47,6 +49,9 @@ __all__ = [
     "Update", "Region", "Program", "encode", "decode", "encode_program", "decode_program",
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
+    "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
+    "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
+    "OP_UPDATE",
 ]
 
 #: 32-bit words per instruction (512 bits).
@@ -107,36 +112,6 @@ class ISAError(ValueError):
         super().__init__(f"error {code} [{ERROR_CODES.get(code, '?')}]{where}: {message}")
 
 
-# --------------------------------------------------------------------------------------------
-# opcodes
-
-OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = 0x01, 0x02, 0x03, 0x04
-OP_CONTRACT = 0x08
-#: Unary special-function elementwise ops (``golden.special``): opcode ``0x40`` + function code
-#: (:data:`ttrain.golden.special.FUNCTION_CODES`), i.e. 0x40..0x47 (0x47 = ``log``); 0x48..0x7F
-#: stay reserved.
-SPECIAL_OPS = {name: 0x40 + code for name, code in FUNCTION_CODES.items()}
-ELEMENTWISE_OPS = {"add": 0x10, "sub": 0x11, "mul": 0x12, "scale": 0x13, "addi": 0x14,
-                   "copy": 0x15, "fill": 0x16}
-ELEMENTWISE_OPS.update(SPECIAL_OPS)
-REDUCE_OPS = {"sum": 0x20, "max": 0x21}
-GATHER_OPS = {"gather": 0x28, "scatter_add": 0x29}
-OP_UPDATE = 0x30
-#: UPDATE mode 0: ``theta = fp32_sub(theta, fp32_mul(lr, g)); g = +0``. 1..15 reserved.
-UPDATE_SGD = 0
-
-OPCODES = {"end": OP_END, "barrier": OP_BARRIER, "loop": OP_LOOP, "endloop": OP_ENDLOOP,
-           "contract": OP_CONTRACT, "update": OP_UPDATE}
-OPCODES.update(ELEMENTWISE_OPS)
-OPCODES.update({"r" + k: v for k, v in REDUCE_OPS.items()})
-OPCODES.update(GATHER_OPS)
-#: opcode -> mnemonic
-MNEMONICS = {v: k for k, v in OPCODES.items()}
-
-# elementwise ops: which source slots they read and whether they use the immediate
-_EW_SOURCES = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}
-_EW_SOURCES.update({name: 1 for name in SPECIAL_OPS})
-_EW_IMM = {"scale", "addi", "fill"}
 
 
 def f32_bits(value):
@@ -189,21 +164,218 @@ def _steps(steps, n=3, used=3):
     return tuple(int(s) for s in steps)
 
 
+#: UPDATE mode 0: plain SGD (:data:`UPDATE_MODES`).
+UPDATE_SGD = 0
+
+
 # --------------------------------------------------------------------------------------------
-# instructions
+# fields of one instruction word, over Python ints (golden decode) or Amaranth values (the RTL
+# decoder): the legality rules below are written once against this interface and evaluated by
+# both, so the golden decoder and the hardware decoder cannot disagree.
+
+def _int_bits(value, lo, hi):
+    return (value >> lo) & ((1 << (hi - lo)) - 1)
+
+
+class Fields:
+    """The fixed fields of an instruction's :data:`WORDS` words.
+
+    ``words`` are 16 Python ints (golden) or 16 32-bit Amaranth values (RTL); ``bits(x, lo,
+    hi)`` extracts bits ``[lo, hi)`` of one of them. Comparisons and ``|`` work the same on
+    both, so a rule ``lambda f: (f.flags > 1) | (f.rows == 0)`` is a ``bool`` in golden and a
+    1-bit value in the RTL.
+    """
+
+    def __init__(self, words, bits=_int_bits):
+        self.w = list(words)
+        self._bits = bits
+        w0, w1 = self.w[0], self.w[1]
+        self.op = bits(w0, 0, 8)
+        self.flags = bits(w0, 8, 16)
+        self.stepw = bits(w0, 16, 22)
+        self.step = [bits(w0, 16 + 2 * s, 18 + 2 * s) for s in range(3)]
+        self.store = [bits(w1, 8 * s, 8 * s + 8) for s in range(3)]
+        self.reserved = (bits(w0, 22, 32) != 0) | (bits(w1, 24, 32) != 0)
+        self.rows, self.cols = bits(self.w[2], 0, 16), bits(self.w[2], 16, 32)
+        self.lo3, self.hi3 = bits(self.w[3], 0, 16), bits(self.w[3], 16, 32)
+
+    def nz(self, indices):
+        """Any of words ``indices`` is non-zero."""
+        out = False
+        for i in indices:
+            out = out | (self.w[i] != 0)
+        return out
+
+    def bad_store(self, s):
+        """Slot ``s`` names a store id that does not exist."""
+        return self.store[s] >= len(STORE_NAMES)
+
+    def batch_nz(self, s):
+        """Slot ``s`` has a non-zero batch stride."""
+        return self.w[7 + 4 * s] != 0
+
+    def slot_used_badly(self, s):
+        """Unused slot ``s`` has a store id, a step or view words."""
+        return (self.store[s] != 0) | (self.step[s] != 0) | self.nz(range(4 + 4 * s, 8 + 4 * s))
+
+    def view(self, s):
+        """The :class:`View` of slot ``s`` (golden only)."""
+        base, rs, cs, bs = self.w[4 + 4 * s: 8 + 4 * s]
+        return View(STORE_NAMES[self.store[s]], base, rs, cs, bs)
+
+
+def _slot_rules(slots, batch=False):
+    """Store-id (and, without a batch, batch-stride) rules of the used ``slots``, in order."""
+    rules = []
+    for s in slots:
+        rules.append((ERR_STORE, f"slot {s} names a store id outside {STORE_NAMES}",
+                      lambda f, s=s: f.bad_store(s)))
+        if not batch:
+            rules.append((ERR_FIELD, f"slot {s} batch stride must be zero",
+                          lambda f, s=s: f.batch_nz(s)))
+    return rules
+
+
+def _unused_rules(slots):
+    return [(ERR_FIELD, f"slot {s} is unused: its store id, step and view words must be zero",
+             lambda f, s=s: f.slot_used_badly(s)) for s in slots]
+
+
+# --------------------------------------------------------------------------------------------
+# instructions: each class defines its fields and encoding, its legality rules (with their
+# error codes), its golden semantics (check + execute), its assembly text and its parser; the
+# opcode table OPS below binds mnemonics and opcodes to them.
+
+def _shift(view, step, inc, t):
+    if view is None or not step or not t:
+        return view
+    return replace(view, base=view.base + t * inc[step - 1])
+
+
+def _addresses(view, rows, cols):
+    return view_addresses(view, 1, rows, cols)[0]
+
+
+_SLOT_RANGE = (ERR_C_RANGE, ERR_A_RANGE, ERR_B_RANGE)
+
+
+def _check_range(view, rows, cols, sizes, slot, name):
+    if view.store not in sizes:
+        raise ISAError(ERR_STORE, f"{name} uses store {view.store!r}, which the image does not "
+                                  f"have ({sorted(sizes)}); add it to the image")
+    last = view.last_address(1, rows, cols)
+    if last >= sizes[view.store]:
+        raise ISAError(_SLOT_RANGE[slot], f"{name} view {view} ({rows} x {cols}) reaches word "
+                                          f"{last}, past the end of store {view.store!r} "
+                                          f"({sizes[view.store]} words)")
+
+
+def _check_write(dst, drows, dcols, reads, name):
+    """Write view must address each word once and not partly overlap a read view."""
+    da = _addresses(dst, drows, dcols).ravel()
+    if np.unique(da).size != da.size:
+        raise ISAError(ERR_OVERLAP, f"{name}: destination {dst} writes some word twice; give "
+                                    "it strides that address each element once")
+    for view, rows, cols, same_ok in reads:
+        if view is None or view.store != dst.store:
+            continue
+        if same_ok and view == dst and (rows, cols) == (drows, dcols):
+            continue
+        ra = _addresses(view, rows, cols).ravel()
+        if np.intersect1d(ra, da).size:
+            raise ISAError(ERR_OVERLAP, f"{name}: destination {dst} overlaps source {view}; "
+                                        "use the identical view (in place) or disjoint words")
+
+
+def _words_f32(words):
+    return np.asarray(words, dtype=np.uint32).view(np.float32)
+
+
+def _f32_words(values):
+    return np.asarray(values, dtype=np.float32).view(np.uint32)
+
+
+class Instruction:
+    """Base of the instruction dataclasses: the table-driven behaviour every one shares.
+
+    A subclass sets ``CLASS`` (the decoder's instruction class, :data:`CLASS_NAMES`) and
+    defines ``encode_fields``, ``from_fields``, ``rules``, ``text``, ``parse`` and, for those
+    that touch data, ``stepped``, ``check`` and ``execute``.
+    """
+    CLASS = None
+    step = (0, 0, 0)
+
+    @property
+    def mnemonic(self):
+        """The assembly mnemonic (the :data:`OPS` entry's)."""
+        return type(self).__name__.lower()
+
+    @property
+    def spec(self):
+        """The :class:`OpSpec` of this instruction."""
+        return SPEC[self.mnemonic]
+
+    @property
+    def views(self):
+        """The views of slots 0, 1, 2 (None where unused)."""
+        return (None, None, None)
+
+    def encode_fields(self, w):
+        """Fill words 2..15 of ``w`` (views excepted); return the flags byte."""
+        return 0
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        """Build the instruction from decoded fields ``f`` (rules already passed)."""
+        return cls()
+
+    @classmethod
+    def rules(cls, spec):
+        """Return the ordered legality rules ``[(error code, text, rule(f))]`` of ``spec``:
+        the first rule whose ``rule(f)`` is true gives the decode error."""
+        return [(ERR_FIELD, "flags, steps and stores must be zero",
+                 lambda f: (f.flags != 0) | (f.stepw != 0) | (f.w[1] != 0) | f.nz(range(2, WORDS)))]
+
+    def text(self):
+        """Return the assembly text of the instruction."""
+        return self.mnemonic
+
+    @classmethod
+    def parse(cls, spec, p):
+        """Build the instruction from the assembler's fields (``p``: :class:`_Line`)."""
+        return cls()
+
+    def stepped(self, inc, t):
+        """Return the instruction with its stepped bases advanced for loop iteration ``t``."""
+        return self
+
+    def check(self, sizes, max_dim=None):
+        """Raise :class:`ISAError` if the (effective) instruction is illegal on ``sizes``."""
+
+    def execute(self, image, stats):
+        """Apply the instruction's golden semantics to ``image`` in place; count in ``stats``."""
+
 
 @dataclass(frozen=True)
-class End:
+class End(Instruction):
     """END: stop; the sequencer raises ``done``."""
+    CLASS = "end"
 
 
 @dataclass(frozen=True)
-class Barrier:
+class Barrier(Instruction):
     """BARRIER: wait until every unit is idle and every earlier write has landed."""
+    CLASS = "barrier"
 
 
 @dataclass(frozen=True)
-class Loop:
+class EndLoop(Instruction):
+    """ENDLOOP: end of the innermost LOOP body."""
+    CLASS = "endloop"
+
+
+@dataclass(frozen=True)
+class Loop(Instruction):
     """LOOP: run the instructions up to the matching ENDLOOP ``count`` times.
 
     In iteration ``t`` (0-based) an operand slot whose ``step`` select is ``s`` (1..3) has its
@@ -216,6 +388,7 @@ class Loop:
     increments : tuple of 3 int
         Word increments selected by the operands' ``step`` fields (non-negative).
     """
+    CLASS = "loop"
     count: int
     increments: tuple = (0, 0, 0)
 
@@ -228,18 +401,42 @@ class Loop:
             _int("Loop.increments", v)
         object.__setattr__(self, "increments", tuple(int(v) for v in inc))
 
+    def encode_fields(self, w):
+        w[2] = self.count
+        w[4:7] = list(self.increments)
+        return 0
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        return cls(f.w[2], tuple(f.w[4:7]))
+
+    @classmethod
+    def rules(cls, spec):
+        return [(ERR_FIELD, "flags, steps, stores and words 3, 7..15 must be zero",
+                 lambda f: (f.flags != 0) | (f.stepw != 0) | (f.w[1] != 0)
+                 | f.nz([3] + list(range(7, WORDS)))),
+                (ERR_LOOP, "the loop count is zero", lambda f: f.w[2] == 0)]
+
+    def text(self):
+        return f"loop count={self.count} inc={','.join(map(str, self.increments))}"
+
+    @classmethod
+    def parse(cls, spec, p):
+        count = p.take("count")
+        inc = tuple(int(x) for x in p.take("inc", str, "0,0,0").split(","))
+        if len(inc) != 3:
+            raise ValueError(f"line {p.lineno}: loop inc= takes three increments a,b,c")
+        return cls(count, inc)
+
 
 @dataclass(frozen=True)
-class EndLoop:
-    """ENDLOOP: end of the innermost LOOP body."""
-
-
-@dataclass(frozen=True)
-class Contract:
+class Contract(Instruction):
     """CONTRACT: one contraction-engine descriptor (``golden.contract.Descriptor``).
 
-    Slots: 0 = C (written; read too when ``accumulate``), 1 = A, 2 = B.
+    Slots: 0 = C (written; read too when ``accumulate``), 1 = A, 2 = B. Flag bit 0 =
+    ``accumulate``. Golden: :func:`ttrain.golden.contract.contract` (its accumulation order).
     """
+    CLASS = "contract"
     desc: Descriptor
     step: tuple = (0, 0, 0)
 
@@ -257,21 +454,72 @@ class Contract:
     def views(self):
         return (self.desc.c, self.desc.a, self.desc.b)
 
+    def encode_fields(self, w):
+        d = self.desc
+        w[2] = d.m | d.n << 16
+        w[3] = d.k | d.batch << 16
+        return int(d.accumulate)
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        desc = Descriptor(f.rows, f.cols, f.lo3, f.view(1), f.view(2), f.view(0),
+                          accumulate=bool(f.flags), batch=f.hi3)
+        return cls(desc, tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        return [(ERR_FIELD, "only flag bit 0 (accumulate) is defined", lambda f: f.flags > 1),
+                (ERR_DIM, "m, n, k and batch must be non-zero",
+                 lambda f: (f.rows == 0) | (f.cols == 0) | (f.lo3 == 0) | (f.hi3 == 0)),
+                *_slot_rules((1, 2, 0), batch=True)]
+
+    def text(self):
+        d, st = self.desc, self.step
+        s = (f"contract m={d.m} n={d.n} k={d.k} batch={d.batch} c={_fmt_view(d.c, st[0], 1)} "
+             f"a={_fmt_view(d.a, st[1], 1)} b={_fmt_view(d.b, st[2], 1)}")
+        return s + (" acc" if d.accumulate else "")
+
+    @classmethod
+    def parse(cls, spec, p):
+        m, n, k, batch = p.take("m"), p.take("n"), p.take("k"), p.take("batch", int, 1)
+        (c, s0), (a, s1), (b, s2) = p.view("c", 1), p.view("a", 1), p.view("b", 1)
+        return cls(Descriptor(m, n, k, a, b, c, "acc" in p.flags, batch), (s0, s1, s2))
+
+    def stepped(self, inc, t):
+        st, d = self.step, self.desc
+        if not any(st) or t == 0:
+            return self
+        return Contract(replace(d, c=_shift(d.c, st[0], inc, t), a=_shift(d.a, st[1], inc, t),
+                                b=_shift(d.b, st[2], inc, t)), st)
+
+    def check(self, sizes, max_dim=None):
+        code = check_descriptor(self.desc, sizes, max_dim=max_dim)
+        try:
+            validate(self.desc, sizes, max_dim=max_dim)
+        except ValueError as e:
+            raise ISAError(code or ERR_OVERLAP, str(e)) from None
+
+    def execute(self, image, stats):
+        d = self.desc
+        out = contract(d, {s: image[s] for s in {d.a.store, d.b.store, d.c.store}})
+        image[d.c.store] = out[d.c.store]
+        stats.macs += d.macs
+
 
 @dataclass(frozen=True)
-class Elementwise:
-    """Elementwise op over a ``rows x cols`` strided range (see :data:`ELEMENTWISE_OPS`).
+class Elementwise(Instruction):
+    """Elementwise op over a ``rows x cols`` strided range (one :data:`OPS` entry per op).
 
-    ``add``/``sub``/``mul``: ``d = fp32_op(a, b)``; ``scale``: ``d = fp32_mul(a, imm)``;
-    ``addi``: ``d = fp32_add(a, imm)``; ``copy``: ``d = a`` (the words, unchanged);
-    ``fill``: ``d = imm`` (bits unchanged); the special functions of :data:`SPECIAL_OPS`
-    (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``): ``d = fp32_special(op, a)``
-    (:func:`ttrain.golden.special.fp32_special`, bit-exact fixed FP32 sequences). All reads
-    happen before the writes; ``d`` may be the very same view as a source (in place) but must
-    not otherwise overlap one.
+    ``d = semantics(a, b, imm)`` with the op's :attr:`OpSpec.semantics` on the words of the
+    ``sources`` source views (``add``/``sub``/``mul``: ``d = fp32_op(a, b)``; ``scale``:
+    ``d = fp32_mul(a, imm)``; ``addi``: ``d = fp32_add(a, imm)``; ``copy``: ``d = a`` (the
+    words, unchanged); ``fill``: ``d = imm`` (bits unchanged); the special functions of
+    :data:`SPECIAL_OPS`: ``d = fp32_special(op, a)``). All reads happen before the writes;
+    ``d`` may be the very same view as a source (in place) but must not otherwise overlap one.
 
     Slots: 0 = d, 1 = a, 2 = b. ``imm`` is the FP32 bit pattern of the scalar.
     """
+    CLASS = "elementwise"
     op: str
     rows: int
     cols: int
@@ -282,13 +530,14 @@ class Elementwise:
     step: tuple = (0, 0, 0)
 
     def __post_init__(self):
-        if self.op not in ELEMENTWISE_OPS:
+        spec = SPEC.get(self.op)
+        if spec is None or spec.kind is not Elementwise:
             raise ValueError(f"Elementwise.op must be one of {sorted(ELEMENTWISE_OPS)}, "
                              f"not {self.op!r}")
         _int("Elementwise.rows", self.rows, 1, MAX_DIM, ERR_DIM)
         _int("Elementwise.cols", self.cols, 1, MAX_DIM, ERR_DIM)
         _check_view("Elementwise.d", self.d)
-        nsrc = _EW_SOURCES[self.op]
+        nsrc = spec.sources
         for i, name in enumerate(("a", "b")):
             v = getattr(self, name)
             if i < nsrc:
@@ -297,26 +546,94 @@ class Elementwise:
                 raise ValueError(f"Elementwise {self.op} takes {nsrc} source view(s); "
                                  f"leave {name} as None")
         _int("Elementwise.imm", self.imm)
-        if self.op not in _EW_IMM and self.imm:
+        if not spec.imm and self.imm:
             raise ValueError(f"Elementwise {self.op} takes no immediate; leave imm at 0")
         object.__setattr__(self, "step", _steps(self.step, used=nsrc + 1))
+
+    @property
+    def mnemonic(self):
+        return self.op
 
     @property
     def views(self):
         return (self.d, self.a, self.b)
 
+    def encode_fields(self, w):
+        w[2] = self.rows | self.cols << 16
+        w[3] = self.imm
+        return 0
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        srcs = [f.view(s) for s in range(1, spec.sources + 1)] + [None] * (2 - spec.sources)
+        return cls(spec.mnemonic, f.rows, f.cols, f.view(0), srcs[0], srcs[1], f.w[3],
+                   tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        used = range(spec.sources + 1)
+        rules = [(ERR_FIELD, "flags must be zero", lambda f: f.flags != 0),
+                 *_unused_rules(range(spec.sources + 1, 3))]
+        if not spec.imm:
+            rules.append((ERR_FIELD, "word 3 (immediate) must be zero", lambda f: f.w[3] != 0))
+        return rules + _slot_rules(used) + [
+            (ERR_DIM, "rows and cols must be non-zero", lambda f: (f.rows == 0) | (f.cols == 0))]
+
+    def text(self):
+        st = self.step
+        s = f"{self.op} rows={self.rows} cols={self.cols} d={_fmt_view(self.d, st[0])}"
+        if self.a is not None:
+            s += f" a={_fmt_view(self.a, st[1])}"
+        if self.b is not None:
+            s += f" b={_fmt_view(self.b, st[2])}"
+        if self.spec.imm:
+            s += f" imm={_fmt_imm(self.imm)}  # {bits_f32(self.imm)!r}"
+        return s
+
+    @classmethod
+    def parse(cls, spec, p):
+        rows, cols = p.take("rows"), p.take("cols")
+        d, s0 = p.view("d")
+        a, s1 = p.view("a") if spec.sources >= 1 else (None, 0)
+        b, s2 = p.view("b") if spec.sources >= 2 else (None, 0)
+        imm = p.imm("imm") if spec.imm else 0
+        return cls(spec.mnemonic, rows, cols, d, a, b, imm, (s0, s1, s2))
+
+    def stepped(self, inc, t):
+        st = self.step
+        if not any(st) or t == 0:
+            return self
+        return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t),
+                       b=_shift(self.b, st[2], inc, t))
+
+    def check(self, sizes, max_dim=None):
+        r, c = self.rows, self.cols
+        for slot, v in enumerate(self.views):
+            if v is not None:
+                _check_range(v, r, c, sizes, slot, self.op)
+        _check_write(self.d, r, c, [(self.a, r, c, True), (self.b, r, c, True)], self.op)
+
+    def execute(self, image, stats):
+        r, c = self.rows, self.cols
+        a, b = (None if v is None else image[v.store][_addresses(v, r, c)]
+                for v in (self.a, self.b))
+        out = self.spec.semantics(a, b, self.imm)
+        image[self.d.store][_addresses(self.d, r, c)] = np.asarray(out, dtype=np.uint32)
+        stats.elementwise += r * c
+
 
 @dataclass(frozen=True)
-class Reduce:
+class Reduce(Instruction):
     """Row reduction: ``d[i] = reduce_j a[i, j]`` for ``i < rows``, ``j < cols``.
 
     Sequential order ``j = 0, 1, ...``: ``sum`` starts from ``-0.0`` (``d``'s old value with
     ``accumulate``) and adds with ``fp32_add``; ``max`` starts from ``a[i, 0]`` (from ``d``'s
     old value with ``accumulate``) and takes ``fp32_max``. ``d[i]`` is word
-    ``d.base + i * d.row_stride`` (``d.col_stride`` must be 0).
+    ``d.base + i * d.row_stride`` (``d.col_stride`` must be 0). Mnemonics ``rsum``, ``rmax``.
 
-    Slots: 0 = d, 1 = a.
+    Slots: 0 = d, 1 = a. Flag bit 0 = ``accumulate``.
     """
+    CLASS = "reduce"
     op: str
     rows: int
     cols: int
@@ -340,12 +657,74 @@ class Reduce:
         object.__setattr__(self, "step", _steps(self.step, used=2))
 
     @property
+    def mnemonic(self):
+        return "r" + self.op
+
+    @property
     def views(self):
         return (self.d, self.a, None)
 
+    def encode_fields(self, w):
+        w[2] = self.rows | self.cols << 16
+        return int(self.accumulate)
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        return cls(spec.mnemonic[1:], f.rows, f.cols, f.view(0), f.view(1), bool(f.flags),
+                   tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        return [(ERR_FIELD, "only flag bit 0 (accumulate) is defined", lambda f: f.flags > 1),
+                *_unused_rules((2,)),
+                (ERR_FIELD, "word 3 must be zero", lambda f: f.w[3] != 0),
+                *_slot_rules((0, 1)),
+                (ERR_DIM, "rows and cols must be non-zero", lambda f: (f.rows == 0) | (f.cols == 0)),
+                (ERR_FIELD, "d has one word per row: its column stride (word 6) must be zero",
+                 lambda f: f.w[6] != 0)]
+
+    def text(self):
+        st = self.step
+        s = (f"r{self.op} rows={self.rows} cols={self.cols} d={_fmt_view(self.d, st[0])} "
+             f"a={_fmt_view(self.a, st[1])}")
+        return s + (" acc" if self.accumulate else "")
+
+    @classmethod
+    def parse(cls, spec, p):
+        rows, cols = p.take("rows"), p.take("cols")
+        (d, s0), (a, s1) = p.view("d"), p.view("a")
+        return cls(spec.mnemonic[1:], rows, cols, d, a, "acc" in p.flags, (s0, s1, 0))
+
+    def stepped(self, inc, t):
+        st = self.step
+        if not any(st) or t == 0:
+            return self
+        return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t))
+
+    def check(self, sizes, max_dim=None):
+        name = self.mnemonic
+        _check_range(self.d, self.rows, 1, sizes, 0, name)
+        _check_range(self.a, self.rows, self.cols, sizes, 1, name)
+        _check_write(self.d, self.rows, 1, [(self.a, self.rows, self.cols, False)], name)
+
+    def execute(self, image, stats):
+        r, c = self.rows, self.cols
+        dst = _addresses(self.d, r, 1)[:, 0]
+        a = _words_f32(image[self.a.store][_addresses(self.a, r, c)])
+        old = _words_f32(image[self.d.store][dst]) if self.accumulate else None
+        if self.op == "sum":
+            res = fp32_sum(a, axis=1, init=old if self.accumulate else np.float32(-0.0))
+        else:
+            acc = a[:, 0] if old is None else fp32_max(old, a[:, 0])
+            for j in range(1, c):
+                acc = fp32_max(acc, a[:, j])
+            res = acc
+        image[self.d.store][dst] = _f32_words(res).reshape(r)
+        stats.elementwise += r * c
+
 
 @dataclass(frozen=True)
-class Gather:
+class Gather(Instruction):
     """Indexed row copy (``gather``) or scatter-add of rows (``scatter_add``).
 
     The index list is ``rows`` unsigned 32-bit words at ``index.base + r * index.row_stride``
@@ -359,6 +738,7 @@ class Gather:
     Slot 2 = the index list. An index ``>= table_rows`` is :data:`ERR_INDEX` (found at run time,
     before this instruction writes anything).
     """
+    CLASS = "gather"
     op: str
     rows: int
     cols: int
@@ -382,19 +762,108 @@ class Gather:
         object.__setattr__(self, "step", _steps(self.step))
 
     @property
+    def mnemonic(self):
+        return self.op
+
+    @property
     def views(self):
         return (self.dst, self.src, self.index)
 
+    def encode_fields(self, w):
+        w[2] = self.rows | self.cols << 16
+        w[3] = self.table_rows
+        return 0
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        return cls(spec.mnemonic, f.rows, f.cols, f.w[3], f.view(0), f.view(1), f.view(2),
+                   tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        return [(ERR_FIELD, "flags must be zero", lambda f: f.flags != 0),
+                *_slot_rules((0, 1, 2)),
+                (ERR_DIM, "rows, cols and table_rows must be non-zero",
+                 lambda f: (f.rows == 0) | (f.cols == 0) | (f.w[3] == 0)),
+                (ERR_FIELD, "the index list is one word per row: its column stride (word 14) "
+                            "must be zero", lambda f: f.w[14] != 0)]
+
+    def text(self):
+        st = self.step
+        return (f"{self.op} rows={self.rows} cols={self.cols} table_rows={self.table_rows} "
+                f"dst={_fmt_view(self.dst, st[0])} src={_fmt_view(self.src, st[1])} "
+                f"index={_fmt_view(self.index, st[2])}")
+
+    @classmethod
+    def parse(cls, spec, p):
+        rows, cols, tr = p.take("rows"), p.take("cols"), p.take("table_rows")
+        (d, s0), (s, s1), (ix, s2) = p.view("dst"), p.view("src"), p.view("index")
+        return cls(spec.mnemonic, rows, cols, tr, d, s, ix, (s0, s1, s2))
+
+    def stepped(self, inc, t):
+        st = self.step
+        if not any(st) or t == 0:
+            return self
+        return replace(self, dst=_shift(self.dst, st[0], inc, t),
+                       src=_shift(self.src, st[1], inc, t),
+                       index=_shift(self.index, st[2], inc, t))
+
+    def _shapes(self):
+        r, c, tr = self.rows, self.cols, self.table_rows
+        return ((r, c), (tr, c)) if self.op == "gather" else ((tr, c), (r, c))
+
+    def check(self, sizes, max_dim=None):
+        (dshape, sshape), name = self._shapes(), self.op
+        _check_range(self.dst, *dshape, sizes, 0, name)
+        _check_range(self.src, *sshape, sizes, 1, name)
+        _check_range(self.index, self.rows, 1, sizes, 2, name)
+        _check_write(self.dst, *dshape, [(self.src, *sshape, False),
+                                         (self.index, self.rows, 1, False)], name)
+
+    def execute(self, image, stats):
+        r, c, tr = self.rows, self.cols, self.table_rows
+        idx = image[self.index.store][_addresses(self.index, r, 1)[:, 0]].astype(np.int64)
+        bad = np.nonzero(idx >= tr)[0]
+        if bad.size:
+            raise ISAError(ERR_INDEX, f"{self.op}: index list entry {bad[0]} is {idx[bad[0]]}, "
+                                      f"outside the {tr}-row table; fix the index data")
+        cols = np.arange(c, dtype=np.int64)
+        if self.op == "gather":
+            t = self.src
+            src = t.base + idx[:, None] * t.row_stride + cols[None, :] * t.col_stride
+            image[self.dst.store][_addresses(self.dst, r, c)] = image[t.store][src]
+        else:
+            t = self.dst
+            tgt = t.base + idx[:, None] * t.row_stride + cols[None, :] * t.col_stride
+            vals = _words_f32(image[self.src.store][_addresses(self.src, r, c)])
+            # occurrence rank of each row among rows with the same index: round q adds the
+            # q-th occurrence of every index, so repeated indices accumulate in list order
+            order = np.argsort(idx, kind="stable")
+            sorted_idx = idx[order]
+            first = np.searchsorted(sorted_idx, sorted_idx, side="left")
+            rank = np.empty(r, dtype=np.int64)
+            rank[order] = np.arange(r) - first
+            store = image[t.store]
+            for q in range(int(rank.max()) + 1):
+                rows = np.nonzero(rank == q)[0]
+                addr = tgt[rows]
+                store[addr] = _f32_words(fp32_add(store[addr].view(np.float32), vals[rows]))
+        stats.elementwise += r * c
+
 
 @dataclass(frozen=True)
-class Update:
-    """UPDATE: ``theta = fp32_sub(theta, fp32_mul(lr, g))`` then ``g = +0.0`` over ``count``
-    consecutive words (slot 0 = theta region, slot 1 = gradient region; only bases are used).
+class Update(Instruction):
+    """UPDATE over ``count`` consecutive words (slot 0 = theta region, slot 1 = gradient
+    region; only bases are used), by the training rule ``mode`` (:data:`UPDATE_MODES`; the
+    flags byte carries it to the update unit):
 
-    ``lr`` is an FP32 bit pattern (:func:`f32_bits`). ``mode`` 0 is plain SGD; modes 1..15 are
-    reserved for the integer round/clamp and max-norm rules of the ZO/LRT modes and are rejected
-    with :data:`ERR_MODE`.
+    * mode 0, ``sgd``: ``theta = fp32_sub(theta, fp32_mul(lr, g))`` then ``g = +0.0``.
+
+    ``lr`` is an FP32 bit pattern (:func:`f32_bits`). Modes not in :data:`UPDATE_MODES`
+    (1..15) are reserved for the integer round/clamp and max-norm rules of the ZO/LRT modes and
+    are rejected with :data:`ERR_MODE`.
     """
+    CLASS = "update"
     theta: View
     grad: View
     count: int
@@ -413,78 +882,246 @@ class Update:
         _int("Update.count", self.count, 1, 0xFFFFFFFF, ERR_DIM)
         _int("Update.lr", self.lr)
         _int("Update.mode", self.mode, 0, 15)
-        if self.mode != UPDATE_SGD:
+        if self.mode not in UPDATE_MODES:
             raise ISAError(ERR_MODE, f"Update.mode {self.mode} is reserved (integer round/"
-                                     f"clamp and max-norm rules come later); use mode 0 (SGD)")
+                                     f"clamp and max-norm rules come later); use one of "
+                                     f"{dict(sorted(UPDATE_MODES.items()))}")
         object.__setattr__(self, "step", _steps(self.step, used=2))
 
     @property
     def views(self):
         return (self.theta, self.grad, None)
 
+    def encode_fields(self, w):
+        w[2] = self.count
+        w[3] = self.lr
+        return self.mode
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        return cls(f.view(0), f.view(1), f.w[2], f.w[3], f.flags, tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        return [(ERR_FIELD, "flag bits [7:4] are reserved", lambda f: f.flags > 15),
+                *_unused_rules((2,)),
+                (ERR_FIELD, "stride words 5, 7, 9, 11 must be zero", lambda f: f.nz([5, 7, 9, 11])),
+                (ERR_FIELD, "column strides (words 6 and 10) must be 1",
+                 lambda f: (f.w[6] != 1) | (f.w[10] != 1)),
+                *_slot_rules((0, 1), batch=True),
+                (ERR_DIM, "count is zero", lambda f: f.w[2] == 0),
+                (ERR_MODE, f"the mode is not one of {sorted(UPDATE_MODES)}",
+                 lambda f: _none_of(f.flags, UPDATE_MODES))]
+
+    def text(self):
+        st = self.step
+        s = (f"update count={self.count} theta={self.theta.store}@{self.theta.base}"
+             f"{'+i%d' % (st[0] - 1) if st[0] else ''} grad={self.grad.store}@"
+             f"{self.grad.base}{'+i%d' % (st[1] - 1) if st[1] else ''} lr={_fmt_imm(self.lr)}")
+        s += f" mode={self.mode}" if self.mode else ""
+        return s + f"  # lr = {bits_f32(self.lr)!r}"
+
+    @classmethod
+    def parse(cls, spec, p):
+        count = p.take("count")
+        (th, s0), (g, s1) = p.view("theta"), p.view("grad")
+        lr = p.imm("lr")
+        mode = p.take("mode", int, 0)
+        for nm, v in (("theta", th), ("grad", g)):
+            if (v.row_stride, v.col_stride, v.batch_stride) != (0, 1, 0):
+                raise ValueError(f"line {p.lineno}: update {nm} is a contiguous region; "
+                                 f"write it as store@base without strides")
+        return cls(th, g, count, lr, mode, (s0, s1, 0))
+
+    def stepped(self, inc, t):
+        st = self.step
+        if not any(st) or t == 0:
+            return self
+        return replace(self, theta=_shift(self.theta, st[0], inc, t),
+                       grad=_shift(self.grad, st[1], inc, t))
+
+    def check(self, sizes, max_dim=None):
+        n, th, g = self.count, self.theta, self.grad
+        _check_range(th, 1, n, sizes, 0, "update")
+        _check_range(g, 1, n, sizes, 1, "update")
+        if th.store == g.store and not (th.base + n <= g.base or g.base + n <= th.base):
+            raise ISAError(ERR_OVERLAP, f"update: parameter region {th.store}@{th.base} and "
+                                        f"gradient region @{g.base} ({n} words) overlap")
+
+    def execute(self, image, stats):
+        n = self.count
+        th, g = image[self.theta.store], image[self.grad.store]
+        ts = slice(self.theta.base, self.theta.base + n)
+        gs = slice(self.grad.base, self.grad.base + n)
+        th[ts], g[gs] = UPDATE_MODES[self.mode].semantics(th[ts], g[gs], self.lr)
+        stats.updated += n
+
+
+def _none_of(value, codes):
+    """``value`` equals none of ``codes`` (a bool in golden, a 1-bit value in the RTL)."""
+    out = True
+    for c in codes:
+        out = out & (value != c)
+    return out
+
 
 # --------------------------------------------------------------------------------------------
-# encoding
+# the opcode table: every instruction of the ISA, defined once
 
-def _view_words(view, with_batch=True):
+@dataclass(frozen=True)
+class OpSpec:
+    """One opcode of the ISA.
+
+    Attributes
+    ----------
+    mnemonic : str
+        Assembly name.
+    opcode : int
+        Word 0 bits [7:0].
+    kind : type
+        The instruction class (:class:`Elementwise`, :class:`Contract`, ...): fields,
+        encoding, legality rules, golden semantics, disassembly and parsing.
+    unit : str
+        The unit that executes it: ``"control"`` (the sequencer), ``"engine"``, ``"vector"``
+        or ``"update"``.
+    sources : int
+        Source slots an elementwise op reads (0..2).
+    imm : bool
+        An elementwise op takes word 3 as an immediate.
+    accumulate : bool
+        Flag bit 0 means ``accumulate`` (the assembler's ``acc``).
+    requires : str or None
+        A unit the hardware must have for the opcode to be legal (``"special"``: the
+        special-function unit; without it the opcode is ``ERR_OPCODE``).
+    semantics : callable or None
+        Elementwise ops: ``semantics(a, b, imm) -> d`` on ``uint32`` word arrays (``a``/``b``
+        None when not read) and the immediate's bits; the golden definition of the op.
+    """
+    mnemonic: str
+    opcode: int
+    kind: type
+    unit: str
+    sources: int = 0
+    imm: bool = False
+    accumulate: bool = False
+    requires: str = None
+    semantics: object = None
+
+    @property
+    def rules(self):
+        """The ordered legality rules (see :meth:`Instruction.rules`)."""
+        return self.kind.rules(self)
+
+
+@dataclass(frozen=True)
+class UpdateMode:
+    """One UPDATE training rule: ``semantics(theta, g, lr) -> (theta', g')`` on ``uint32``
+    word arrays and the FP32 bits of ``lr``."""
+    name: str
+    semantics: object
+
+
+def _sgd(theta, g, lr):
+    new = fp32_sub(_words_f32(theta), fp32_mul(np.float32(bits_f32(lr)), _words_f32(g)))
+    return _f32_words(new), np.zeros_like(g)
+
+
+#: UPDATE mode -> rule. Mode 0 is plain SGD; 1..15 are reserved (ERR_MODE).
+UPDATE_MODES = {UPDATE_SGD: UpdateMode("sgd", _sgd)}
+
+
+def _fp2(fn):
+    return lambda a, b, imm: _f32_words(fn(_words_f32(a), _words_f32(b)))
+
+
+def _fp_imm(fn):
+    return lambda a, b, imm: _f32_words(fn(_words_f32(a), np.float32(bits_f32(imm))))
+
+
+def _special(name):
+    return lambda a, b, imm: _f32_words(fp32_special(name, _words_f32(a)))
+
+
+def _elementwise(mnemonic, opcode, sources, semantics, imm=False, requires=None):
+    return OpSpec(mnemonic, opcode, Elementwise, "vector", sources=sources, imm=imm,
+                  requires=requires, semantics=semantics)
+
+
+#: Every opcode, in opcode order within each group. Unassigned opcodes are ``ERR_OPCODE``
+#: (0x48..0x7F stay reserved for more special functions).
+OPS = (
+    OpSpec("end", 0x01, End, "control"),
+    OpSpec("barrier", 0x02, Barrier, "control"),
+    OpSpec("loop", 0x03, Loop, "control"),
+    OpSpec("endloop", 0x04, EndLoop, "control"),
+    OpSpec("contract", 0x08, Contract, "engine", accumulate=True),
+    _elementwise("add", 0x10, 2, _fp2(fp32_add)),
+    _elementwise("sub", 0x11, 2, _fp2(fp32_sub)),
+    _elementwise("mul", 0x12, 2, _fp2(fp32_mul)),
+    _elementwise("scale", 0x13, 1, _fp_imm(fp32_mul), imm=True),
+    _elementwise("addi", 0x14, 1, _fp_imm(fp32_add), imm=True),
+    _elementwise("copy", 0x15, 1, lambda a, b, imm: a),
+    _elementwise("fill", 0x16, 0, lambda a, b, imm: np.uint32(imm), imm=True),
+    OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
+    OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
+    OpSpec("gather", 0x28, Gather, "vector"),
+    OpSpec("scatter_add", 0x29, Gather, "vector"),
+    OpSpec("update", 0x30, Update, "update"),
+    # unary special functions: 0x40 + golden.special's function code (0x47 = log)
+    *(_elementwise(name, 0x40 + code, 1, _special(name), requires="special")
+      for name, code in sorted(FUNCTION_CODES.items(), key=lambda kv: kv[1])),
+)
+
+#: mnemonic -> :class:`OpSpec`.
+SPEC = {s.mnemonic: s for s in OPS}
+#: opcode -> :class:`OpSpec`.
+SPEC_BY_OPCODE = {s.opcode: s for s in OPS}
+assert len(SPEC) == len(SPEC_BY_OPCODE) == len(OPS), "mnemonics and opcodes must be unique"
+
+#: mnemonic -> opcode (every instruction).
+OPCODES = {s.mnemonic: s.opcode for s in OPS}
+#: opcode -> mnemonic
+MNEMONICS = {v: k for k, v in OPCODES.items()}
+#: Elementwise ops (mnemonic -> opcode).
+ELEMENTWISE_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Elementwise}
+#: Special-function elementwise ops (mnemonic -> opcode), which need the special unit.
+SPECIAL_OPS = {s.mnemonic: s.opcode for s in OPS if s.requires == "special"}
+#: Row reductions (``sum``, ``max`` -> opcode; mnemonics ``rsum``, ``rmax``).
+REDUCE_OPS = {s.mnemonic[1:]: s.opcode for s in OPS if s.kind is Reduce}
+#: Gather/scatter ops (mnemonic -> opcode).
+GATHER_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Gather}
+OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = (OPCODES[k] for k in ("end", "barrier", "loop",
+                                                                 "endloop"))
+OP_CONTRACT, OP_UPDATE = OPCODES["contract"], OPCODES["update"]
+#: Instruction classes, in the order of the RTL decoder's one-hot ``cls``.
+CLASS_NAMES = ("end", "barrier", "loop", "endloop", "contract", "elementwise", "reduce",
+               "gather", "update")
+assert {s.kind.CLASS for s in OPS} == set(CLASS_NAMES)
+
+
+# --------------------------------------------------------------------------------------------
+# encoding (driven by the table)
+
+def _view_words(view):
     if view is None:
         return [0, 0, 0, 0]
-    return [view.base, view.row_stride, view.col_stride, view.batch_stride if with_batch else 0]
+    return [view.base, view.row_stride, view.col_stride, view.batch_stride]
 
 
 def encode(instr):
     """Return the :data:`WORDS` 32-bit words (ints, word 0 first) of one instruction."""
-    w = [0] * WORDS
-    stores = [0, 0, 0]
-    flags = 0
-    step = (0, 0, 0)
-    views = (None, None, None)
-    if isinstance(instr, End):
-        op = OP_END
-    elif isinstance(instr, Barrier):
-        op = OP_BARRIER
-    elif isinstance(instr, EndLoop):
-        op = OP_ENDLOOP
-    elif isinstance(instr, Loop):
-        op = OP_LOOP
-        w[2] = instr.count
-        w[4:7] = list(instr.increments)
-    elif isinstance(instr, Contract):
-        op = OP_CONTRACT
-        d = instr.desc
-        flags = int(d.accumulate)
-        w[2] = d.m | d.n << 16
-        w[3] = d.k | d.batch << 16
-        views, step = instr.views, instr.step
-    elif isinstance(instr, Elementwise):
-        op = ELEMENTWISE_OPS[instr.op]
-        w[2] = instr.rows | instr.cols << 16
-        w[3] = instr.imm
-        views, step = instr.views, instr.step
-    elif isinstance(instr, Reduce):
-        op = REDUCE_OPS[instr.op]
-        flags = int(instr.accumulate)
-        w[2] = instr.rows | instr.cols << 16
-        views, step = instr.views, instr.step
-    elif isinstance(instr, Gather):
-        op = GATHER_OPS[instr.op]
-        w[2] = instr.rows | instr.cols << 16
-        w[3] = instr.table_rows
-        views, step = instr.views, instr.step
-    elif isinstance(instr, Update):
-        op = OP_UPDATE
-        flags = instr.mode
-        w[2] = instr.count
-        w[3] = instr.lr
-        views, step = instr.views, instr.step
-    else:
+    if not isinstance(instr, Instruction):
         raise TypeError(f"encode takes an instruction dataclass (End, Contract, ...), not "
                         f"{instr!r}")
-    for s, v in enumerate(views):
+    w = [0] * WORDS
+    flags = instr.encode_fields(w)
+    stores = [0, 0, 0]
+    for s, v in enumerate(instr.views):
         if v is not None:
             stores[s] = STORE_IDS[v.store]
             w[4 + 4 * s: 8 + 4 * s] = _view_words(v)
-    w[0] = op | flags << 8 | (step[0] | step[1] << 2 | step[2] << 4) << 16
+    step = instr.step
+    w[0] = instr.spec.opcode | flags << 8 | (step[0] | step[1] << 2 | step[2] << 4) << 16
     w[1] = stores[0] | stores[1] << 8 | stores[2] << 16
     return w
 
@@ -498,106 +1135,43 @@ def _as_words(words):
     return [int(v) for v in arr]
 
 
+def decode_error(f, *, units=("special",)):
+    """Return ``(code, text)`` of the first rule an instruction's fields ``f`` break, or
+    ``(ERR_NONE, "")``: reserved bits, an opcode not in :data:`OPS` (or needing a unit not in
+    ``units``), then the opcode's own :attr:`OpSpec.rules` in order. Golden decode and the RTL
+    decoder both use these rules (the RTL evaluates them on Amaranth values)."""
+    if f.reserved:
+        return ERR_FIELD, ("bits [31:22] of word 0 and [31:24] of word 1 are reserved: clear "
+                           "them")
+    spec = SPEC_BY_OPCODE.get(f.op)
+    if spec is None or (spec.requires and spec.requires not in units):
+        why = (f"needs the {spec.requires}-function unit" if spec is not None else
+               "is not assigned (0x48..0x7f are reserved for more special functions)")
+        return ERR_OPCODE, f"opcode {f.op:#04x} {why}"
+    for code, text, rule in spec.rules:
+        if rule(f):
+            return code, f"{spec.mnemonic}: {text}"
+    return ERR_NONE, ""
+
+
 def decode(words, pc=None):
     """Decode one instruction from :data:`WORDS` words.
 
-    Raises :class:`ISAError` with :data:`ERR_OPCODE` for an unassigned opcode, :data:`ERR_FIELD`
-    for reserved bits or unused fields that are not zero, :data:`ERR_STORE`, :data:`ERR_DIM`,
+    Raises :class:`ISAError` with the code of the first legality rule the word breaks
+    (:func:`decode_error`): :data:`ERR_OPCODE` for an unassigned opcode, :data:`ERR_FIELD` for
+    reserved bits or unused fields that are not zero, :data:`ERR_STORE`, :data:`ERR_DIM`,
     :data:`ERR_MODE` or :data:`ERR_LOOP` for bad field values.
     """
     w = _as_words(words)
     if len(w) != WORDS:
         raise ValueError(f"an instruction is {WORDS} words, got {len(w)}")
-    op = w[0] & 0xFF
-    flags = w[0] >> 8 & 0xFF
-    stepw = w[0] >> 16 & 0xFF
-    step = (stepw & 3, stepw >> 2 & 3, stepw >> 4 & 3)
+    f = Fields(w)
+    code, text = decode_error(f)
+    if code:
+        raise ISAError(code, text, pc)
+    spec = SPEC_BY_OPCODE[f.op]
     try:
-        if w[0] >> 22 or w[1] >> 24:
-            raise ISAError(ERR_FIELD, "bits [31:22] of word 0 and [31:24] of word 1 are "
-                                      "reserved: clear them")
-        if op not in MNEMONICS:
-            raise ISAError(ERR_OPCODE, f"opcode {op:#04x} is not assigned (0x48..0x7f are "
-                                       f"reserved for more special functions)")
-        name = MNEMONICS[op]
-        stores = (w[1] & 0xFF, w[1] >> 8 & 0xFF, w[1] >> 16 & 0xFF)
-
-        def need_zero(indices, what):
-            if any(w[i] for i in indices):
-                raise ISAError(ERR_FIELD, f"{name}: {what} must be zero")
-
-        def view(slot, batch=False):
-            sid = stores[slot]
-            if sid not in STORE_NAMES:
-                raise ISAError(ERR_STORE, f"{name}: slot {slot} names store id {sid}; ids are "
-                                          f"{STORE_NAMES}")
-            base, rs, cs, bs = w[4 + 4 * slot: 8 + 4 * slot]
-            if bs and not batch:
-                raise ISAError(ERR_FIELD, f"{name}: slot {slot} batch stride must be zero")
-            return View(STORE_NAMES[sid], base, rs, cs, bs)
-
-        def unused_slots(used):
-            for s in range(3):
-                if s not in used:
-                    if stores[s] or step[s]:
-                        raise ISAError(ERR_FIELD, f"{name}: slot {s} is unused, its store id "
-                                                  f"and step must be zero")
-                    need_zero(range(4 + 4 * s, 8 + 4 * s), f"slot {s} view words")
-
-        def dims():
-            return w[2] & 0xFFFF, w[2] >> 16
-
-        if op in (OP_END, OP_BARRIER, OP_ENDLOOP):
-            if flags or stepw or w[1]:
-                raise ISAError(ERR_FIELD, f"{name}: flags, steps and stores must be zero")
-            need_zero(range(2, WORDS), "words 2..15")
-            return {OP_END: End, OP_BARRIER: Barrier, OP_ENDLOOP: EndLoop}[op]()
-        if op == OP_LOOP:
-            if flags or stepw or w[1]:
-                raise ISAError(ERR_FIELD, "loop: flags, steps and stores must be zero")
-            need_zero([3] + list(range(7, WORDS)), "words 3 and 7..15")
-            return Loop(w[2], tuple(w[4:7]))
-        if op == OP_CONTRACT:
-            if flags > 1:
-                raise ISAError(ERR_FIELD, "contract: only flag bit 0 (accumulate) is defined")
-            m, n = dims()
-            k, batch = w[3] & 0xFFFF, w[3] >> 16
-            for nm, v in (("m", m), ("n", n), ("k", k), ("batch", batch)):
-                if v == 0:
-                    raise ISAError(ERR_DIM, f"contract: {nm} is zero")
-            desc = Descriptor(m, n, k, view(1, True), view(2, True), view(0, True),
-                              accumulate=bool(flags), batch=batch)
-            return Contract(desc, step)
-        if name in ELEMENTWISE_OPS:
-            if flags:
-                raise ISAError(ERR_FIELD, f"{name}: flags must be zero")
-            nsrc = _EW_SOURCES[name]
-            unused_slots(range(nsrc + 1))
-            if name not in _EW_IMM and w[3]:
-                raise ISAError(ERR_FIELD, f"{name}: word 3 (immediate) must be zero")
-            rows, cols = dims()
-            srcs = [view(s) for s in range(1, nsrc + 1)] + [None] * (2 - nsrc)
-            return Elementwise(name, rows, cols, view(0), srcs[0], srcs[1], w[3], step)
-        if op in (0x20, 0x21):
-            if flags > 1:
-                raise ISAError(ERR_FIELD, f"{name}: only flag bit 0 (accumulate) is defined")
-            unused_slots((0, 1))
-            need_zero([3], "word 3")
-            rows, cols = dims()
-            return Reduce(name[1:], rows, cols, view(0), view(1), bool(flags), step)
-        if name in GATHER_OPS:
-            if flags:
-                raise ISAError(ERR_FIELD, f"{name}: flags must be zero")
-            rows, cols = dims()
-            return Gather(name, rows, cols, w[3], view(0), view(1), view(2), step)
-        # UPDATE
-        if flags > 15:
-            raise ISAError(ERR_FIELD, "update: flag bits [7:4] are reserved")
-        unused_slots((0, 1))
-        need_zero([5, 7, 9, 11], "update: stride words")
-        if w[6] != 1 or w[10] != 1:
-            raise ISAError(ERR_FIELD, "update: column strides (words 6 and 10) must be 1")
-        return Update(view(0), view(1), w[2], w[3], flags, step)
+        return spec.kind.from_fields(spec, f)
     except ISAError as e:
         if pc is not None and e.pc is None:
             e.pc = pc
@@ -624,7 +1198,7 @@ def decode_program(words):
 
 
 # --------------------------------------------------------------------------------------------
-# assembly
+# assembly (driven by the table)
 
 def _fmt_view(v, step, batch=False):
     s = f"{v.store}@{v.base}:{v.row_stride},{v.col_stride}"
@@ -638,57 +1212,6 @@ def _fmt_view(v, step, batch=False):
 def _fmt_imm(bits):
     return f"{bits:#010x}"
 
-
-def _fmt(instr):
-    if isinstance(instr, End):
-        return "end"
-    if isinstance(instr, Barrier):
-        return "barrier"
-    if isinstance(instr, EndLoop):
-        return "endloop"
-    if isinstance(instr, Loop):
-        return f"loop count={instr.count} inc={','.join(map(str, instr.increments))}"
-    if isinstance(instr, Contract):
-        d, st = instr.desc, instr.step
-        s = (f"contract m={d.m} n={d.n} k={d.k} batch={d.batch} c={_fmt_view(d.c, st[0], 1)} "
-             f"a={_fmt_view(d.a, st[1], 1)} b={_fmt_view(d.b, st[2], 1)}")
-        return s + (" acc" if d.accumulate else "")
-    if isinstance(instr, Elementwise):
-        st = instr.step
-        s = f"{instr.op} rows={instr.rows} cols={instr.cols} d={_fmt_view(instr.d, st[0])}"
-        if instr.a is not None:
-            s += f" a={_fmt_view(instr.a, st[1])}"
-        if instr.b is not None:
-            s += f" b={_fmt_view(instr.b, st[2])}"
-        if instr.op in _EW_IMM:
-            s += f" imm={_fmt_imm(instr.imm)}  # {bits_f32(instr.imm)!r}"
-        return s
-    if isinstance(instr, Reduce):
-        st = instr.step
-        s = (f"r{instr.op} rows={instr.rows} cols={instr.cols} d={_fmt_view(instr.d, st[0])} "
-             f"a={_fmt_view(instr.a, st[1])}")
-        return s + (" acc" if instr.accumulate else "")
-    if isinstance(instr, Gather):
-        st = instr.step
-        return (f"{instr.op} rows={instr.rows} cols={instr.cols} table_rows={instr.table_rows} "
-                f"dst={_fmt_view(instr.dst, st[0])} src={_fmt_view(instr.src, st[1])} "
-                f"index={_fmt_view(instr.index, st[2])}")
-    if isinstance(instr, Update):
-        st = instr.step
-        s = (f"update count={instr.count} theta={instr.theta.store}@{instr.theta.base}"
-             f"{'+i%d' % (st[0] - 1) if st[0] else ''} grad={instr.grad.store}@"
-             f"{instr.grad.base}{'+i%d' % (st[1] - 1) if st[1] else ''} lr={_fmt_imm(instr.lr)}")
-        s += f" mode={instr.mode}" if instr.mode else ""
-        return s + f"  # lr = {bits_f32(instr.lr)!r}"
-    raise TypeError(f"not an instruction: {instr!r}")
-
-
-def disassemble(words):
-    """Return the assembly text (one instruction per line) of a flat word list.
-
-    Raises :class:`ISAError` if any instruction is malformed.
-    """
-    return "\n".join(_fmt(i) for i in decode_program(words)) + "\n"
 
 
 _VIEW_RE = re.compile(r"^(\w+)@(\d+)(?::(\d+),(\d+)(?:,(\d+))?)?(?:\+i([0-2]))?$")
@@ -719,6 +1242,43 @@ def _parse_imm(text, lineno):
                          f"float literal") from None
 
 
+
+def disassemble(words):
+    """Return the assembly text (one instruction per line) of a flat word list.
+
+    Raises :class:`ISAError` if any instruction is malformed.
+    """
+    return "\n".join(i.text() for i in decode_program(words)) + "\n"
+
+
+class _Line:
+    """The fields of one assembly line, taken by an instruction class's ``parse``."""
+
+    def __init__(self, lineno, mnem, fields, flags):
+        self.lineno, self.mnem, self.fields, self.flags = lineno, mnem, fields, flags
+
+    def take(self, key, conv=int, default=None):
+        if key not in self.fields:
+            if default is not None:
+                return default
+            raise ValueError(f"line {self.lineno}: {self.mnem} needs field {key}=")
+        v = self.fields.pop(key)
+        try:
+            return conv(v)
+        except ValueError:
+            raise ValueError(f"line {self.lineno}: bad value {v!r} for {key}") from None
+
+    def view(self, key, batch=False):
+        if key not in self.fields:
+            raise ValueError(f"line {self.lineno}: {self.mnem} needs field {key}=")
+        return _parse_view(self.fields.pop(key), self.lineno, batch)
+
+    def imm(self, key):
+        if key not in self.fields:
+            raise ValueError(f"line {self.lineno}: {self.mnem} needs {key}=")
+        return _parse_imm(self.fields.pop(key), self.lineno)
+
+
 def assemble(text):
     """Assemble text (see ``docs/isa.md``) into a flat list of 32-bit words.
 
@@ -745,76 +1305,16 @@ def assemble(text):
                 fields[k] = v
             else:
                 flags.add(p)
-        if mnem not in OPCODES:
+        spec = SPEC.get(mnem)
+        if spec is None:
             raise ISAError(ERR_OPCODE, f"line {lineno}: unknown mnemonic {mnem!r}; use one of "
                                        f"{sorted(OPCODES)}")
-        allowed_flags = {"acc"} if mnem in ("contract", "rsum", "rmax") else set()
+        allowed_flags = {"acc"} if spec.accumulate else set()
         if flags - allowed_flags:
             raise ValueError(f"line {lineno}: unexpected word(s) {sorted(flags - allowed_flags)}"
                              f" for {mnem}")
-
-        def take(key, conv=int, default=None):
-            if key not in fields:
-                if default is not None:
-                    return default
-                raise ValueError(f"line {lineno}: {mnem} needs field {key}=")
-            v = fields.pop(key)
-            try:
-                return conv(v)
-            except ValueError:
-                raise ValueError(f"line {lineno}: bad value {v!r} for {key}") from None
-
-        def tview(key, batch=False):
-            if key not in fields:
-                raise ValueError(f"line {lineno}: {mnem} needs field {key}=")
-            return _parse_view(fields.pop(key), lineno, batch)
-
-        if mnem == "end":
-            instr = End()
-        elif mnem == "barrier":
-            instr = Barrier()
-        elif mnem == "endloop":
-            instr = EndLoop()
-        elif mnem == "loop":
-            count = take("count")
-            inc = tuple(int(x) for x in take("inc", str, "0,0,0").split(","))
-            if len(inc) != 3:
-                raise ValueError(f"line {lineno}: loop inc= takes three increments a,b,c")
-            instr = Loop(count, inc)
-        elif mnem == "contract":
-            m, n, k, batch = take("m"), take("n"), take("k"), take("batch", int, 1)
-            (c, s0), (a, s1), (b, s2) = tview("c", 1), tview("a", 1), tview("b", 1)
-            instr = Contract(Descriptor(m, n, k, a, b, c, "acc" in flags, batch), (s0, s1, s2))
-        elif mnem in ELEMENTWISE_OPS:
-            rows, cols = take("rows"), take("cols")
-            d, s0 = tview("d")
-            nsrc = _EW_SOURCES[mnem]
-            a, s1 = tview("a") if nsrc >= 1 else (None, 0)
-            b, s2 = tview("b") if nsrc >= 2 else (None, 0)
-            if mnem in _EW_IMM and "imm" not in fields:
-                raise ValueError(f"line {lineno}: {mnem} needs imm=")
-            imm = _parse_imm(fields.pop("imm"), lineno) if mnem in _EW_IMM else 0
-            instr = Elementwise(mnem, rows, cols, d, a, b, imm, (s0, s1, s2))
-        elif mnem in ("rsum", "rmax"):
-            rows, cols = take("rows"), take("cols")
-            (d, s0), (a, s1) = tview("d"), tview("a")
-            instr = Reduce(mnem[1:], rows, cols, d, a, "acc" in flags, (s0, s1, 0))
-        elif mnem in GATHER_OPS:
-            rows, cols, tr = take("rows"), take("cols"), take("table_rows")
-            (d, s0), (s, s1), (ix, s2) = tview("dst"), tview("src"), tview("index")
-            instr = Gather(mnem, rows, cols, tr, d, s, ix, (s0, s1, s2))
-        else:  # update
-            count = take("count")
-            (th, s0), (g, s1) = tview("theta"), tview("grad")
-            lr = _parse_imm(fields.pop("lr"), lineno) if "lr" in fields else None
-            if lr is None:
-                raise ValueError(f"line {lineno}: update needs lr=")
-            mode = take("mode", int, 0)
-            for nm, v in (("theta", th), ("grad", g)):
-                if (v.row_stride, v.col_stride, v.batch_stride) != (0, 1, 0):
-                    raise ValueError(f"line {lineno}: update {nm} is a contiguous region; "
-                                     f"write it as store@base without strides")
-            instr = Update(th, g, count, lr, mode, (s0, s1, 0))
+        line_fields = _Line(lineno, mnem, fields, flags)
+        instr = spec.kind.parse(spec, line_fields)
         if fields:
             raise ValueError(f"line {lineno}: unknown field(s) {sorted(fields)} for {mnem}")
         words.extend(encode(instr))
@@ -884,3 +1384,4 @@ class Program:
     def empty_image(self):
         """Return ``{store: zeros(uint32)}`` sized by :attr:`store_sizes`."""
         return {s: np.zeros(n, dtype=np.uint32) for s, n in self.store_sizes.items()}
+

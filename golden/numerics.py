@@ -45,7 +45,7 @@ import operator
 import numpy as np
 
 __all__ = [
-    "CANONICAL_NAN",
+    "CANONICAL_NAN", "NEG_ZERO",
     "as_f32", "f32_to_bits", "bits_to_f32", "canonicalize", "check_environment",
     "fp32_mul", "fp32_add", "fp32_sub", "fp32_neg", "fp32_abs",
     "fp32_eq", "fp32_lt", "fp32_le", "fp32_gt", "fp32_ge", "fp32_max", "fp32_min",
@@ -55,6 +55,8 @@ __all__ = [
 
 #: Bit pattern of the one NaN every FP32 operation returns (quiet, positive, zero payload).
 CANONICAL_NAN = 0x7FC00000
+#: Bits of -0.0: the start of every fresh FP32 sum (:func:`fp32_sum`, :func:`fp32_dot`).
+NEG_ZERO = 0x80000000
 
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint32(0x7FFFFFFF)

@@ -55,14 +55,12 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..golden.numerics import NEG_ZERO       # -0.0: the initial value of a fresh sum
+from .fp32 import latency_of
 from .port import StorePortSignature
 from .store import BankedStore
 
-__all__ = ["StoreSpec", "ContractionEngine", "descriptor_layout", "host_request_layout",
-           "NEG_ZERO"]
-
-#: Bits of ``-0.0``, the initial value of a fresh sum.
-NEG_ZERO = 0x80000000
+__all__ = ["StoreSpec", "ContractionEngine", "descriptor_layout", "host_request_layout"]
 
 
 @dataclass(frozen=True)
@@ -374,8 +372,8 @@ class ContractionEngine(wiring.Component):
         self._ports = ports
         self._mul_unit = mul_unit or FP32Mul
         self._add_unit = add_unit or FP32Add
-        self._mul_latency = self._probe_latency(self._mul_unit)
-        self._add_latency = self._probe_latency(self._add_unit)
+        self._mul_latency = latency_of(self._mul_unit)
+        self._add_latency = latency_of(self._add_unit)
         min_slots = self._add_latency + 1
         if slots is None:
             slots = 1 << ceil_log2(max(lanes, min_slots))
@@ -413,12 +411,6 @@ class ContractionEngine(wiring.Component):
             "host_i": In(stream.Signature(self._host_layout)),
             "host_o": Out(stream.Signature(data.ArrayLayout(32, banks))),
         })
-
-    @staticmethod
-    def _probe_latency(unit):
-        probe = unit()
-        probe._MustUse__silence = True          # built only to read its latency
-        return probe.latency
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
     ports = property(lambda self: self._ports, doc="Store ports for other units.")

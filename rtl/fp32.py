@@ -19,7 +19,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = [
+__all__ = ["latency_of", 
     "FP32Operands", "FP32CompareResult", "CANONICAL_NAN",
     "FP32Mul", "FP32Add", "FP32Compare",
     "leading_zeros",
@@ -453,3 +453,10 @@ class FP32Compare(wiring.Component):
             m.d.sync += s1_result.eq(result)
             m.d.comb += [self.o.payload.eq(s1_result), self.o.valid.eq(s1_valid)]
         return m
+
+
+def latency_of(unit_class):
+    """Return the latency in cycles of an FP32 unit class (built only to read it)."""
+    probe = unit_class()
+    probe._MustUse__silence = True
+    return probe.latency

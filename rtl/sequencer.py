@@ -33,20 +33,17 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
+from ..golden.isa import (CLASS_NAMES, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
                           ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE, ERR_STORE,
-                          GATHER_OPS, MNEMONICS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP,
-                          OP_LOOP, OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, STORE_IDS, STORE_NAMES,
-                          WORDS)
-from ..golden.isa import _EW_IMM, _EW_SOURCES
-from .vector import VectorCommand
+                          GATHER_OPS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP, OP_LOOP,
+                          OP_UPDATE, OPS, SPEC, SPECIAL_OPS, STORE_IDS, STORE_NAMES, WORDS, Fields)
+from .command import VectorCommand
 
 __all__ = ["InstructionDecoder", "CLASS_NAMES", "Sequencer", "ContractCommand",
            "ContractView"]
 
-#: Instruction classes reported by :class:`InstructionDecoder` (one-hot ``cls`` bits).
-CLASS_NAMES = ("end", "barrier", "loop", "endloop", "contract", "elementwise", "reduce",
-               "gather", "update")
+# Instruction classes reported by :class:`InstructionDecoder` (one-hot ``cls`` bits):
+# golden.isa.CLASS_NAMES (each OpSpec's kind.CLASS).
 
 
 def _any(conds):
@@ -102,107 +99,29 @@ class InstructionDecoder(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # The legality rules are the golden's own (golden.isa: OpSpec.rules, decode_error),
+        # evaluated here on the word's bits instead of on Python ints: one definition.
         m = Module()
         w = [self.word[32 * i: 32 * (i + 1)] for i in range(WORDS)]
-        op = w[0][0:8]
-        flags = w[0][8:16]
-        stepw = w[0][16:22]
-        step = [stepw[0:2], stepw[2:4], stepw[4:6]]
-        store = [w[1][0:8], w[1][8:16], w[1][16:24]]
-        m.d.comb += [self.op.eq(op), self.flags.eq(flags)]
-        m.d.comb += [self.step[s].eq(step[s]) for s in range(3)]
-        m.d.comb += [self.store[s].eq(store[s]) for s in range(3)]
-        rows, cols = w[2][0:16], w[2][16:32]
-        nstores = len(STORE_NAMES)
-
-        def bad_store(s):
-            return store[s] >= nstores
-
-        def batch(s):
-            return w[7 + 4 * s] != 0
-
-        def any_nz(idx):
-            out = 0
-            for i in idx:
-                out = out | (w[i] != 0)
-            return out
-
-        def slot_unused_bad(s):
-            return (store[s] != 0) | (step[s] != 0) | any_nz(range(4 + 4 * s, 8 + 4 * s))
-
-        def slot_checks(s):
-            return [(bad_store(s), ERR_STORE), (batch(s), ERR_FIELD)]
-
-        is_op = {v: Signal(name=f"is_{k}") for k, v in
-                 [("end", OP_END), ("barrier", OP_BARRIER), ("loop", OP_LOOP),
-                  ("endloop", OP_ENDLOOP), ("contract", OP_CONTRACT), ("update", OP_UPDATE)]}
-        for v, sig in is_op.items():
-            m.d.comb += sig.eq(op == v)
-        is_ew = Signal()
-        is_red = Signal()
-        is_gat = Signal()
-        ew_ops = {k: v for k, v in ELEMENTWISE_OPS.items()
-                  if self._special or k not in SPECIAL_OPS}
-        m.d.comb += [is_ew.eq(_any(op == v for v in ew_ops.values())),
-                     is_red.eq(_any(op == v for v in REDUCE_OPS.values())),
-                     is_gat.eq(_any(op == v for v in GATHER_OPS.values()))]
-        m.d.comb += self.cls.eq(Cat(*[is_op[OP_END], is_op[OP_BARRIER], is_op[OP_LOOP],
-                                          is_op[OP_ENDLOOP], is_op[OP_CONTRACT], is_ew, is_red,
-                                          is_gat, is_op[OP_UPDATE]]))
-        assigned = 0
-        for v, name in MNEMONICS.items():
-            if self._special or name not in SPECIAL_OPS:
-                assigned = assigned | (op == v)
-
-        with m.If((w[0][22:32] != 0) | (w[1][24:32] != 0)):
+        f = Fields(w, bits=lambda value, lo, hi: value[lo:hi])
+        m.d.comb += [self.op.eq(f.op), self.flags.eq(f.flags)]
+        m.d.comb += [self.step[s].eq(f.step[s]) for s in range(3)]
+        m.d.comb += [self.store[s].eq(f.store[s]) for s in range(3)]
+        units = ("special",) if self._special else ()
+        legal = [spec for spec in OPS if not spec.requires or spec.requires in units]
+        is_op = {spec.opcode: Signal(name=f"is_{spec.mnemonic}") for spec in legal}
+        for code, sig in is_op.items():
+            m.d.comb += sig.eq(f.op == code)
+        m.d.comb += self.cls.eq(Cat(*[_any(is_op[spec.opcode] for spec in legal
+                                           if spec.kind.CLASS == name)
+                                      for name in CLASS_NAMES]))
+        with m.If(f.reserved):
             m.d.comb += self.error.eq(ERR_FIELD)
-        with m.Elif(~assigned):
+        with m.Elif(~_any(is_op.values())):
             m.d.comb += self.error.eq(ERR_OPCODE)
-        with m.Elif(is_op[OP_END] | is_op[OP_BARRIER] | is_op[OP_ENDLOOP]):
-            _first(m, self.error, [((flags != 0) | (stepw != 0) | (w[1] != 0)
-                                    | any_nz(range(2, WORDS)), ERR_FIELD)])
-        with m.Elif(is_op[OP_LOOP]):
-            _first(m, self.error, [
-                ((flags != 0) | (stepw != 0) | (w[1] != 0) | any_nz([3] + list(range(7, WORDS))),
-                 ERR_FIELD),
-                (w[2] == 0, ERR_LOOP)])
-        with m.Elif(is_op[OP_CONTRACT]):
-            _first(m, self.error, [
-                (flags > 1, ERR_FIELD),
-                ((rows == 0) | (cols == 0) | (w[3][0:16] == 0) | (w[3][16:32] == 0), ERR_DIM),
-                (bad_store(1), ERR_STORE), (bad_store(2), ERR_STORE),
-                (bad_store(0), ERR_STORE)])
-        for name, code in ELEMENTWISE_OPS.items():
-            nsrc = _EW_SOURCES[name]
-            with m.Elif(op == code):
-                checks = [(flags != 0, ERR_FIELD)]
-                for s in range(nsrc + 1, 3):
-                    checks.append((slot_unused_bad(s), ERR_FIELD))
-                if name not in _EW_IMM:
-                    checks.append((w[3] != 0, ERR_FIELD))
-                for s in range(nsrc + 1):
-                    checks += slot_checks(s)
-                checks.append(((rows == 0) | (cols == 0), ERR_DIM))
-                _first(m, self.error, checks)
-        with m.Elif(is_red):
-            _first(m, self.error, [
-                (flags > 1, ERR_FIELD), (slot_unused_bad(2), ERR_FIELD), (w[3] != 0, ERR_FIELD),
-                *slot_checks(0), *slot_checks(1),
-                ((rows == 0) | (cols == 0), ERR_DIM),
-                (w[6] != 0, ERR_FIELD)])
-        with m.Elif(is_gat):
-            _first(m, self.error, [
-                (flags != 0, ERR_FIELD), *slot_checks(0), *slot_checks(1), *slot_checks(2),
-                ((rows == 0) | (cols == 0) | (w[3] == 0), ERR_DIM),
-                (w[14] != 0, ERR_FIELD)])
-        with m.Elif(is_op[OP_UPDATE]):
-            _first(m, self.error, [
-                (flags > 15, ERR_FIELD), (slot_unused_bad(2), ERR_FIELD),
-                (any_nz([5, 7, 9, 11]), ERR_FIELD),
-                ((w[6] != 1) | (w[10] != 1), ERR_FIELD),
-                (bad_store(0), ERR_STORE), (bad_store(1), ERR_STORE),
-                (w[2] == 0, ERR_DIM),
-                (flags != 0, ERR_MODE)])
+        for spec in legal:
+            with m.Elif(is_op[spec.opcode]):
+                _first(m, self.error, [(rule(f), code) for code, _, rule in spec.rules])
         return m
 
 
@@ -380,11 +299,11 @@ class Sequencer(wiring.Component):
                 set_ext(s, 1, rows, cols)
             nsrc_ge1 = 0
             nsrc_ge2 = 0
-            for name, code in ELEMENTWISE_OPS.items():
-                if _EW_SOURCES[name] >= 1:
-                    nsrc_ge1 = nsrc_ge1 | (op == code)
-                if _EW_SOURCES[name] >= 2:
-                    nsrc_ge2 = nsrc_ge2 | (op == code)
+            for spec in OPS:                 # the table says which slots each op reads
+                if spec.kind.CLASS == "elementwise" and spec.sources >= 1:
+                    nsrc_ge1 = nsrc_ge1 | (op == spec.opcode)
+                if spec.kind.CLASS == "elementwise" and spec.sources >= 2:
+                    nsrc_ge2 = nsrc_ge2 | (op == spec.opcode)
             m.d.comb += [used[0].eq(1), used[1].eq(nsrc_ge1), used[2].eq(nsrc_ge2)]
         with m.Elif(cls["reduce"]):
             set_ext(0, 1, rows, 1)
@@ -481,7 +400,7 @@ class Sequencer(wiring.Component):
             m.d.comb += cview(lv, s) + [lv.batch.eq(w[7 + 4 * s])]
         for port in (self.vec, self.upd):
             p = port.payload
-            m.d.comb += [p.op.eq(op), p.accumulate.eq(dec.flags[0]), p.imm.eq(w[3])]
+            m.d.comb += [p.op.eq(op), p.flags.eq(dec.flags), p.imm.eq(w[3])]
             with m.If(cls["update"]):
                 m.d.comb += [p.rows.eq(1), p.cols.eq(w[2])]
             with m.Else():

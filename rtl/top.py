@@ -44,7 +44,7 @@ __all__ = ["Accelerator", "VECTOR_KINDS"]
 
 #: Vector / update unit implementations: ``"wide"`` (:class:`~ttrain.rtl.vector_wide.
 #: WideVectorUnit`, ``banks`` lanes per beat, pipelined). The one-element-at-a-time
-#: :class:`~ttrain.rtl.vector.VectorUnit` is not offered: it has no store-port interface.
+#: reference unit (``testbench/vector_ref.py``) is a test model of the sequencer's tests only.
 VECTOR_KINDS = ("wide",)
 
 

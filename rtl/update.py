@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..golden.numerics import Rounding
-from .fp32 import FP32Add, FP32Mul
+from .fp32 import FP32Add, FP32Mul, latency_of
 
 __all__ = ["UpdateOperands", "UpdateResult", "UpdatePipeline", "RegionSweeper",
            "IntUpdatePipeline"]
@@ -33,12 +33,6 @@ UpdateOperands = data.StructLayout({"theta": 32, "grad": 32})
 UpdateResult = data.StructLayout({"theta": 32, "grad": 32})
 
 _SIGN_BIT = 31
-
-
-def _latency_of(unit_class):
-    probe = unit_class()
-    probe._MustUse__silence = True          # built only to read its latency
-    return probe.latency
 
 
 def _positive_int(value, what):
@@ -83,8 +77,8 @@ class UpdatePipeline(wiring.Component):
     """
 
     def __init__(self, *, fifo_depth=None):
-        self._mul_latency = _latency_of(FP32Mul)
-        latency = self._mul_latency + _latency_of(FP32Add) + 1
+        self._mul_latency = latency_of(FP32Mul)
+        latency = self._mul_latency + latency_of(FP32Add) + 1
         if fifo_depth is None:
             fifo_depth = latency + 1
         self._fifo_depth = _positive_int(fifo_depth, "UpdatePipeline fifo_depth")

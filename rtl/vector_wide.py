@@ -1,7 +1,7 @@
 """Pipelined, multi-lane vector / update unit on a store port (issue 4).
 
 :class:`WideVectorUnit` executes the same decoded instructions as
-:class:`~ttrain.rtl.vector.VectorUnit` (:data:`~ttrain.rtl.vector.VectorCommand`: elementwise
+:class:`~ttrain.testbench.vector_ref.VectorUnit` (:data:`~ttrain.rtl.command.VectorCommand`: elementwise
 ``add sub mul scale addi copy fill``, reductions ``rsum``/``rmax`` with ``accumulate``,
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
@@ -16,17 +16,17 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
-                          REDUCE_OPS, SPECIAL_OPS)
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS,
+                          OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD)
+from ..golden.numerics import NEG_ZERO
 from ..golden.special import FUNCTION_CODES, FUNCTIONS
-from .fp32 import FP32Add, FP32Compare, FP32Mul
+from .fp32 import FP32Add, FP32Compare, FP32Mul, latency_of
 from .port import StorePortSignature
 from .special import SpecialFunctionUnit
-from .vector import VectorCommand
+from .command import VectorCommand
 
 __all__ = ["WideVectorUnit"]
 
-_NEG_ZERO = 0x80000000
 _SIGN = 0x80000000
 
 # kinds of read beats (the tag that travels with each read request to its data)
@@ -47,18 +47,12 @@ def _or(conds):
     return out
 
 
-def _latency_of(unit_class):
-    probe = unit_class()
-    probe._MustUse__silence = True          # built only to read its latency
-    return probe.latency
-
-
 class WideVectorUnit(wiring.Component):
     """Elementwise / reduce / gather / update unit, ``width`` lanes, on a store port.
 
     Golden: the Elementwise, Reduce, Gather and Update cases of
     :func:`ttrain.golden.interpreter.run` (the same semantics as
-    :class:`~ttrain.rtl.vector.VectorUnit`, whose docstring lists them).
+    :class:`~ttrain.testbench.vector_ref.VectorUnit`, whose docstring lists them).
 
     Every instruction is cut into *element beats* of up to ``width`` elements, each one or two
     read beats, one pass through the FP lanes and one write beat (two for UPDATE: the new
@@ -172,7 +166,7 @@ class WideVectorUnit(wiring.Component):
                              f"count), not {width}")
         _int("addr_bits", addr_bits, 1, 32, "use ceil(log2(largest store words))")
         _int("store_bits", store_bits, 2, 32, "the ISA's four stores need 2 bits")
-        add_latency = _latency_of(FP32Add)
+        add_latency = latency_of(FP32Add)
         if groups is None:
             groups = add_latency + 2
         _int("groups", groups, 1, 256, f"{add_latency + 2} gives full reduction throughput")
@@ -229,7 +223,7 @@ class WideVectorUnit(wiring.Component):
     @property
     def latency(self):
         """Cycles from an element beat's last read data to its result (mul + add)."""
-        return _latency_of(FP32Mul) + _latency_of(FP32Add)
+        return latency_of(FP32Mul) + latency_of(FP32Add)
 
     def _special(self, m, c, take, dat, tg, res_in, ser_busy):
         """Serializer -> SpecialFunctionUnit -> collector; return the result-FIFO push."""
@@ -300,8 +294,8 @@ class WideVectorUnit(wiring.Component):
         G = self._groups
         GB = max(1, ceil_log2(G))
         port = self.mem
-        LM = _latency_of(FP32Mul)
-        LA = _latency_of(FP32Add)
+        LM = latency_of(FP32Mul)
+        LA = latency_of(FP32Add)
         LEW = LM + LA
         DEPTH = self.result_depth             # result FIFO entries (credits)
         SP = self._sfu is not None
@@ -320,6 +314,8 @@ class WideVectorUnit(wiring.Component):
         is_gather = op == GATHER_OPS["gather"]
         is_scatter = op == GATHER_OPS["scatter_add"]
         is_upd = op == OP_UPDATE
+        # UPDATE's training rule (flags [3:0], golden.isa.UPDATE_MODES): this unit runs SGD
+        upd_mode_ok = c.flags == UPDATE_SGD
         two_src = ew["add"] | ew["sub"] | ew["mul"]
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
@@ -452,6 +448,9 @@ class WideVectorUnit(wiring.Component):
                 with m.If(is_sp & ~sp_on):             # no special-function unit
                     m.d.sync += err.eq(ERR_OPCODE)
                     m.next = "FINISH"
+                with m.Elif(is_upd & ~upd_mode_ok):     # a rule this unit does not have
+                    m.d.sync += err.eq(ERR_MODE)
+                    m.next = "FINISH"
                 with m.Elif(is_upd):
                     m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
                     for s in range(3):
@@ -482,7 +481,7 @@ class WideVectorUnit(wiring.Component):
                     for s, v in enumerate(views):
                         m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
                                      step[s].eq(Mux(rl, v.row << LW, v.row))]
-                    with m.If(c.accumulate):
+                    with m.If(c.flags[0]):
                         m.next = "RED_ACC"
                     with m.Else():
                         m.next = "RED_A"
@@ -570,7 +569,7 @@ class WideVectorUnit(wiring.Component):
                                      prow.eq(i + n_lanes)]
                         for s in range(2):
                             m.d.sync += [rb[s].eq(nxt[s]), ad[s].eq(nxt[s])]
-                        with m.If(c.accumulate):
+                        with m.If(c.flags[0]):
                             m.next = "RED_ACC"
 
             # ---- gather / scatter_add ---------------------------------------------------------
@@ -736,7 +735,7 @@ class WideVectorUnit(wiring.Component):
                 with m.Case(k):
                     m.d.comb += acc_g.eq(acc[k])
         red_fire = kind_is[_K_RED]
-        fresh = tg.first & ~c.accumulate            # first column without accumulate
+        fresh = tg.first & ~c.flags[0]            # first column without accumulate
         sum_v = delay(red_fire & is_sum, LA, "sum_valid")
         sum_g = delay(tg.g, LA, "sum_g", GB)
         max_v = delay(red_fire & is_max, 1, "max_valid")
@@ -762,7 +761,7 @@ class WideVectorUnit(wiring.Component):
             m.d.comb += s6_m[w].eq(Mux(mul_only, p6, x6))
             with m.If(is_red):
                 m.d.comb += [add.i.valid.eq(red_fire & is_sum),
-                             add.i.payload.a.eq(Mux(fresh, _NEG_ZERO, acc_g[w])),
+                             add.i.payload.a.eq(Mux(fresh, NEG_ZERO, acc_g[w])),
                              add.i.payload.b.eq(dat[w])]
             with m.Else():
                 m.d.comb += [

@@ -27,7 +27,7 @@ from ttrain.golden.contract import Descriptor, View, contract, view_addresses
 from ttrain.golden.interpreter import run
 from ttrain.golden.isa import Program, encode_program
 from ttrain.rtl.sequencer import Sequencer
-from ttrain.rtl.vector import VectorUnit
+from ttrain.testbench.vector_ref import VectorUnit
 from random_programs import STORES, ProgramGen, hazards, illegal_variants, issue_war_program
 
 SIZE = 256          # words per store

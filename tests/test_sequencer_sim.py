@@ -12,7 +12,8 @@ from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
 from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, STORE_IDS,
                                Elementwise, End, Gather, Reduce, Update, f32_bits)
-from ttrain.rtl.vector import VectorCommand, VectorUnit, vector_command
+from ttrain.rtl.command import VectorCommand, vector_command
+from ttrain.testbench.vector_ref import VectorUnit
 
 SIZE = 64
 STORES = ("param", "grad", "act", "scratch")

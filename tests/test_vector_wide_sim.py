@@ -19,7 +19,7 @@ from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
 from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, STORE_IDS, Elementwise, End, Gather,
                                Reduce, Update, f32_bits)
-from ttrain.rtl.vector import VectorCommand, vector_command
+from ttrain.rtl.command import VectorCommand, vector_command
 from ttrain.rtl.vector_wide import WideVectorUnit
 from ttrain.platforms.sim.verilator import lint_verilator
 

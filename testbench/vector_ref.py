@@ -1,4 +1,8 @@
-"""Elementwise / reduce / gather unit of the sequencer (the ISA's vector instructions).
+"""Reference vector unit: the ISA's vector instructions one element at a time (a test model).
+
+Not part of the accelerator (the top uses :class:`ttrain.rtl.vector_wide.WideVectorUnit`): the
+Amaranth-simulator tests of the sequencer use this simple unit, with random stalls
+(``handshake=True``), as the vector and update units behind it.
 
 Executes one decoded instruction at a time over strided store views, bit-exactly as
 :func:`ttrain.golden.interpreter.run`:
@@ -42,72 +46,12 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS,
-                          STORE_IDS, Elementwise, Gather, Reduce, Update)
-from .fp32 import FP32Add, FP32Compare, FP32Mul
+from ..golden.isa import ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS
+from ..golden.numerics import NEG_ZERO
+from ..rtl.command import VectorCommand, VectorView
+from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
 
-__all__ = ["VectorUnit", "VectorView", "VectorCommand", "VECTOR_OPCODES", "vector_command"]
-
-#: Opcodes of vector instructions (the ISA's elementwise -- including the special functions
-#: 0x40..0x47, which only :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``
-#: executes --, reduce, gather and UPDATE opcodes).
-VECTOR_OPCODES = (tuple(ELEMENTWISE_OPS.values()) + tuple(REDUCE_OPS.values())
-                  + tuple(GATHER_OPS.values()) + (OP_UPDATE,))
-
-#: One operand slot: store id and the strided view (addresses are 32-bit words).
-VectorView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32})
-
-#: A decoded vector instruction (fields as in ``golden/isa.py``; ``imm`` doubles as
-#: ``table_rows`` for gather/scatter_add; slot order 0 = written, 1, 2 = read).
-VectorCommand = data.StructLayout({
-    "op": 8, "accumulate": 1, "rows": 16, "cols": 32, "imm": 32,
-    "v0": VectorView, "v1": VectorView, "v2": VectorView,
-})
-
-_NEG_ZERO = 0x80000000
-
-
-def _view_fields(view):
-    if view is None:
-        return {"store": 0, "base": 0, "row": 0, "col": 0}
-    return {"store": STORE_IDS[view.store], "base": view.base, "row": view.row_stride,
-            "col": view.col_stride}
-
-
-def vector_command(instr):
-    """Return the :data:`VectorCommand` field dict of a golden vector instruction.
-
-    Special-function ops encode like ``copy`` (``op`` = their opcode, slot 1 = the source).
-
-    Parameters
-    ----------
-    instr : golden.isa.Elementwise, Reduce, Gather or Update
-        The instruction, with its loop-stepped bases already applied.
-
-    Returns
-    -------
-    dict
-        Field values for ``VectorCommand.const(...)``.
-    """
-    if isinstance(instr, Elementwise):
-        return {"op": ELEMENTWISE_OPS[instr.op], "accumulate": 0, "rows": instr.rows,
-                "cols": instr.cols, "imm": instr.imm, "v0": _view_fields(instr.d),
-                "v1": _view_fields(instr.a), "v2": _view_fields(instr.b)}
-    if isinstance(instr, Reduce):
-        return {"op": REDUCE_OPS[instr.op], "accumulate": int(instr.accumulate),
-                "rows": instr.rows, "cols": instr.cols, "imm": 0, "v0": _view_fields(instr.d),
-                "v1": _view_fields(instr.a), "v2": _view_fields(None)}
-    if isinstance(instr, Gather):
-        return {"op": GATHER_OPS[instr.op], "accumulate": 0, "rows": instr.rows,
-                "cols": instr.cols, "imm": instr.table_rows, "v0": _view_fields(instr.dst),
-                "v1": _view_fields(instr.src), "v2": _view_fields(instr.index)}
-    if isinstance(instr, Update):
-        return {"op": OP_UPDATE, "accumulate": 0, "rows": 1, "cols": instr.count,
-                "imm": instr.lr, "v0": _view_fields(instr.theta), "v1": _view_fields(instr.grad),
-                "v2": _view_fields(None)}
-    raise TypeError(f"vector_command takes an Elementwise, Reduce, Gather or Update "
-                    f"instruction, not {type(instr).__name__}; CONTRACT goes to the engine")
-
+__all__ = ["VectorUnit"]
 
 class VectorUnit(wiring.Component):
     """Elementwise / reduce / gather unit (one instruction at a time).
@@ -241,9 +185,9 @@ class VectorUnit(wiring.Component):
         with m.Elif(is_upd & ~phase):
             m.d.comb += [unit_a.eq(c.imm), unit_b.eq(x)]
         with m.Elif(is_upd):
-            m.d.comb += [unit_a.eq(y), unit_b.eq(res ^ _NEG_ZERO)]
+            m.d.comb += [unit_a.eq(y), unit_b.eq(res ^ NEG_ZERO)]
         with m.Elif(ew["sub"]):
-            m.d.comb += [unit_a.eq(x), unit_b.eq(y ^ _NEG_ZERO)]
+            m.d.comb += [unit_a.eq(x), unit_b.eq(y ^ NEG_ZERO)]
         with m.Elif(ew["scale"] | ew["addi"]):
             m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
         with m.Else():
@@ -297,13 +241,13 @@ class VectorUnit(wiring.Component):
                                  self.rd_addr.eq(rb[2])]
                     with m.If(rd_ok):
                         m.next = "ROW_IDX"
-                with m.Elif(is_red & c.accumulate):
+                with m.Elif(is_red & c.flags[0]):
                     m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v0.store),
                                  self.rd_addr.eq(rb[0])]
                     with m.If(rd_ok):
                         m.next = "ROW_ACC"
                 with m.Else():
-                    m.d.sync += acc.eq(_NEG_ZERO)
+                    m.d.sync += acc.eq(NEG_ZERO)
                     m.next = "RD1"
             with m.State("ROW_IDX"):
                 with m.If(rvalid):
@@ -331,7 +275,7 @@ class VectorUnit(wiring.Component):
                     pass
                 with m.Elif(two_src | is_scatter | is_upd):
                     m.next = "RDY"
-                with m.Elif(is_max & (j == 0) & ~c.accumulate):
+                with m.Elif(is_max & (j == 0) & ~c.flags[0]):
                     # rmax starts from a[i, 0] itself
                     m.d.sync += acc.eq(self.rd_data)
                     m.next = "NEXT"
