@@ -16,8 +16,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS,
-                          OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD)
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS, OPS,
+                          OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD, Elementwise)
 from ..golden.numerics import NEG_ZERO
 from ..golden.special import FUNCTION_CODES, FUNCTIONS
 from .fp32 import FP32Add, FP32Compare, FP32Mul, latency_of
@@ -316,7 +316,10 @@ class WideVectorUnit(wiring.Component):
         is_upd = op == OP_UPDATE
         # UPDATE's training rule (flags [3:0], golden.isa.UPDATE_MODES): this unit runs SGD
         upd_mode_ok = c.flags == UPDATE_SGD
-        two_src = ew["add"] | ew["sub"] | ew["mul"]
+        # which slots an elementwise op reads comes from the ISA table (golden.isa.OPS)
+        ew_specs = [spec for spec in OPS if spec.kind is Elementwise]
+        two_src = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 2)
+        no_src = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 0)
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
@@ -424,9 +427,9 @@ class WideVectorUnit(wiring.Component):
             with m.State("DECODE"):
                 # used views, transposition, flattening, lanes
                 is_ewop = Signal()
-                m.d.comb += is_ewop.eq(ew["add"] | ew["sub"] | ew["mul"] | ew["scale"]
-                                       | ew["addi"] | ew["copy"] | ew["fill"] | sp_on)
-                used = [Const(1), ~ew["fill"], two_src]
+                m.d.comb += is_ewop.eq(_or(ew[spec.mnemonic] for spec in ew_specs
+                                           if not spec.requires) | sp_on)
+                used = [Const(1), ~no_src, two_src]
                 colok = [(v.col == 1) | ((v.col == 0) if s else 0) for s, v in enumerate(views)]
                 rowok = [(v.row == 1) | ((v.row == 0) if s else 0) for s, v in enumerate(views)]
                 wcol = Signal()
@@ -524,11 +527,11 @@ class WideVectorUnit(wiring.Component):
                 with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
                     m.next = "EW_FIRE"
             with m.State("EW_FIRE"):
-                f_store = Mux(is_upd | ew["fill"], c.v0.store,
+                f_store = Mux(is_upd | no_src, c.v0.store,
                               Mux(two_src, c.v2.store, c.v1.store))
-                f_addr = Mux(is_upd | ew["fill"], ad[0], Mux(two_src, ad[2], ad[1]))
-                f_bx = Mux(two_src, bcast[2], Mux(is_upd | ew["fill"], 0, bcast[1]))
-                f_mask = Mux(ew["fill"], 0, Mux(f_bx, 1, mask_c))
+                f_addr = Mux(is_upd | no_src, ad[0], Mux(two_src, ad[2], ad[1]))
+                f_bx = Mux(two_src, bcast[2], Mux(is_upd | no_src, 0, bcast[1]))
+                f_mask = Mux(no_src, 0, Mux(f_bx, 1, mask_c))
                 with m.If(beat(_K_FIRE, f_store, f_addr, f_mask, bx=f_bx, waddr=ad[0],
                                waddr2=ad[1])):
                     ew_advance()
