@@ -17,8 +17,8 @@ from amaranth.sim import Simulator
 from test_fp32_sim import random_pairs
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
-from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, STORE_IDS, Elementwise, End, Gather,
-                               Reduce, Update, f32_bits)
+from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, OPS, SPEC, STORE_IDS, Elementwise, End,
+                               Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.command import VectorCommand, vector_command
 from ttrain.rtl.vector_wide import WideVectorUnit
 from ttrain.platforms.sim.verilator import lint_verilator
@@ -245,8 +245,9 @@ def _matrix_view(rng, rows, cols, style, *, store=None, source=False):
     return None if base is None else View(store, base, r, c)
 
 
-EW_OPS = ["add", "sub", "mul", "scale", "addi", "copy", "fill"]
-_NSRC = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0}
+# every plain elementwise op of the ISA table (the special functions have their own tests)
+EW_OPS = [spec.mnemonic for spec in OPS if spec.kind is Elementwise and not spec.requires]
+_NSRC = {op: SPEC[op].sources for op in EW_OPS}
 _IMMS = [f32_bits(v) for v in (1.5, -0.25, 0.0, -0.0, 3.0e38, 1e-40)] + [0x7FC00000, 0x7F800000]
 
 
@@ -269,7 +270,7 @@ def random_elementwise(rng):
         return None
     if srcs and rng.random() < 0.3:          # in place
         srcs[int(rng.integers(len(srcs)))] = d
-    imm = int(rng.choice(_IMMS)) if op in ("scale", "addi", "fill") else 0
+    imm = int(rng.choice(_IMMS)) if SPEC[op].imm else 0
     if op == "fill" and rng.random() < 0.5:
         imm = int(rng.integers(1 << 32))
     a, b = (srcs + [None, None])[:2]
