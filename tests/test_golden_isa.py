@@ -6,7 +6,7 @@ import pytest
 from ttrain.golden.contract import Descriptor, View
 from ttrain.golden.isa import (
     ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE, ERR_STORE, ELEMENTWISE_OPS,
-    GATHER_OPS, MNEMONICS, OPCODES, SPECIAL_OPS, STORE_IDS, WORDS, Barrier, Contract,
+    GATHER_OPS, MNEMONICS, OPCODES, SPEC, SPECIAL_OPS, STORE_IDS, WORDS, Barrier, Contract,
     Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce, Region, Update,
     assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
 
@@ -42,11 +42,10 @@ def random_instr(rng, kind):
                        rview(rng, True), bool(rng.integers(2)), rdim(rng))
         return Contract(d, rstep(rng))
     if kind in ELEMENTWISE_OPS:
-        nsrc = {"add": 2, "sub": 2, "mul": 2, "scale": 1, "addi": 1, "copy": 1, "fill": 0,
-                **{k: 1 for k in SPECIAL_OPS}}[kind]
+        nsrc = SPEC[kind].sources                 # from the ISA table
         st = rstep(rng)
         st = tuple(s if i <= nsrc else 0 for i, s in enumerate(st))
-        imm = int(rng.integers(0, 2**32)) if kind in ("scale", "addi", "fill") else 0
+        imm = int(rng.integers(0, 2**32)) if SPEC[kind].imm else 0
         return Elementwise(kind, rdim(rng), rdim(rng), rview(rng),
                            rview(rng) if nsrc >= 1 else None, rview(rng) if nsrc >= 2 else None,
                            imm, st)
