@@ -1062,6 +1062,7 @@ OPS = (
     _elementwise("addi", 0x14, 1, _fp_imm(fp32_add), imm=True),
     _elementwise("copy", 0x15, 1, lambda a, b, imm: a),
     _elementwise("fill", 0x16, 0, lambda a, b, imm: np.uint32(imm), imm=True),
+    _elementwise("max", 0x17, 2, _fp2(fp32_max)),          # IEEE maximum: NaN wins, +0 > -0
     OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
     OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
     OpSpec("gather", 0x28, Gather, "vector"),

@@ -761,7 +761,11 @@ class WideVectorUnit(wiring.Component):
                 mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
             ]
             x6, y6, p6 = x_line[LM][w], y_line[LM][w], mul.o.payload
-            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, x6))
+            emax = FP32Compare(latency=0)              # elementwise max: at the mul stage's end
+            m.submodules[f"emax{w}"] = emax
+            m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
+                         emax.i.payload.b.eq(y6)]
+            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max, x6)))
             with m.If(is_red):
                 m.d.comb += [add.i.valid.eq(red_fire & is_sum),
                              add.i.payload.a.eq(Mux(fresh, NEG_ZERO, acc_g[w])),
