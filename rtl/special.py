@@ -36,7 +36,7 @@ __all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULE
 
 #: Verilog module names the unit instantiates with ``impl="verilog"``, and the
 #: :mod:`ttrain.rtl.fp32` component each must be (convert it under that name, e.g. with
-#: ``testbench.verilator.convert_component(FP32Mul(), "ttrain_sf_fp32_mul")``).
+#: ``platforms.sim.verilator.convert_component(FP32Mul(), "ttrain_sf_fp32_mul")``).
 FP_UNIT_MODULES = {"ttrain_sf_fp32_mul": "FP32Mul", "ttrain_sf_fp32_add": "FP32Add",
                    "ttrain_sf_fp32_compare": "FP32Compare(latency=1)"}
 _MODULE = {"mul": "ttrain_sf_fp32_mul", "add": "ttrain_sf_fp32_add",

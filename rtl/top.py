@@ -78,7 +78,7 @@ class Accelerator(wiring.Component):
     special_impl : {"amaranth", "verilog"}
         The special unit's ``impl``; ``"verilog"`` needs the modules of
         :data:`ttrain.rtl.special.FP_UNIT_MODULES` in the build
-        (``testbench.top.build_top`` adds them).
+        (``platforms.sim.top.build_top`` adds them).
 
     Members
     -------

@@ -7,7 +7,7 @@ from a JSON-able configuration, built under Verilator inside a plain Verilog wra
 :func:`run_step` (descriptors in order through the ``bench`` test of the cocotb testbench
 ``testbench/tb_engine.py``, bit-exact, cycles measured) and :func:`bench_engine` (every
 contraction of the paper's [12,8,8 | 8,8,12] layer for the rank sets of
-:data:`ttrain.testbench.top.PAPER_RANKS`). From a shell::
+:data:`ttrain.testbench.bench_layer.PAPER_RANKS`). From a shell::
 
     .venv/bin/python -m ttrain.testbench.bench_engine [out.json]
 """
