@@ -1,0 +1,99 @@
+"""The one hardware configuration (platforms/hw.py): every build runs its programs, and every
+artefact of the same preset and flags records the same hw.json."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ttrain.golden.config import get_config
+from ttrain.golden.isa import End, Program
+from ttrain.golden.model_compiler import chip_model_config, compile_model
+from ttrain.platforms.hw import (HW_JSON, HwConfig, hw_config, preset_hw_config,
+                                 program_needs_special, read_hw_json)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _runs(hw, program):
+    """``hw`` holds ``program``: stores >= its memory map, imem >= it, the units it needs."""
+    assert all(hw.stores[s] >= w for s, w in program.store_sizes.items())
+    assert all(w % hw.banks == 0 for w in hw.stores.values())
+    assert hw.imem_depth >= len(program.instructions)
+    assert hw.special or not program_needs_special(program)
+
+
+def test_every_fusesoc_target_runs_its_compiled_step():
+    """The ttrain.core targets (FuseSoC generator parameters) hold their preset's training step."""
+    core = yaml.safe_load((ROOT / "ttrain.core").read_text())
+    seen = set()
+    for gen in core["generate"].values():
+        params = gen["parameters"]
+        hw = preset_hw_config(params["config"], lanes=params.get("lanes"),
+                              imem_depth=params.get("imem_depth"))
+        program = compile_model(chip_model_config(get_config(params["config"]))[0]).program
+        _runs(hw, program)
+        assert hw.special and hw.fits_u50, params
+        seen.add(params["config"])
+    assert {"tiny", "paper-l1", "paper-l2", "paper-l3"} <= seen
+
+
+def test_defaults_and_explicit_flags_give_the_same_file():
+    a = preset_hw_config("tiny")
+    b = preset_hw_config("tiny", lanes=8, banks=8, slots=16)
+    assert a == b and a.to_json() == b.to_json()
+    assert HwConfig.from_dict(json.loads(a.to_json())) == a
+    c = preset_hw_config("tiny", lanes=4)
+    assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
+                                                               "special")
+
+
+def test_units_follow_the_programs():
+    tiny = compile_model(get_config("tiny"))
+    plain = Program([End()], {"act": 100})
+    hw = hw_config({"end": plain})
+    assert not hw.special and hw.stores["act"] == 104 and hw.imem_depth == 64
+    assert hw_config({"end": plain}, special=True).special
+    with pytest.raises(ValueError, match="special=False, but a program uses"):
+        hw_config({"tiny": tiny}, special=False)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"lanes": 3}, "lanes must be a positive power of two"),
+    ({"banks": 0}, "banks must be a positive power of two"),
+    ({"imem_depth": 256}, "cannot hold the 330-instruction program"),
+    ({"imem_depth": 600}, "imem_depth must be a positive power of two"),
+    ({"clock_mhz": 0}, "clock_mhz must be"),
+    ({"store_style": {"act": "ultra"}}, "store_style must map every store"),
+])
+def test_bad_overrides_name_what_to_change(kw, match):
+    with pytest.raises(ValueError, match=match):
+        preset_hw_config("tiny", **kw)
+
+
+def test_bad_hw_json_is_a_clear_error(tmp_path):
+    for text in ("", "{", json.dumps({"format": 99}), "\x80\x81"):
+        (tmp_path / HW_JSON).write_bytes(text.encode("latin-1"))
+        with pytest.raises(ValueError, match=str(tmp_path / HW_JSON)):
+            read_hw_json(tmp_path)
+
+
+def test_cli_hw_prints_the_configuration():
+    res = subprocess.run([sys.executable, "-m", "ttrain", "hw", "--config", "tiny", "--lanes",
+                          "4", "--json"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert HwConfig.from_dict(json.loads(res.stdout)) == preset_hw_config("tiny", lanes=4)
+    bad = subprocess.run([sys.executable, "-m", "ttrain", "hw", "--config", "tiny", "--lanes",
+                          "3"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--lanes" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_verilator_build_records_its_configuration():
+    """The shared top of the Verilator tests records the HwConfig it was built from."""
+    from shared_top import shared_top
+    top = shared_top()
+    assert read_hw_json(top.build.build_dir) == top.hw
+    assert top.config == top.hw.accelerator_kwargs("sim")
