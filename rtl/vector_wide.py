@@ -1,4 +1,4 @@
-"""Pipelined, multi-lane vector / update unit on a store port (issue 4).
+"""Pipelined, multi-lane vector / update unit on a store port.
 
 :class:`WideVectorUnit` executes the same decoded instructions as
 :class:`~ttrain.testbench.vector_ref.VectorUnit` (:data:`~ttrain.rtl.command.VectorCommand`: elementwise
