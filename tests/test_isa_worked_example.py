@@ -117,3 +117,24 @@ def test_vector_unit_bit_exact_on_edge_values():
         assert error == 0
         for name in exp:
             np.testing.assert_array_equal(got[name][:exp[name].size], exp[name])
+
+
+def test_update_mode_reaches_the_update_unit():
+    """The UPDATE mode (flags byte) travels in the command to the unit, which runs SGD for
+    mode 0 and stops with ERR_MODE, writing nothing, for a rule it does not have."""
+    from ttrain.golden.isa import ERR_MODE, Update, f32_bits
+    from ttrain.rtl.command import vector_command
+    sizes = {"param": 16, "grad": 16, "act": 16, "scratch": 16}
+    rng = np.random.default_rng(9)
+    image = {s: rng.choice(EDGES, k).astype(np.uint32) for s, k in sizes.items()}
+    sgd = Update(View("param", 0), View("grad", 0), 16, f32_bits(0.5))
+    other = Update(View("param", 0), View("grad", 0), 16, f32_bits(0.5))
+    object.__setattr__(other, "mode", 3)        # a reserved rule the decoder would reject
+    assert vector_command(sgd)["flags"] == 0 and vector_command(other)["flags"] == 3
+    want = run([sgd, End()], image)[0]
+    results = simulate(4, [other, sgd], seed=1, images=[image, image], addr_bits=8)
+    (_, err_other, _, after_other), (_, err_sgd, _, after_sgd) = results
+    assert err_other == ERR_MODE and err_sgd == 0
+    for name in image:
+        np.testing.assert_array_equal(after_other[name][:sizes[name]], image[name])
+        np.testing.assert_array_equal(after_sgd[name][:sizes[name]], want[name])
