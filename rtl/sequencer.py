@@ -199,6 +199,15 @@ class Sequencer(wiring.Component):
     vec : ``Out(stream.Signature(VectorCommand))``, vec_done : ``In(1)``, vec_error : ``In(4)``
     upd : ``Out(stream.Signature(VectorCommand))``, upd_done : ``In(1)``
         Unit command streams; ``*_done`` pulses once per finished command.
+    trace_valid : ``Out(1)``; trace_pc : ``Out(32)``; trace_op : ``Out(8)``;
+    trace_unit : ``Out(2)``
+        Debug/trace port: ``trace_valid`` is high for one cycle per dynamic instruction of the
+        execute pass, exactly where ``executed`` counts it (so the stream of ``trace_pc`` equals
+        :func:`ttrain.golden.interpreter.dynamic_stream`: LOOP once, the body per iteration,
+        ENDLOOP once, END), with its pc, opcode and unit (0 engine, 1 vector, 2 update, 3 the
+        sequencer itself: LOOP, ENDLOOP, BARRIER, END). Completion is the unit's ``*_done``.
+        The port is wires of existing state (``pc``, the decoder's opcode, the issue strobes):
+        left unconnected (the Vitis kernel) it is optimised away.
     """
 
     def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True,
@@ -232,6 +241,8 @@ class Sequencer(wiring.Component):
             "eng": Out(stream.Signature(ContractCommand)), "eng_done": In(1),
             "vec": Out(stream.Signature(VectorCommand)), "vec_done": In(1), "vec_error": In(4),
             "upd": Out(stream.Signature(VectorCommand)), "upd_done": In(1),
+            "trace_valid": Out(1), "trace_pc": Out(32), "trace_op": Out(8),
+            "trace_unit": Out(2),
         })
 
     imem_depth = property(lambda self: self._depth, doc="Instruction memory depth.")
@@ -424,6 +435,12 @@ class Sequencer(wiring.Component):
             m.d.sync += pc.eq(pc + 1)
             m.next = "FETCH"
 
+        # ---- debug/trace port: one strobe per counted dynamic instruction ----------------
+        m.d.comb += [self.trace_pc.eq(pc), self.trace_op.eq(op)]
+
+        def traced(unit):
+            m.d.comb += [self.trace_valid.eq(1), self.trace_unit.eq(unit)]
+
         with m.If(self.busy):
             m.d.sync += self.cycles.eq(self.cycles + 1)
             m.d.sync += [cnt.eq(cnt + f) for cnt, f in
@@ -479,6 +496,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += [o.eq(0) for o in off]
                         with m.If(exec_mode):
                             m.d.sync += self.executed.eq(self.executed + 1)
+                            traced(3)
                         advance()
                     with m.Elif(cls["endloop"]):
                         with m.If(loop_iter + 1 < loop_count):
@@ -490,6 +508,7 @@ class Sequencer(wiring.Component):
                             m.d.sync += in_loop.eq(0)
                             with m.If(exec_mode):
                                 m.d.sync += self.executed.eq(self.executed + 1)
+                                traced(3)
                             advance()
                     with m.Elif(cls["barrier"] | cls["end"]):
                         with m.If(~exec_mode):
@@ -501,6 +520,7 @@ class Sequencer(wiring.Component):
                                 advance()
                         with m.Elif(~any_inflight):
                             m.d.sync += self.executed.eq(self.executed + 1)
+                            traced(3)
                             with m.If(cls["end"]):
                                 m.d.sync += [self.done.eq(1), self.busy.eq(0)]
                                 m.next = "IDLE"
@@ -524,6 +544,7 @@ class Sequencer(wiring.Component):
                             m.d.comb += issued[2].eq(self.upd.ready)
                         with m.If(issued[0] | issued[1] | issued[2]):
                             m.d.sync += self.executed.eq(self.executed + 1)
+                            traced(unit_of)
                             with m.If(cls["gather"]):
                                 m.next = "GATHER_WAIT"
                             with m.Else():

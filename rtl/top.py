@@ -31,7 +31,7 @@ bad loop structure, dimension above the engine's limit) changes no store word; a
 scatter index error stops the run at that instruction.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out, connect
 
@@ -93,6 +93,14 @@ class Accelerator(wiring.Component):
     engine_error : ``Out(1)``
         The engine rejected a descriptor the sequencer had passed (a hardware fault; never
         expected, latched until the next ``start``).
+    trace_valid, trace_pc, trace_op, trace_unit
+        The sequencer's debug/trace port (one strobe per dynamic instruction, see
+        :class:`~ttrain.rtl.sequencer.Sequencer`).
+    trace_done : ``Out(3)``
+        Per-unit completion strobes (bit 0 engine, 1 vector, 2 update): the end of the
+        instruction that unit was running. Debug only: the simulation driver
+        (``platforms/sim/top_driver_tb.v``) writes them to the instruction trace; the Vitis
+        kernel leaves the trace port unconnected, so synthesis removes it.
     """
 
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
@@ -140,8 +148,9 @@ class Accelerator(wiring.Component):
             **{k: seq_sig[k] for k in ("imem_we", "imem_addr", "imem_data", "length",
                                        "start", "busy", "done", "error", "error_code",
                                        "error_pc", "cycles", "executed", "busy_engine",
-                                       "busy_vector", "busy_update")},
-            "engine_cycles": Out(32), "engine_error": Out(1),
+                                       "busy_vector", "busy_update", "trace_valid",
+                                       "trace_pc", "trace_op", "trace_unit")},
+            "engine_cycles": Out(32), "engine_error": Out(1), "trace_done": Out(3),
         })
 
     engine = property(lambda self: self._engine, doc="The contraction engine (for encoders "
@@ -179,7 +188,8 @@ class Accelerator(wiring.Component):
         for k in ("imem_we", "imem_addr", "imem_data", "length", "start"):
             m.d.comb += getattr(seq, k).eq(getattr(self, k))
         for k in ("busy", "done", "error", "error_code", "error_pc", "cycles", "executed",
-                  "busy_engine", "busy_vector", "busy_update"):
+                  "busy_engine", "busy_vector", "busy_update", "trace_valid", "trace_pc",
+                  "trace_op", "trace_unit"):
             m.d.comb += getattr(self, k).eq(getattr(seq, k))
 
         # ---- sequencer -> engine ------------------------------------------------------------
@@ -212,4 +222,5 @@ class Accelerator(wiring.Component):
         connect(m, seq.upd, upd.cmd)
         m.d.comb += [seq.vec_done.eq(vec.done), seq.vec_error.eq(vec.error),
                      seq.upd_done.eq(upd.done)]
+        m.d.comb += self.trace_done.eq(Cat(finished, vec.done, upd.done))
         return m

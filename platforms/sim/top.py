@@ -26,8 +26,12 @@ from ...rtl.top import Accelerator
 from .verilator import (SIM_DIR, SimulationError, build_root, build_verilator,
                         component_ports, convert_component, run_cocotb)
 
-__all__ = ["TopSession", "TopBuild", "build_top", "run_top", "layer_session", "pad_image",
-           "special_fp_sources"]
+__all__ = ["TopSession", "TopBuild", "build_top", "run_top", "play_top", "TopResult",
+           "layer_session", "pad_image", "special_fp_sources", "parse_trace", "UNIT_NAMES",
+           "golden_tracer"]
+
+#: Units of the trace port's ``trace_unit`` code (``rtl/sequencer.py``).
+UNIT_NAMES = ("engine", "vector", "update", "seq")
 
 
 DRIVER = SIM_DIR / "top_driver_tb.v"
@@ -132,6 +136,7 @@ class TopSession:
         self.arrays = {}
         self.jobs = []
         self.length = None
+        self.check_spans = []     # (run index, store, addr, first rom word, end), set by rom()
 
     def _key(self, prefix, words):
         key = f"{prefix}{len(self.arrays)}"
@@ -161,7 +166,14 @@ class TopSession:
     def rom(self):
         """Return the driver's command words (uint32 array), ``END`` included."""
         out = []
+        pos = 0
+        runs = 0
+        spans = []
+
+        def size(x):
+            return np.asarray(x).size if not np.isscalar(x) else 1
         for job in self.jobs:
+            before = len(out)
             if job["kind"] == "write":
                 words = self.arrays[job["key"]]
                 out += header(CMD_WRITE, STORE_IDS[job["store"]], job["addr"], len(words))
@@ -174,19 +186,29 @@ class TopSession:
                 out += header(CMD_RUN_EXPECT, count=job["length"])
                 out += [job["error"], job["code"], ANY_PC if job["pc"] is None else job["pc"],
                         job["max_cycles"]]
+                pos += sum(size(x) for x in out[before:])
                 for store, addr, key in job["check"]:
                     words = self.arrays[key]
                     out += header(CMD_CHECK, STORE_IDS[store], addr, len(words))
                     out.append(words)
+                    pos += 4
+                    spans.append((runs, store, addr, pos, pos + len(words)))
+                    pos += len(words)
+                runs += 1
+                continue
+            pos += sum(size(x) for x in out[before:])
+        self.check_spans = spans
         out += header(CMD_END)
         return np.concatenate([np.atleast_1d(np.asarray(x, dtype=np.uint32)) for x in out])
 
     def run(self, name, *, expect=None, expect_at=(), error=0, code=0, pc=None,
-            max_cycles=50_000_000):
+            max_cycles=50_000_000, golden=None):
         """Start the loaded program; after it, compare every store of ``expect`` whole and
         every ``(store, addr, words)`` of ``expect_at``.
 
-        The run fails if the accelerator is still busy after ``max_cycles``."""
+        The run fails if the accelerator is still busy after ``max_cycles``. ``golden``: the
+        golden interpreter's ``(pc, mnemonic)`` stream of the same run (:func:`golden_tracer`),
+        written beside the chip's instruction trace when one is asked for."""
         if self.length is None:
             raise ValueError("load a program before a run")
         check = [(s, 0, self._key("e", w)) for s, w in (expect or {}).items()]
@@ -196,17 +218,34 @@ class TopSession:
             check.append((store, int(addr), self._key("e", words)))
         self.jobs.append({"kind": "run", "name": name, "error": int(error), "code": int(code),
                           "pc": pc, "check": check, "max_cycles": int(max_cycles),
-                          "length": self.length})
+                          "length": self.length, "golden": golden})
 
 
-def run_top(build, session, *, test_dir, timeout=None):
-    """Play ``session`` on a :func:`build_top` build; return one dict per run.
+@dataclass
+class TopResult:
+    """What :func:`play_top` saw: one dict per run (``rows``), the mismatched words
+    (``mismatches``: dicts with ``run``, ``store``, ``addr``, ``got``, ``want``, in the order
+    the driver compared them; at most 16 per session) and the problems ``run_top`` raises
+    for (``problems``). With an instruction trace, each row has ``trace``: a list of records
+    (:func:`parse_trace`)."""
+    rows: list
+    mismatches: list
+    problems: list
 
-    Each dict has the run record's :data:`~ttrain.platforms.protocol.RECORD_FIELDS` and
-    ``name``. Raises :class:`SimulationError` when a
-    run's status differs from the expected one, it timed out, or any compared word differs
-    (the message lists the first mismatches).
+
+def play_top(build, session, *, test_dir, timeout=None, trace=None, debug_corrupt=None):
+    """Play ``session`` on a :func:`build_top` build and return a :class:`TopResult` (no
+    exception for wrong words: the caller decides).
+
+    ``trace``: also record the instruction trace of every run (the driver's ``+TRACE=``
+    file, parsed into ``row["trace"]``); on by default when a trace was asked for through
+    :func:`ttrain.platforms.sim.debug.capture`, which also appends it (and the golden
+    interpreter's stream given to :meth:`TopSession.run`) to the ``--trace`` files.
+    ``debug_corrupt=(pc, store, addr)``: the driver flips bit 0 of that store word after every
+    run that dispatched instruction ``pc`` (a planted divergence, for testing the divergence
+    finder; the RTL is unchanged, and so is the build).
     """
+    from . import debug
     test_dir = Path(test_dir)
     test_dir.mkdir(parents=True, exist_ok=True)
     rom = session.rom()
@@ -223,8 +262,22 @@ def run_top(build, session, *, test_dir, timeout=None):
     np.savetxt(rom_file, rom, fmt="%08x")
     if res_file.exists():
         res_file.unlink()
+    plusargs = [f"+ROM={rom_file}", f"+RESULTS={res_file}"]
+    sink = debug.trace_file()
+    if trace is None:
+        trace = sink is not None
+    trace_txt = test_dir / "trace.txt"
+    if trace:
+        plusargs.append(f"+TRACE={trace_txt}")
+    if debug_corrupt is not None:
+        pc, store, addr = debug_corrupt
+        if store not in STORE_IDS:
+            raise ValueError(f"debug_corrupt store must be one of {sorted(STORE_IDS)}, not "
+                             f"{store!r}")
+        plusargs += [f"+CORRUPT_PC={int(pc)}", f"+CORRUPT_STORE={STORE_IDS[store]}",
+                     f"+CORRUPT_ADDR={int(addr)}"]
     run_cocotb(build.build, "tb_top", test_dir=test_dir, module_dirs=[SIM_DIR],
-               plusargs=[f"+ROM={rom_file}", f"+RESULTS={res_file}"], timeout=timeout)
+               plusargs=plusargs, timeout=timeout)
     res = np.array([int(x, 16) for x in res_file.read_text().split()
                     if not x.startswith("//")], dtype=np.uint64)
     out = []
@@ -240,16 +293,94 @@ def run_top(build, session, *, test_dir, timeout=None):
             problems.append(f"{job['name']}: error/code/pc {row['error']}/{row['error_code']}/"
                             f"{row['error_pc']} (expected {job['error']}/{job['code']}/"
                             f"{job['pc']}), engine_error {row['engine_error']}")
+    if trace:
+        per_run = parse_trace(trace_txt.read_text() if trace_txt.is_file() else "")
+        for r, row in enumerate(out):
+            row["trace"] = per_run.get(r, [])
+        if sink is not None:
+            _append_traces(sink, debug.golden_trace_file(), debug.next_session(), runs, out)
     mm = res[depth - 64:].reshape(16, 4)
-    bad = [m for m in mm if m[0] or m[2] or m[3]]
-    if bad:
-        names = {v: k for k, v in STORE_IDS.items()}
+    names = {v: k for k, v in STORE_IDS.items()}
+    mismatches = []
+    for m in mm:
+        if not (m[0] or m[2] or m[3]):
+            continue
+        rom_index = int(m[0])
+        run = next((sp[0] for sp in session.check_spans if sp[3] <= rom_index < sp[4]), None)
+        mismatches.append({"run": run, "store": names[int(m[1]) >> 28],
+                           "addr": int(m[1]) & 0xFFFFFFF, "got": int(m[2]), "want": int(m[3])})
+    if mismatches:
         problems.append("mismatched words (first 16): " + "; ".join(
-            f"{names[int(m[1]) >> 28]}[{int(m[1]) & 0xFFFFFFF}] got {int(m[2]):08x} "
-            f"want {int(m[3]):08x}" for m in bad))
-    if problems:
-        raise SimulationError(f"accelerator run in {test_dir}: " + " | ".join(problems))
-    return out
+            f"{x['store']}[{x['addr']}] got {x['got']:08x} want {x['want']:08x}"
+            for x in mismatches))
+    return TopResult(out, mismatches, problems)
+
+
+def run_top(build, session, *, test_dir, timeout=None, trace=None, debug_corrupt=None):
+    """Play ``session`` on a :func:`build_top` build; return one dict per run.
+
+    Each dict has the run record's :data:`~ttrain.platforms.protocol.RECORD_FIELDS` and
+    ``name`` (and ``trace`` when traced, see :func:`play_top`). Raises
+    :class:`SimulationError` when a run's status differs from the expected one, it timed out,
+    or any compared word differs (the message lists the first mismatches).
+    """
+    result = play_top(build, session, test_dir=test_dir, timeout=timeout, trace=trace,
+                      debug_corrupt=debug_corrupt)
+    if result.problems:
+        raise SimulationError(f"accelerator run in {test_dir}: " + " | ".join(result.problems))
+    return result.rows
+
+
+def parse_trace(text):
+    """Turn the driver's trace lines (``D``/``C``, see ``top_driver_tb.v``) into one list of
+    instruction records per run index: ``{"i", "pc", "opcode", "op", "unit", "start",
+    "end"}`` in dispatch order (``start`` is the dispatch cycle, ``end`` the cycle the unit
+    signalled completion; both in the sequencer's cycle count of the run; LOOP, ENDLOOP,
+    BARRIER and END are the sequencer's own, ``end = start``)."""
+    from ...golden.isa import OPS
+    mnemonic = {spec.opcode: spec.mnemonic for spec in OPS}
+    runs = {}
+    open_ = {}
+    for line in text.splitlines():
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "D" and len(f) == 6:
+            run, cyc, pc, opcode, unit = (int(x) for x in f[1:])
+            rec = {"i": len(runs.setdefault(run, [])), "pc": pc, "opcode": opcode,
+                   "op": mnemonic.get(opcode, f"0x{opcode:02x}"), "unit": UNIT_NAMES[unit],
+                   "start": cyc, "end": cyc if unit == 3 else None}
+            runs[run].append(rec)
+            if unit != 3:
+                open_[(run, unit)] = rec
+        elif f[0] == "C" and len(f) == 4:
+            run, cyc, mask = (int(x) for x in f[1:])
+            for u in range(3):
+                if mask >> u & 1 and (run, u) in open_:
+                    open_.pop((run, u))["end"] = cyc
+    return runs
+
+
+def golden_tracer():
+    """``(callback, stream)``: pass ``callback`` as ``trace=`` to
+    :func:`ttrain.golden.interpreter.run`; ``stream`` collects ``(pc, mnemonic)`` of every
+    executed instruction (for :meth:`TopSession.run`'s ``golden``)."""
+    stream = []
+    return (lambda pc, ins, image: stream.append((int(pc), ins.mnemonic))), stream
+
+
+def _append_traces(sink, golden_sink, session_no, jobs, rows):
+    import json
+    with open(sink, "a") as f:
+        for r, row in enumerate(rows):
+            for rec in row.get("trace", []):
+                f.write(json.dumps({"session": session_no, "run": r, "name": row["name"],
+                                    **rec}) + "\n")
+    with open(golden_sink, "a") as f:
+        for r, job in enumerate(jobs):
+            for i, (pc, op) in enumerate(job.get("golden") or ()):
+                f.write(json.dumps({"session": session_no, "run": r, "name": job["name"],
+                                    "i": i, "pc": pc, "op": op}) + "\n")
 
 
 def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
@@ -300,10 +431,16 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
                 for i in range(rows):
                     lo = r.base + i * r.row_stride
                     sess.write(r.store, lo, words[lo:lo + width])
-        image, st = interpret(compiled.program, image)
+        from . import debug
+        golden = None
+        if debug.trace_file() is not None:          # --trace: the golden stream beside it
+            tracer, golden = golden_tracer()
+            image, st = interpret(compiled.program, image, trace=tracer)
+        else:
+            image, st = interpret(compiled.program, image)
         if st.error:
             raise RuntimeError(f"the interpreter stopped step {s} with error {st.error}: "
                                f"{st.message}")
         stats.append(st)
-        sess.run(f"step{s}", expect=image)
+        sess.run(f"step{s}", expect=image, golden=golden)
     return sess, stats

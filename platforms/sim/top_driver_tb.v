@@ -23,6 +23,18 @@
 //   cycles, executed, busy_engine, busy_vector, busy_update, engine_cycles, engine_error,
 //   index, status_ok, timed_out, 0, 0;
 // the last 64 words hold the first 16 mismatches as (rom index, store << 28 | addr, got, want).
+//
+// Debug (plusargs, no rebuild):
+//   +TRACE=<file>  one line per event of the top's trace port, in the cycles of the run
+//                  (the sequencer's `cycles` counter):
+//                    D <run> <cycle> <pc> <opcode> <unit>   an instruction dispatched (unit 0
+//                                                           engine, 1 vector, 2 update, 3 seq)
+//                    C <run> <cycle> <mask>                 completions (bit u: unit u done)
+//                  ttrain.platforms.sim.top.parse_trace pairs them into instruction records.
+//   +CORRUPT_PC=<pc> +CORRUPT_STORE=<id> +CORRUPT_ADDR=<addr>  plant a divergence: after
+//                  every run that dispatched instruction <pc> to a unit, read word <addr> of store <id>
+//                  through the host port and write it back with bit 0 flipped (the core RTL is
+//                  untouched; tests of the divergence finder use it).
 `ifndef DUT
 `define DUT ttrain_top
 `endif
@@ -51,17 +63,31 @@ module top_driver_tb #(
     localparam integer HW = 1 + SB + AB + NB + 32 * NB;
     localparam integer MM_BASE = RES_DEPTH - 64;
     localparam [3:0] S_RESET = 0, S_FETCH = 1, S_WRITE = 2, S_CHECK = 3, S_IMEM = 4,
-                     S_START = 5, S_WAIT = 6, S_END = 7, S_HALT = 8;
+                     S_START = 5, S_WAIT = 6, S_END = 7, S_HALT = 8, S_CRD = 9, S_CRW = 10,
+                     S_CWR = 11;
 
     reg [31:0] rom [0:ROM_DEPTH-1];
     reg [31:0] res [0:RES_DEPTH-1];
     reg [8*1024-1:0] rom_file;
     reg [8*1024-1:0] res_file;
+    reg [8*1024-1:0] trace_file;
     integer i;
+    integer tfd = 0;                   // trace file (0: no trace)
+    integer corrupt_pc = -1;           // planted divergence (-1: none)
+    integer corrupt_store = 0;
+    integer corrupt_addr = 0;
+    reg corrupt_armed = 0;
 
     initial begin
         if (!$value$plusargs("ROM=%s", rom_file)) $fatal(1, "missing +ROM=");
         if (!$value$plusargs("RESULTS=%s", res_file)) $fatal(1, "missing +RESULTS=");
+        if ($value$plusargs("TRACE=%s", trace_file)) begin
+            tfd = $fopen(trace_file, "w");
+            if (tfd == 0) $fatal(1, "cannot write +TRACE= file");
+        end
+        if (!$value$plusargs("CORRUPT_PC=%d", corrupt_pc)) corrupt_pc = -1;
+        if (!$value$plusargs("CORRUPT_STORE=%d", corrupt_store)) corrupt_store = 0;
+        if (!$value$plusargs("CORRUPT_ADDR=%d", corrupt_addr)) corrupt_addr = 0;
         for (i = 0; i < RES_DEPTH; i = i + 1) res[i] = 32'd0;
         $readmemh(rom_file, rom);
     end
@@ -82,6 +108,11 @@ module top_driver_tb #(
     wire [3:0]        error_code;
     wire [31:0]       error_pc, cycles, executed, busy_engine, busy_vector, busy_update;
     wire [31:0]       engine_cycles;
+    wire              trace_valid;
+    wire [31:0]       trace_pc;
+    wire [7:0]        trace_op;
+    wire [1:0]        trace_unit;
+    wire [2:0]        trace_done;
 
     `DUT dut (
         .clk(clk), .rst(rst),
@@ -92,8 +123,19 @@ module top_driver_tb #(
         .busy(busy), .done(done), .error(error), .error_code(error_code),
         .error_pc(error_pc), .cycles(cycles), .executed(executed),
         .busy_engine(busy_engine), .busy_vector(busy_vector), .busy_update(busy_update),
-        .engine_cycles(engine_cycles), .engine_error(engine_error)
+        .engine_cycles(engine_cycles), .engine_error(engine_error),
+        .trace_valid(trace_valid), .trace_pc(trace_pc), .trace_op(trace_op),
+        .trace_unit(trace_unit), .trace_done(trace_done)
     );
+
+    // ---- instruction trace (+TRACE=) and the planted divergence (+CORRUPT_PC=) ------------
+    always @(posedge clk) begin
+        if (tfd != 0 && busy && trace_valid)
+            $fwrite(tfd, "D %0d %0d %0d %0d %0d\n", runs, cycles, trace_pc, trace_op,
+                    trace_unit);
+        if (tfd != 0 && busy && trace_done != 3'd0)
+            $fwrite(tfd, "C %0d %0d %0d\n", runs, cycles, trace_done);
+    end
 
     // ---- command player -------------------------------------------------------------------
     reg [3:0]  state = S_RESET;
@@ -115,6 +157,9 @@ module top_driver_tb #(
     reg [31:0]      got;
 
     always @(posedge clk) begin
+        if (busy && trace_valid && trace_unit != 2'd3 && corrupt_pc >= 0
+                && trace_pc == corrupt_pc)
+            corrupt_armed <= 1;           // a unit's instruction (not the sequencer's END)
         case (state)
         S_RESET: begin
             rst <= 1; hv <= 0; imem_we <= 0; start <= 0; length <= 0;
@@ -214,7 +259,7 @@ module top_driver_tb #(
                 else
                     bad_runs <= bad_runs + 1;
                 runs <= runs + 1;
-                state <= S_FETCH;
+                state <= corrupt_armed ? S_CRD : S_FETCH;
             end else if (waited > max_cycles) begin
                 res[16 * runs + 0] <= RUN_TAG | (runs & 32'hff);
                 res[16 * runs + 11] <= runs;
@@ -224,7 +269,29 @@ module top_driver_tb #(
                 state <= S_END;
             end
         end
+        // planted divergence: read the word, write it back with bit 0 flipped
+        S_CRD: begin
+            hp <= {{(32 * NB){1'b0}}, {{(NB - 1){1'b0}}, 1'b1}, corrupt_addr[AB-1:0],
+                   corrupt_store[SB-1:0], 1'b0};
+            hv <= 1;
+            state <= S_CRW;
+        end
+        S_CRW: begin
+            if (hr) hv <= 0;
+            if (ov) begin
+                hp <= {{(32 * (NB - 1)){1'b0}}, op[31:0] ^ 32'd1, {{(NB - 1){1'b0}}, 1'b1},
+                       corrupt_addr[AB-1:0], corrupt_store[SB-1:0], 1'b1};
+                hv <= 1;
+                state <= S_CWR;
+            end
+        end
+        S_CWR: begin
+            if (hr) begin
+                hv <= 0; corrupt_armed <= 0; state <= S_FETCH;
+            end
+        end
         S_END: begin
+            if (tfd != 0) $fclose(tfd);
             $writememh(res_file, res);
             finished <= 1;
             state <= S_HALT;

