@@ -291,6 +291,203 @@ def _tt_layer(bld, layers, name, spec, rows, x, y, dy, dx):
     return _TTParts(fwd, bwd)
 
 
+# ---- fused SGD update ----------------------------------------------------------------------
+
+def _extents(ins):
+    """``[(store, lo, hi, writes)]``: the address hull of each operand of ``ins`` (as the
+    sequencer's scoreboard sees it: slot 0 written, UPDATE's slot 1 written too)."""
+    if isinstance(ins, Contract):
+        d = ins.desc
+        ops = [(d.c, d.batch, d.m, d.n, True), (d.a, d.batch, d.m, d.k, False),
+               (d.b, d.batch, d.k, d.n, False)]
+    elif isinstance(ins, Elementwise):
+        ops = [(ins.d, 1, ins.rows, ins.cols, True)] + [
+            (v, 1, ins.rows, ins.cols, False) for v in (ins.a, ins.b) if v is not None]
+    elif isinstance(ins, Reduce):
+        ops = [(ins.d, 1, ins.rows, 1, True), (ins.a, 1, ins.rows, ins.cols, False)]
+    elif isinstance(ins, Gather):
+        r, c, tr = ins.rows, ins.cols, ins.table_rows
+        dshape, sshape = ((r, c), (tr, c)) if ins.op == "gather" else ((tr, c), (r, c))
+        ops = [(ins.dst, 1, *dshape, True), (ins.src, 1, *sshape, False),
+               (ins.index, 1, r, 1, False)]
+    elif isinstance(ins, Update):
+        ops = [(ins.theta, 1, 1, ins.count, True), (ins.grad, 1, 1, ins.count, True)]
+    else:
+        return []
+    return [(v.store, v.base, v.last_address(b, r, c), w) for v, b, r, c, w in ops]
+
+
+def _map_grad_views(ins, move):
+    """Return ``ins`` with every grad-store view passed through ``move``."""
+    def mv(v):
+        return move(v) if v is not None and v.store == "grad" else v
+    if isinstance(ins, Contract):
+        d = ins.desc
+        return dc_replace(ins, desc=dc_replace(d, a=mv(d.a), b=mv(d.b), c=mv(d.c)))
+    if isinstance(ins, Elementwise):
+        return dc_replace(ins, d=mv(ins.d), a=mv(ins.a), b=mv(ins.b))
+    if isinstance(ins, Reduce):
+        return dc_replace(ins, d=mv(ins.d), a=mv(ins.a))
+    if isinstance(ins, Gather):
+        return dc_replace(ins, dst=mv(ins.dst), src=mv(ins.src), index=mv(ins.index))
+    return ins
+
+
+def _fuse_updates(instrs, regions, names):
+    """Fuse the SGD update into the backward pass (``compile_model(fused_update=True)``).
+
+    ``instrs``: forward + backward (no update yet); ``regions``: the memory map with every
+    parameter ``p`` in the param store and ``grad:p`` in the grad store at the same offset;
+    ``names``: the parameter names. Returns ``(instructions, regions, grad_words)``.
+
+    For each parameter its *last touch* is the last instruction that reads its param words or
+    reads or writes its grad words (an instruction inside a LOOP counts at the ENDLOOP: every
+    iteration runs first). Its UPDATE goes right after that: its gradient is final (no later
+    instruction adds to it) and no later instruction reads the old value, so every word the
+    rest of the step computes is the unfused program's and the new value is
+    ``fp32_sub(theta, fp32_mul(1.0, g))`` of the same ``g``: exactly SGD. A gradient's grad
+    words are live from its first touch to its UPDATE; the grad store is allocated by these
+    intervals (first fit, in order of first touch), so it holds only the gradients in flight.
+    A reused word was cleared to +0.0 by the UPDATE of its previous owner, so gradients that
+    accumulate (SCATTER_ADD of the TTM cores and segment rows, the position-row LOOP) still
+    start from +0.0 as in the unfused program. Parameters updated at the same point whose
+    param and grad words are both contiguous share one UPDATE.
+    """
+    # static position of each instruction (loop bodies at their LOOP / ENDLOOP)
+    first_at, last_at, loop = [], [], None
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Loop):
+            loop = i
+            end = next(j for j in range(i + 1, len(instrs)) if isinstance(instrs[j], EndLoop))
+        if loop is not None:
+            first_at.append(loop)
+            last_at.append(end)
+        else:
+            first_at.append(i)
+            last_at.append(i)
+        if isinstance(ins, EndLoop):
+            loop = None
+    spans = {"param": [], "grad": []}
+    for n in names:
+        for store, key in (("param", n), ("grad", "grad:" + n)):
+            r = regions[key]
+            spans[store].append((r.base, r.base + r.size - 1, n))
+    for lst in spans.values():
+        lst.sort()
+    starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
+
+    def touched(store, lo, hi):
+        lst = spans[store]
+        i = max(bisect_right(starts[store], lo) - 1, 0)
+        while i < len(lst) and lst[i][0] <= hi:
+            if lst[i][1] >= lo:
+                yield lst[i][2]
+            i += 1
+
+    first, last = {}, {}
+    cur_loop = None
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Loop):
+            cur_loop = ins
+            continue
+        if isinstance(ins, EndLoop):
+            cur_loop = None
+            continue
+        versions = [ins] if cur_loop is None else \
+            [ins.stepped(cur_loop.increments, 0), ins.stepped(cur_loop.increments,
+                                                               cur_loop.count - 1)]
+        hulls = {}                  # operand slot -> (store, lo, hi) over the iterations
+        for v in versions:
+            for j, (store, lo, hi, _) in enumerate(_extents(v)):
+                s0, a, b = hulls.get(j, (store, lo, hi))
+                hulls[j] = (store, min(a, lo), max(b, hi))
+        for store, lo, hi in hulls.values():
+            if store not in spans:
+                continue
+            for n in touched(store, lo, hi):
+                last[n] = max(last.get(n, -1), last_at[i])
+                if store == "grad":
+                    first[n] = min(first.get(n, len(instrs)), first_at[i])
+    missing = [n for n in names if n not in first]
+    if missing:
+        raise AssertionError(f"parameters without a gradient in the step: {missing}")
+
+    # liveness allocation of the grad store: [first touch, UPDATE after the last touch]
+    order = sorted(names, key=lambda n: (first[n], regions[n].base))
+    holes, top, live, new_base = [], 0, [], {}
+
+    def release(upto):
+        nonlocal holes, top
+        keep = []
+        for end, base, size in live:
+            if end < upto:
+                holes.append((base, size))
+            else:
+                keep.append((end, base, size))
+        live[:] = keep
+        holes.sort()
+        merged = []
+        for b, s in holes:
+            if merged and merged[-1][0] + merged[-1][1] == b:
+                merged[-1] = (merged[-1][0], merged[-1][1] + s)
+            else:
+                merged.append((b, s))
+        if merged and merged[-1][0] + merged[-1][1] == top:
+            top = merged.pop()[0]
+        holes = merged
+
+    high = 0
+    for n in order:
+        release(first[n])
+        size = regions[n].size
+        base = None
+        for h, (hb, hs) in enumerate(holes):
+            if hs >= size:
+                base = hb
+                holes[h] = (hb + size, hs - size)
+                if hs == size:
+                    del holes[h]
+                break
+        if base is None:
+            base, top = top, top + size
+            high = max(high, top)
+        new_base[n] = base
+        live.append((last[n], base, size))
+
+    old = sorted((regions["grad:" + n].base, regions["grad:" + n].size, n) for n in names)
+    old_starts = [b for b, _, _ in old]
+
+    def move(v):
+        b, size, n = old[bisect_right(old_starts, v.base) - 1]
+        if not b <= v.base < b + size:
+            raise AssertionError(f"grad view at {v.base} is in no gradient region")
+        return dc_replace(v, base=new_base[n] + v.base - b)
+
+    out_regions = dict(regions)
+    for n in names:
+        out_regions["grad:" + n] = dc_replace(regions["grad:" + n], base=new_base[n])
+
+    # UPDATEs after each last touch; contiguous runs share one
+    due = {}
+    for n in names:
+        due.setdefault(last[n], []).append(n)
+    one = f32_bits(1.0)
+    out = []
+    for i, ins in enumerate(instrs):
+        out.append(_map_grad_views(ins, move))
+        for_now = sorted(due.get(i, ()), key=lambda n: regions[n].base)
+        runs = []
+        for n in for_now:
+            p, g = regions[n], new_base[n]
+            if runs and runs[-1][0] + runs[-1][2] == p.base and runs[-1][1] + runs[-1][2] == g:
+                runs[-1][2] += p.size
+            else:
+                runs.append([p.base, g, p.size])
+        for pb, gb, count in runs:
+            out.append(Update(View("param", pb), View("grad", gb), count, one))
+    return out, out_regions, high
+
+
 @dataclass
 class CompiledModel:
     """A compiled whole-model training step.
@@ -305,7 +502,11 @@ class CompiledModel:
     rows : int
         Grid rows per step, ``batch * positions``.
     sections : dict
-        ``"forward"``, ``"backward"``, ``"update"``: (first, end) instruction indices.
+        ``"forward"``, ``"backward"``, ``"update"``: (first, end) instruction indices. With
+        ``fused_update`` the UPDATEs are part of ``"backward"`` and ``"update"`` is the END.
+    fused_update : bool
+        The UPDATEs run inside the backward pass and the grad store is allocated by liveness
+        (``grad:*`` regions overlap: a gradient region is meaningful only while it is live).
     """
     cfg: ModelConfig
     program: Program
@@ -313,6 +514,7 @@ class CompiledModel:
     rows: int
     sections: dict
     positions: int = 0
+    fused_update: bool = False
 
     def __post_init__(self):
         self.positions = self.positions or self.cfg.seq_len
@@ -452,7 +654,7 @@ class CompiledModel:
 
 
 
-def compile_model(cfg, *, lr=None, order="bidirectional", positions=None):
+def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_update=True):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
 
     Parameters
@@ -474,6 +676,13 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None):
         positions and computes only those rows: padding past ``P`` is never computed (the
         parameters, their layout and the update are the same; every padded position only
         ever contributes exact zeros). The host picks the program per batch.
+    fused_update : bool
+        ``True`` (default): each parameter tensor's UPDATE runs inside the backward pass right
+        after the last instruction that touches its gradient or reads it, and the grad store
+        is allocated by liveness, so it holds only the gradients in flight
+        (:func:`_fuse_updates`); the program computes exactly the words of the unfused one
+        (same loss, logits and parameters, bit for bit). ``False``: gradients keep the
+        parameters' layout and one UPDATE over the whole param store ends the step.
 
     Returns
     -------
@@ -835,14 +1044,23 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None):
     sections["backward"] = (start_bwd, len(bld.ins))
 
     # ================================ update ==========================================
+    sizes = {k: v for k, v in bld.alloc.high.items() if v}
+    regions = dict(bld.alloc.regions)
+    if fused_update:
+        # every UPDATE inside the backward pass; nothing is left for an update section
+        ins, regions, sizes["grad"] = _fuse_updates(bld.ins, regions, list(shapes))
+        if any(isinstance(i, Update) for i in ins[:sections["forward"][1]]):
+            raise AssertionError("a parameter's last touch is in the forward pass")
+        sections["backward"] = (start_bwd, len(ins))
+        bld.ins = ins
     start_upd = len(bld.ins)
-    bld.ins.append(Barrier())
-    bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(1.0)))
+    if not fused_update:
+        bld.ins.append(Barrier())
+        bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(1.0)))
     bld.ins.append(End())
     sections["update"] = (start_upd, len(bld.ins))
-    sizes = {k: v for k, v in bld.alloc.high.items() if v}
-    program = Program(bld.ins, sizes, dict(bld.alloc.regions))
-    return CompiledModel(cfg, program, float(lr), R, sections, S)
+    program = Program(bld.ins, sizes, regions)
+    return CompiledModel(cfg, program, float(lr), R, sections, S, bool(fused_update))
 
 
 def chip_model_config(cfg, dataset=None):

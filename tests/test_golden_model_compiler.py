@@ -70,7 +70,7 @@ def test_batch_two_layers_short_batch_match_fast_path(dataset):
 
 
 def test_memory_map_and_program_are_consistent():
-    cm = compile_model(C.get_config("tiny"))
+    cm = compile_model(C.get_config("tiny"), fused_update=False)
     prog = cm.program
     code, pc, msg = check_program(prog, prog.store_sizes)
     assert code == 0, msg
@@ -181,3 +181,99 @@ def test_short_program_rejects_longer_batches_and_bad_positions(dataset):
     for bad in (0, cfg.seq_len + 1, 2.5, True):
         with pytest.raises(ValueError, match="positions"):
             compile_model(cfg, positions=bad)
+
+
+# ---- fused SGD update (compile_model(fused_update=True), the default) ----------------------
+
+def _run_both(cfg, batches, lrs, seed):
+    """Run the unfused and the fused program side by side; return both images per step."""
+    a, b = compile_model(cfg, fused_update=False), compile_model(cfg, fused_update=True)
+    params = M.init_params(cfg, np.random.default_rng(seed))
+    ia, ib = a.initial_image(params), b.initial_image(params)
+    out = []
+    for batch, lr in zip(batches, lrs):
+        a.set_batch(ia, batch, lr)
+        b.set_batch(ib, batch, lr)
+        ia, _ = interpret(a.program, ia, raise_errors=True)
+        ib, _ = interpret(b.program, ib, raise_errors=True)
+        out.append((ia, ib))
+    return a, b, params, out
+
+
+@pytest.mark.parametrize("variant", ["tiny", "batch3_two_layers"])
+def test_fused_update_is_bit_identical_to_the_unfused_step(dataset, variant):
+    """Exactly SGD: after every step the loss, the logits, every parameter word and every
+    word of the act and scratch stores of the fused program equal the unfused program's bit
+    for bit (several steps, a learning-rate change and, for the 2-layer batch-3 variant, a
+    short last batch). Parameters whose gradient has several contributions are among them:
+    the TTM cores (SCATTER_ADD per row), the position rows (LOOP accumulation), the segment
+    rows, LayerNorm gamma/beta, the shared bias rows of the TT layers."""
+    if variant == "tiny":
+        cfg = C.get_config("tiny")
+        batches, lrs = _batches(dataset, 4, 1), [0.05, 0.05, 0.1, 0.02]
+    else:
+        cfg = C.get_config("tiny").with_(batch=3, n_layers=2)
+        batches = _batches(dataset, 2, 3) + [_batches(dataset, 3, 2)[2]]
+        lrs = [0.1, 0.05, 0.1]
+    a, b, start, out = _run_both(cfg, batches, lrs, seed=7)
+    assert b.fused_update and not a.fused_update
+    for s, (ia, ib) in enumerate(out):
+        assert a.loss(ia) == b.loss(ib), s
+        np.testing.assert_array_equal(a.logits(ia).view(np.uint32), b.logits(ib).view(np.uint32))
+        pa, pb = a.params(ia), b.params(ib)
+        for k in pa:
+            np.testing.assert_array_equal(pa[k].view(np.uint32), pb[k].view(np.uint32), (s, k))
+        for store in ("param", "act", "scratch"):
+            np.testing.assert_array_equal(ia[store], ib[store], (s, store))
+        assert not ia["grad"].any() and not ib["grad"].any()       # every gradient cleared
+    moved = [k for k in start if np.any(b.params(out[-1][1])[k] != start[k])]
+    for k in ("emb.tok.core0", "emb.tok.core1", "emb.pos", "emb.ln.gamma", "enc0.ln1.beta",
+              "enc0.q.bias", "intent.weight"):
+        assert k in moved, k
+    assert b.store_sizes["grad"] < a.store_sizes["grad"]
+
+
+def _touches(ins):
+    from ttrain.golden.model_compiler import _extents
+    return _extents(ins)
+
+
+def test_fused_update_structure():
+    """Each parameter word is updated exactly once, by rate 1.0, from its own gradient
+    region; nothing reads a parameter after its UPDATE; all UPDATEs are in the backward
+    pass; the grad store is far smaller and the other stores keep their sizes."""
+    from ttrain.golden.interpreter import dynamic_stream
+    cfg = C.get_config("tiny").with_(batch=2, n_layers=2)
+    cm, ref = compile_model(cfg), compile_model(cfg, fused_update=False)
+    prog, mm = cm.program, cm.memory_map
+    assert check_program(prog, prog.store_sizes)[0] == 0
+    assert cm.sections["update"][1] - cm.sections["update"][0] == 1        # the END alone
+    names = list(M.param_shapes(cfg))
+    n_params = M.num_params(cfg)
+    updated = np.zeros(n_params, int)
+    done = {}                          # param word -> instruction index of its UPDATE
+    stream = list(dynamic_stream(prog.instructions))
+    for t, (pc, ins) in enumerate(stream):
+        if isinstance(ins, Update):
+            assert ins.lr == f32_bits(1.0)
+            updated[ins.theta.base:ins.theta.base + ins.count] += 1
+            for n in names:
+                p, g = mm[n], mm["grad:" + n]
+                if ins.theta.base <= p.base < ins.theta.base + ins.count:
+                    assert g.base - ins.grad.base == p.base - ins.theta.base, n
+                    done[n] = t
+    assert (updated == 1).all()
+    assert set(done) == set(names)
+    # no instruction after a parameter's UPDATE reads its words
+    for n, t in done.items():
+        p = mm[n]
+        for pc, ins in stream[t + 1:]:
+            for store, lo, hi, _ in _touches(ins):
+                assert not (store == "param" and lo <= p.base + p.size - 1 and p.base <= hi), \
+                    (n, pc, ins)
+    # the update section is empty; the UPDATEs sit in the backward pass
+    lo, hi = cm.sections["backward"]
+    assert all(lo <= pc < hi for pc, ins in stream if isinstance(ins, Update))
+    assert cm.store_sizes["grad"] * 4 < ref.store_sizes["grad"]
+    for store in ("param", "act", "scratch"):
+        assert cm.store_sizes[store] == ref.store_sizes[store]
