@@ -28,12 +28,14 @@ TT layer's place and a dense ``V x D`` embedding table: dense parameters + dense
 (plain SGD: no optimizer state) + saved activations (no TT intermediates) + scratch.
 """
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from .config import ModelConfig
 from .planner import ORDER_NAMES, layer_tokens, plan_layer, ttm_cost
 
-__all__ = ["WORD_BYTES", "CATEGORIES", "MemoryReport", "memory_report"]
+__all__ = ["WORD_BYTES", "CATEGORIES", "MemoryReport", "memory_report", "REGION_CLASSES",
+           "region_layer", "compiled_memory"]
 
 #: Bytes per FP32 word.
 WORD_BYTES = 4
@@ -239,3 +241,139 @@ def memory_report(cfg, order="bidirectional", batch=None, plans=None):
     return MemoryReport(config=cfg.name, tokens=B, order=order, onchip_items=onchip_items,
                         dense_items=dense_items, layers=layers, scratch_phase=on_key,
                         dense_scratch_phase=de_key)
+
+
+# ---- the compiled memory map (what the chip allocates) -------------------------------------
+
+#: Region classes of a compiled step's memory map (:func:`compiled_memory`), in report order.
+REGION_CLASSES = ("parameters", "gradients", "activations", "scratch", "sample_io")
+#: Region names the host writes or reads every step (``golden/model_compiler.py``).
+_SAMPLE_IO = ("in.", "loss", "logits")
+
+
+def region_layer(name):
+    """Return the model part a memory-map region of the whole-model compiler belongs to.
+
+    ``grad:`` is dropped; ``enc{i}.*`` -> ``enc{i}``; ``emb.*`` -> ``embedding``; ``pooler*``,
+    ``pin``, ``pooled`` -> ``pooler``; ``intent.*``, ``ce.*``, ``probs``, ``dlogits``,
+    ``dpooled`` -> ``head``; ``in.*``, ``loss``, ``logits`` -> ``sample_io``; the buffers every
+    layer reuses (``bwd.*``, ``t.*``, ``tt.pool``) -> ``shared``.
+    """
+    n = name[5:] if name.startswith("grad:") else name
+    first = n.split(".", 1)[0]
+    if first.startswith("enc") and first[3:].isdigit():
+        return first
+    if first == "emb":
+        return "embedding"
+    if first in ("pooler", "pin", "pooled"):
+        return "pooler"
+    if first in ("intent", "ce", "probs", "dlogits", "dpooled"):
+        return "head"
+    if n.startswith(_SAMPLE_IO):
+        return "sample_io"
+    return "shared"
+
+
+def _region_classes(cm):
+    """``{region: class}`` for every region of ``cm``'s memory map.
+
+    The store decides for parameters and gradients; the names decide the sample I/O (the
+    host's ``in.*``, ``loss``, ``logits``); every other region (act and scratch stores) is
+    classed from the program: ``activations`` when the forward pass writes it and the
+    backward pass reads it before writing it (kept for backward: TT inputs and ``Z = X·L``,
+    Q/K/V, attention probabilities, LayerNorm ``x_hat``/``1/sigma``, TTM prefix products,
+    ...), else ``scratch`` (a temporary of one phase: backward buffers, recomputed merges,
+    the GELU output recomputed in backward, forward-only intermediates).
+    """
+    from .interpreter import dynamic_stream
+    from .model_compiler import _extents
+    mm = cm.memory_map
+    out, spans = {}, {}
+    for name, r in mm.items():
+        if r.store == "param":
+            out[name] = "parameters"
+        elif r.store == "grad":
+            out[name] = "gradients"
+        elif name.startswith(_SAMPLE_IO):
+            out[name] = "sample_io"
+        else:
+            spans.setdefault(r.store, []).append((r.base, r.base + r.size - 1, name))
+    for lst in spans.values():
+        lst.sort()
+    starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
+    fwd_end = cm.sections["forward"][1]
+    written, first_bwd = set(), {}
+    for pc, ins in dynamic_stream(cm.program.instructions):
+        ops = _extents(ins)
+        acc = getattr(getattr(ins, "desc", None), "accumulate", False) or \
+            getattr(ins, "accumulate", False) or getattr(ins, "op", "") == "scatter_add"
+        for j, (store, lo, hi, w) in enumerate(ops):
+            lst = spans.get(store)
+            if not lst:
+                continue
+            i = max(bisect_right(starts[store], lo) - 1, 0)
+            while i < len(lst) and lst[i][0] <= hi:
+                if lst[i][1] >= lo:
+                    name = lst[i][2]
+                    writes_only = j == 0 and not acc
+                    if pc < fwd_end:
+                        if j == 0:
+                            written.add(name)
+                    elif name not in first_bwd:
+                        first_bwd[name] = "write" if writes_only else "read"
+                i += 1
+    for lst in spans.values():
+        for _, _, name in lst:
+            kept = name in written and first_bwd.get(name) == "read"
+            out[name] = "activations" if kept else "scratch"
+    return out
+
+
+def compiled_memory(cm):
+    """Return the memory of a compiled whole-model step (``compile_model(...)``) in words.
+
+    This is what the chip allocates (before the platform rounds each store to whole rows of
+    its banks, ``platforms/hw.py``). Returns a dict:
+
+    ``stores``
+        ``{store: words}`` (``program.store_sizes``).
+    ``classes``
+        ``{class: words}`` over :data:`REGION_CLASSES`, adding up to the stores' total: the
+        param store is ``parameters``, the grad store ``gradients`` (with the fused update
+        the liveness-allocated peak, less than the sum of the gradient regions), the act and
+        scratch stores split by :func:`_region_classes`.
+    ``store_classes``
+        ``{store: {class: words}}``.
+    ``regions``
+        ``{class: {region: words}}``.
+    ``layers``
+        ``{part: {class: words}}`` by :func:`region_layer`; ``gradients`` is the sum of the
+        part's gradient regions (with the fused update they share the grad store, so the
+        parts' gradients add up to more than the store).
+    ``fused_update``
+        Whether the step applies each update during the backward pass.
+    """
+    classes = _region_classes(cm)
+    mm = cm.memory_map
+    stores = {s: int(w) for s, w in cm.store_sizes.items()}
+    store_classes = {s: {} for s in stores}
+    regions = {c: {} for c in REGION_CLASSES}
+    layers = {}
+    for name, r in mm.items():
+        c = classes[name]
+        regions[c][name] = r.size
+        part = layers.setdefault(region_layer(name), {k: 0 for k in REGION_CLASSES})
+        part[c] += r.size
+        if r.store != "grad":
+            sc = store_classes[r.store]
+            sc[c] = sc.get(c, 0) + r.size
+    store_classes["grad"] = {"gradients": stores.get("grad", 0)}
+    for s, sc in store_classes.items():
+        # words no region names (none today) count as scratch
+        rest = stores.get(s, 0) - sum(sc.values())
+        if rest:
+            sc["scratch"] = sc.get("scratch", 0) + rest
+    total = {c: sum(sc.get(c, 0) for sc in store_classes.values()) for c in REGION_CLASSES}
+    return {"stores": stores, "classes": total, "store_classes": store_classes,
+            "regions": regions, "layers": layers,
+            "fused_update": bool(getattr(cm, "fused_update", False))}

@@ -1,7 +1,8 @@
 """The stores on the U50's RAMs: sizes from the compiler (or the planner), BRAM/URAM mapping, fit.
 
 Platform knowledge used by :func:`ttrain.platforms.hw.hw_config` (which mapping the chip is
-built with), ``ttrain resources`` and ``ttrain plan``. The per-store primitive counts follow
+built with), ``ttrain resources`` and ``ttrain plan`` (:func:`plan_report`: the compiled
+memory map beside the dense baseline, the planner's figure as a labelled estimate). The per-store primitive counts follow
 :func:`store_primitives`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of
 512 x 32), a URAM288 4096 x 72 used 32 bits wide, one bank per column.
 """
@@ -11,7 +12,7 @@ import math
 
 __all__ = ["STORE_CATEGORY", "store_sizes_from_plan", "store_sizes_from_compiler",
            "SIZE_SOURCES", "memory_map", "fit_memory", "fits_u50", "check_banks",
-           "store_primitives"]
+           "store_primitives", "plan_report"]
 
 #: Store name -> category of the memory plan (``onchip_bytes``) it holds.
 STORE_CATEGORY = {"param": "parameters", "grad": "gradients", "act": "activations",
@@ -43,7 +44,8 @@ def _capacity():
 
 
 def store_sizes_from_plan(config, banks):
-    """Return ``{store: words}`` of preset ``config`` from its on-chip memory plan.
+    """Return ``{store: words}`` of preset ``config`` from the planner's on-chip memory
+    *estimate* (``golden/memory.py``; not what the compiled step allocates).
 
     Parameters
     ----------
@@ -174,3 +176,122 @@ def fits_u50(store_sizes, banks, styles, reserve=None):
     capacity = _capacity()
     left = _left(memory_map(store_sizes, banks, styles)["total"], capacity, reserve or {})
     return left["ramb36_equiv"] >= 0 and left["uram288"] >= 0
+
+
+# ---- ttrain plan: the compiled memory map beside the dense baseline ------------------------
+
+def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None):
+    """Return the ``ttrain plan`` report of preset ``name`` as a JSON-ready dict.
+
+    MACs per contraction order come from the planner (``golden/planner.py``). Memory comes
+    from the compiled training step as the chip runs it
+    (``golden.model_compiler.compile_model`` of ``chip_model_config(cfg)``, ``order`` if the
+    model compiler takes it, else the bi-directional flow), with every store rounded to whole
+    rows of ``banks`` words exactly as :func:`ttrain.platforms.hw.hw_config` sizes the chip
+    (``banks`` defaults to :data:`~ttrain.platforms.hw.DEFAULT_LANES`, the ``ttrain
+    resources`` default): ``onchip_bytes`` (per region class, ``padding`` = the rounding,
+    and ``total``), ``compiled`` (per store, per class, per model part) and ``memory_ratio``
+    against dense uncompressed FP32 SGD training (``golden/memory.py``). The planner's own
+    count is kept as ``estimate`` with its error against the compiled figures.
+    """
+    from ..golden.compiler import ORDERS
+    from ..golden.config import get_config
+    from ..golden.memory import CATEGORIES, REGION_CLASSES, WORD_BYTES, compiled_memory, \
+        memory_report
+    from ..golden.model_compiler import chip_model_config, compile_model
+    from ..golden.planner import ORDER_NAMES, model_macs
+    from .hw import DEFAULT_LANES, hw_config
+
+    cfg = get_config(name)
+    if batch is not None:
+        if batch < 1:
+            raise ValueError(f"--batch must be at least 1, got {batch}")
+        cfg = cfg.with_(batch=batch)
+    banks = DEFAULT_LANES if banks is None else banks
+    check_banks(banks)
+    mm = model_macs(cfg)
+    plans = {(p.spec, p.tokens): p for _, p in mm["layers"]}
+    mem = memory_report(cfg, order=order, plans=plans)
+
+    # ---- the compiled step, as the chip allocates it
+    chip_cfg, notes = chip_model_config(cfg)
+    compiled_order = order if order in ORDERS else "bidirectional"
+    try:
+        cm = compile_model(chip_cfg, order=compiled_order)
+    except ValueError as e:
+        if compiled_order == "bidirectional":
+            raise
+        notes.append(f"the model compiler does not take order {order!r} ({e}); the memory "
+                     f"map is the bidirectional flow's")
+        compiled_order = "bidirectional"
+        cm = compile_model(chip_cfg)
+    comp = compiled_memory(cm)
+    hw = hw_config({cfg.name: cm}, config=cfg.name, banks=banks, lanes=banks)
+    words = hw.stores
+    W = WORD_BYTES
+    onchip = {c: comp["classes"][c] * W for c in REGION_CLASSES}
+    onchip["padding"] = (sum(words.values()) - sum(comp["stores"].values())) * W
+    onchip["total"] = sum(words.values()) * W
+    dense_total = mem.dense_training_bytes
+    stores = {s: {"words": words[s], "compiled_words": comp["stores"].get(s, 0),
+                  "bytes": words[s] * W,
+                  "classes": {c: v * W for c, v in comp["store_classes"].get(s, {}).items()}}
+              for s in words}
+
+    # ---- the planner's estimate and its error against the compiled step
+    est = mem.onchip
+    error = {}
+    for c in CATEGORIES + ("total",):
+        got = onchip[c]
+        error[c] = {"estimate": est[c], "compiled": got, "error": est[c] - got,
+                    "relative": (est[c] - got) / got if got else None}
+
+    layers, entries = [], []
+    for (lname, lp), lm in zip(mm["layers"], mem.layers):
+        chosen = lp.best if order == "best" else order
+        macs = {o: lp.orders[o].macs for o in ORDER_NAMES}
+        macs["dense"] = lp.dense.macs
+        layer = {"name": lname, "shape": lm["shape"], "in_modes": lm["in_modes"],
+                 "out_modes": lm["out_modes"], "ranks": lm["ranks"], "tokens": lp.tokens,
+                 "best": lp.best, "macs": macs,
+                 "forward_macs": {o: lp.orders[o].forward_macs for o in ORDER_NAMES},
+                 "peak_live_words": {o: lp.orders[o].peak_live_words for o in ORDER_NAMES},
+                 "saved_words": {o: lp.orders[o].saved_words for o in ORDER_NAMES},
+                 "dp_best_tree": lp.orders["dp_best"].tree,
+                 "estimate_bytes": {c: lm[c] for c in CATEGORIES + ("total",)},
+                 "scratch_phase": lm["scratch_phase"]}
+        if steps:
+            layer["orders"] = {o: lp.orders[o].to_dict() for o in ORDER_NAMES}
+            layer["dense_order"] = lp.dense.to_dict()
+        layers.append(layer)
+        for group, m in lp.orders[chosen].macs_by_group().items():
+            entries.append({"name": f"{lname}.{group}", "macs": m})
+    for oname, m in mm["other"].items():
+        entries.append({"name": oname, "macs": m})
+    entries.append({"name": "embedding.ttm", "macs": mm["embedding"]["total"]})
+    entry_total = sum(e["macs"] for e in entries)
+    return {
+        "config": cfg.name, "batch": cfg.batch, "seq_len": cfg.seq_len, "tokens": cfg.tokens,
+        "order": order,
+        "objective": mm["layers"][0][1].objective,
+        "onchip_bytes": onchip, "dense_bytes": mem.dense,
+        "dense_training_bytes": dense_total, "memory_ratio": dense_total / onchip["total"],
+        "compiled": {"source": "golden/model_compiler.py compile_model (chip_model_config), "
+                               f"stores rounded to whole rows of {banks} banks "
+                               "(platforms/hw.py hw_config)",
+                     "order": compiled_order, "fused_update": comp["fused_update"],
+                     "banks": banks, "notes": notes, "stores": stores,
+                     "layers": {p: {c: v * W for c, v in d.items()}
+                                for p, d in comp["layers"].items()},
+                     "regions": {c: {r: v * W for r, v in d.items()}
+                                 for c, d in comp["regions"].items()}},
+        "estimate": {"source": "golden/memory.py memory_report (planner estimate, not what "
+                               "the chip allocates)",
+                     "onchip_bytes": est, "memory_ratio": mem.memory_ratio,
+                     "error": error, "items": mem.onchip_items,
+                     "scratch_phase": mem.scratch_phase},
+        "macs": dict(mm["totals"]), "update_macs": mm["update"], "other_macs": mm["other"],
+        "embedding": mm["embedding"], "layers": layers, "entries": entries,
+        "total": {"macs": entry_total, "onchip_bytes": onchip["total"]},
+        "memory": {"dense": mem.dense_items, "dense_scratch_phase": mem.dense_scratch_phase},
+    }

@@ -9,9 +9,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ttrain.main import main
-from ttrain.plan_cmd import build_report as plan_report
 from ttrain.platforms.u50 import U50_CAPACITY
-from ttrain.platforms.memory import STORE_CATEGORY, fit_memory, memory_map, store_sizes_from_plan
+from ttrain.platforms.memory import STORE_CATEGORY, fit_memory, memory_map, plan_report, \
+    store_sizes_from_plan
 from ttrain.platforms.resources import _parse_stat, logic_depth, synth_component
 
 
@@ -27,7 +27,8 @@ def test_capacity_figures():
 
 @pytest.mark.parametrize("config,banks", [("tiny", 8), ("paper-l1", 8), ("paper-l3", 4)])
 def test_store_sizes_follow_the_plan(config, banks):
-    onchip = plan_report(config)["onchip_bytes"]
+    # --sizes plan: the planner's estimate (ttrain plan's "estimate"), not the compiled map
+    onchip = plan_report(config)["estimate"]["onchip_bytes"]
     sizes = store_sizes_from_plan(config, banks)
     assert set(sizes) == set(STORE_CATEGORY)
     for store, cat in STORE_CATEGORY.items():
