@@ -33,6 +33,9 @@ def register(sub):
                    help="order the compiled step (and the estimate and the `entries` list) "
                         "uses (default: bidirectional, the flow the accelerator runs; "
                         "`best` compiles each layer's planner-best order)")
+    p.add_argument("--no-fused-update", dest="fused_update", action="store_false",
+                   help="memory of the step compiled with one UPDATE at its end (gradients of "
+                        "every tensor held at once) instead of the default fused update")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--steps", action="store_true",
                    help="with --json: include every contraction step of every order")
@@ -114,7 +117,8 @@ def format_report(rep):
 
 
 def run(args):
-    rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps)
+    rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
+                      fused_update=args.fused_update)
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -180,7 +180,8 @@ def fits_u50(store_sizes, banks, styles, reserve=None):
 
 # ---- ttrain plan: the compiled memory map beside the dense baseline ------------------------
 
-def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None):
+def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None,
+                fused_update=True):
     """Return the ``ttrain plan`` report of preset ``name`` as a JSON-ready dict.
 
     MACs per contraction order come from the planner (``golden/planner.py``). Memory comes
@@ -193,6 +194,8 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     and ``total``), ``compiled`` (per store, per class, per model part) and ``memory_ratio``
     against dense uncompressed FP32 SGD training (``golden/memory.py``). The planner's own
     count is kept as ``estimate`` with its error against the compiled figures.
+    ``fused_update``: compile with the fused SGD update (default, as the chip runs) or with
+    one UPDATE at the end of the step (gradients in the parameters' layout).
     """
     from ..golden.compiler import ORDERS
     from ..golden.config import get_config
@@ -217,14 +220,14 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     chip_cfg, notes = chip_model_config(cfg)
     compiled_order = order if order in ORDERS else "bidirectional"
     try:
-        cm = compile_model(chip_cfg, order=compiled_order)
+        cm = compile_model(chip_cfg, order=compiled_order, fused_update=fused_update)
     except ValueError as e:
         if compiled_order == "bidirectional":
             raise
         notes.append(f"the model compiler does not take order {order!r} ({e}); the memory "
                      f"map is the bidirectional flow's")
         compiled_order = "bidirectional"
-        cm = compile_model(chip_cfg)
+        cm = compile_model(chip_cfg, fused_update=fused_update)
     comp = compiled_memory(cm)
     hw = hw_config({cfg.name: cm}, config=cfg.name, banks=banks, lanes=banks)
     words = hw.stores

@@ -221,3 +221,13 @@ def test_estimate_is_labelled_and_its_error_reported(reports, name):
     assert est["error"]["scratch"]["error"] < 0
     assert abs(est["error"]["total"]["relative"]) < 0.75
     assert rep["memory_ratio"] == pytest.approx(rep["dense_training_bytes"] / on["total"])
+
+
+def test_no_fused_update_holds_every_gradient(all_reports):
+    rep = _json(["plan", "--config", "tiny", "--json", "--no-fused-update"])
+    fused = all_reports["tiny"]
+    assert not rep["compiled"]["fused_update"]
+    assert rep["onchip_bytes"]["gradients"] == rep["onchip_bytes"]["parameters"]
+    assert rep["onchip_bytes"]["total"] > fused["onchip_bytes"]["total"]
+    for c in ("parameters", "activations", "scratch", "sample_io"):
+        assert rep["onchip_bytes"][c] == fused["onchip_bytes"][c]
