@@ -109,7 +109,9 @@ def register(sub):
                    help="interleaved output slots per lane (default 16)")
     e.add_argument("--ranks", default="r10,r20",
                    help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
-    e.set_defaults(func=_engine)
+    from .debug_cmd import add_sim_debug_flags, with_sim_debug
+    add_sim_debug_flags(e, trace=False)      # the engine alone: no sequencer, no trace
+    e.set_defaults(func=with_sim_debug(_engine))
     la = bsub.add_parser("layer", help="paper-layer training steps on the accelerator top")
     la.add_argument("--json", action="store_true", help="print the JSON report")
     la.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report here")
@@ -119,7 +121,8 @@ def register(sub):
     la.add_argument("--steps", type=int, default=3, help="consecutive training steps (default 3)")
     la.add_argument("--ranks", default="r10,r20",
                     help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
-    la.set_defaults(func=_layer)
+    add_sim_debug_flags(la)
+    la.set_defaults(func=with_sim_debug(_layer))
     st = bsub.add_parser("step", help="whole-model training steps on the accelerator top")
     st.add_argument("--config", default="paper-l1", metavar="NAME",
                     help="preset (default paper-l1)")
@@ -132,7 +135,8 @@ def register(sub):
     st.add_argument("--positions", type=int, default=None, metavar="P",
                     help="run the program compiled for the first P positions (padding past P "
                          "skipped) on the full-size build (default: the full grid)")
-    st.set_defaults(func=_step)
+    add_sim_debug_flags(st)
+    st.set_defaults(func=with_sim_debug(_step))
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")
     f.add_argument("--unit", default="all", choices=["mul", "add", "compare", "all"])
     f.add_argument("--pairs", type=int, default=1_000_000, help="pairs per unit (default 1M)")

@@ -11,7 +11,7 @@ import os
 
 # Each module adds its sub-parser(s) and sets ``func`` on them.
 MODULES = ["plan_cmd", "train_cmd", "eval_cmd", "demo_cmd", "verilog_cmd", "bench_cmd",
-           "resources_cmd", "xo_cmd", "hw_cmd"]
+           "resources_cmd", "xo_cmd", "hw_cmd", "debug_cmd"]
 
 
 def register(sub):

@@ -31,7 +31,9 @@ def register(sub):
                    help="steps per simulation session (default 4)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    from .debug_cmd import add_sim_debug_flags, with_sim_debug
+    add_sim_debug_flags(p)
+    p.set_defaults(func=with_sim_debug(run))
 
 
 def memory_lines(store_sizes, lanes):

@@ -55,7 +55,15 @@ def register(sub):
     p.add_argument("--compare", action="store_true",
                    help="--engine interpreter/rtl: also train the golden fast path with the "
                         "same settings and seed and print both accuracies")
-    p.set_defaults(func=run)
+    from .debug_cmd import add_sim_debug_flags, with_sim_debug
+    add_sim_debug_flags(p)
+    p.set_defaults(func=with_sim_debug(run, check=_check_debug))
+
+
+def _check_debug(args):
+    if args.engine != "rtl":
+        raise ValueError("--waves and --trace apply to --engine rtl only (the other engines "
+                         "run no simulation)")
 
 
 def _check_args(args):

@@ -23,7 +23,8 @@ from ...golden.isa import Barrier, End, Program
 from ...golden.model_compiler import chip_model_config as chip_config
 from ...golden.stepper import Stepper, check_compiled_step
 from ..hw import hw_config
-from ..sim.top import TopSession, build_top, pad_image, run_top
+from ..sim import debug as sim_debug
+from ..sim.top import TopSession, build_top, golden_tracer, pad_image, run_top
 
 __all__ = ["build_model_top", "ChipRun", "StepResult", "section_program", "chip_config",
            "ChipStepper", "train_on_chip"]
@@ -141,13 +142,18 @@ class ChipRun:
         def play(part, image, s, whole):
             """Interpret program ``part`` on ``image``, queue it on the chip with its check."""
             nonlocal loaded
-            new, st = interpret(programs[part], image)
+            golden = None
+            if sim_debug.trace_file() is not None:      # --trace: the golden stream beside it
+                tracer, golden = golden_tracer()
+                new, st = interpret(programs[part], image, trace=tracer)
+            else:
+                new, st = interpret(programs[part], image)
             _raise(st, s, part)
             if loaded != part:
                 sess.program(programs[part].words())
                 loaded = part
             name = f"step{s}" + ("" if part == "step" else f".{part}")
-            sess.run(name, expect_at=self._expect(new, outs, whole))
+            sess.run(name, expect_at=self._expect(new, outs, whole), golden=golden)
             return new, st
 
         for s, (batch, lr) in enumerate(zip(batches, lrs)):

@@ -276,12 +276,60 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
                   f"{'converted in %.1f s' % t_convert if verilog_text else 'given'}; "
                   f"verilating {len(sources)} sources into {build_dir}")
         _run_build(build_dir, toplevel, sources, defines, parameters,
-                   [*build_args, "--trace-fst"] if waves else build_args, waves, public,
-                   label=name)
+                   [*build_args, "--trace-fst", *_fst_shim_args(root)] if waves
+                   else build_args, waves, public, label=name)
         marker.write_text(json.dumps([str(s) for s in sources]))
         _progress(f"building {name}: done in {time.time() - t_start:.1f} s")
     return VerilatorBuild(build_dir, toplevel, name, tuple(sources), reused=False,
                           waves=waves)
+
+
+# Verilator's FST writer (fstcpp) includes <lz4.h> and links -llz4; the machines here have the
+# LZ4 runtime at most, not its header. The stand-in header below implements the two functions
+# the writer calls as a valid LZ4 block of literals only (stored, not compressed: every FST
+# reader decodes it), and an empty liblz4.a satisfies -llz4. With the real header installed
+# (liblz4-dev) the real library is used.
+_LZ4_SHIM = r"""/* lz4.h stand-in for Verilator's FST writer (ttrain: platforms/sim/verilator.py) */
+#ifndef TTRAIN_LZ4_SHIM_H
+#define TTRAIN_LZ4_SHIM_H
+#include <string.h>
+static inline int LZ4_compressBound(int n) {
+    return (n < 0 || n > 0x7E000000) ? 0 : n + n / 255 + 16;
+}
+/* one sequence of literals only: a valid LZ4 block holding the input uncompressed */
+static inline int LZ4_compress_default(const char *src, char *dst, int n, int cap) {
+    unsigned char *o = (unsigned char *)dst;
+    int need = 1 + (n >= 15 ? (n - 15) / 255 + 1 : 0) + n;
+    if (n < 0 || need > cap) return 0;
+    if (n < 15) {
+        *o++ = (unsigned char)(n << 4);
+    } else {
+        int r = n - 15;
+        *o++ = 0xF0;
+        while (r >= 255) { *o++ = 255; r -= 255; }
+        *o++ = (unsigned char)r;
+    }
+    memcpy(o, src, (size_t)n);
+    return (int)(o + n - (unsigned char *)dst);
+}
+#endif
+"""
+
+
+def _fst_shim_args(root):
+    """Verilator arguments that let an FST build compile without the LZ4 development files
+    (none when ``lz4.h`` is installed)."""
+    if Path("/usr/include/lz4.h").is_file():
+        return []
+    shim = Path(root) / "_fst_shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    for fname, data in (("lz4.h", _LZ4_SHIM.encode()), ("liblz4.a", b"!<arch>\n")):
+        path = shim / fname
+        if not path.is_file() or path.read_bytes() != data:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+    return ["-CFLAGS", f"-I{shim}", "-LDFLAGS", f"-L{shim}"]
 
 
 def _progress(line):

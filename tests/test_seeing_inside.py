@@ -1,0 +1,170 @@
+"""Seeing inside the simulated chip (issue 11, item 8).
+
+* the RTL instruction trace (the sequencer's trace port, written by the Verilog driver under
+  ``+TRACE=``) equals the golden interpreter's dynamic stream (pc, mnemonic) for a whole
+  ``tiny`` training step and for a LOOP program, with start <= end and monotone starts;
+* the divergence finder reports exactly the instruction after which the driver flips a store
+  word (``debug_corrupt``), and no divergence without one;
+* waveforms on demand: ``TTRAIN_WAVES=DIR`` makes a separate (cached) FST build and dumps
+  ``DIR/<test name>.fst``; ``debug.capture(waves=FILE)`` names the files; a build that is not
+  reused prints progress lines.
+
+All but the waves test run on the shared 4-lane build of ``tests/shared_top.py``.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import Out
+
+from ttrain.golden import model as M
+from ttrain.golden.data import generate_dataset
+from ttrain.golden.interpreter import run as interpret
+from ttrain.platforms.host.chip import ChipRun
+from ttrain.platforms.host.diverge import find_divergence, unrolled
+from ttrain.platforms.sim import debug
+from ttrain.platforms.sim.top import layer_session, parse_trace, run_top
+from ttrain.platforms.sim.verilator import build_root, build_verilator, run_cocotb
+from shared_top import layer_programs, model_programs, shared_top
+
+
+@pytest.fixture(scope="module")
+def top():
+    return shared_top()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return model_programs()["tiny"]
+
+
+def _batches(cm, n):
+    ds = generate_dataset(seed=0, seq_len=cm.cfg.seq_len, vocab_size=cm.cfg.vocab)
+    it = ds.batches("train", cm.cfg.batch, seed=np.random.default_rng([0, 1]))
+    return [next(it) for _ in range(n)]
+
+
+def _golden_stream(program, image):
+    out = []
+    _, st = interpret(program, image, trace=lambda pc, ins, w: out.append((pc, ins.mnemonic)))
+    assert not st.error
+    return out
+
+
+def _check_timing(records):
+    assert all(r["end"] is not None and r["start"] <= r["end"] for r in records)
+    starts = [r["start"] for r in records]
+    assert starts == sorted(starts)
+    assert [r["i"] for r in records] == list(range(len(records)))
+
+
+def test_trace_of_a_tiny_step_is_the_interpreters_stream(top, tiny, tmp_path):
+    params = M.init_params(tiny.cfg, np.random.default_rng(0))
+    trace = tmp_path / "t.jsonl"
+    with debug.capture(trace=trace):
+        chip = ChipRun(tiny, top, params, tmp_path / "work", check="all")
+        image = {k: v.copy() for k, v in chip.image.items()}
+        batch = _batches(tiny, 1)
+        for name, words in tiny.sample_words(batch[0]).items():
+            r = tiny.memory_map[name]
+            image[r.store][r.base:r.base + r.size] = words
+        res = chip.run_steps(batch)
+    chip_recs = [json.loads(x) for x in trace.read_text().splitlines()]
+    golden = [json.loads(x) for x in debug.golden_trace_file(trace).read_text().splitlines()]
+    want = _golden_stream(tiny.program, image)
+    assert [(r["pc"], r["op"]) for r in chip_recs] == want
+    assert [(r["pc"], r["op"]) for r in golden] == want
+    assert debug.compare_traces(trace) == (len(want), None)
+    assert len(want) == res[0].instructions
+    _check_timing(chip_recs)
+    units = {r["op"]: r["unit"] for r in chip_recs}
+    assert units["contract"] == "engine" and units["update"] == "update"
+    assert units["gather"] == "vector" and units["end"] == "seq"
+    assert chip_recs[-1]["end"] <= res[0].cycles
+
+
+def test_trace_of_a_loop_program(top, tmp_path):
+    cl = layer_programs()["tt_loop"]
+    sess, _ = layer_session(cl, top.config["store_sizes"], steps=1, seed=3)
+    assert any(i.mnemonic == "loop" for i in cl.program.instructions)
+    first = {}                                             # the image the session writes
+    for job in sess.jobs:
+        if job["kind"] == "write":
+            first.setdefault(job["store"], sess.arrays[job["key"]])
+    want = _golden_stream(cl.program, first)
+    rows = run_top(top, sess, test_dir=tmp_path, trace=True)
+    recs = rows[0]["trace"]
+    assert [(r["pc"], r["op"]) for r in recs] == want
+    assert len(recs) > len(cl.program.instructions)       # loop bodies repeated
+    _check_timing(recs)
+
+
+def test_parse_trace_pairs_dispatch_and_completion():
+    runs = parse_trace("D 0 5 0 8 0\nD 0 6 1 16 1\nC 0 9 2\nC 0 12 1\nD 0 13 2 1 3\n"
+                       "D 1 2 0 1 3\n")
+    assert [(r["op"], r["unit"], r["start"], r["end"]) for r in runs[0]] == [
+        ("contract", "engine", 5, 12), ("add", "vector", 6, 9), ("end", "seq", 13, 13)]
+    assert runs[1][0]["pc"] == 0
+
+
+def test_divergence_finder_reports_the_planted_instruction(top, tiny, tmp_path):
+    params = M.init_params(tiny.cfg, np.random.default_rng(0))
+    batches = _batches(tiny, 1)
+    stream = unrolled(tiny.program)
+    pc = next(i for i, (_, ins) in enumerate(stream) if i >= 21 and ins.mnemonic != "barrier")
+    addr = tiny.memory_map["logits"].base
+    store = tiny.memory_map["logits"].store
+    d = find_divergence(tiny, top, params, batches, workdir=tmp_path / "planted", fanout=8,
+                        debug_corrupt=(pc, store, addr))
+    assert d.found and d.step == 0 and d.pc == pc and d.index == pc
+    assert d.op == stream[pc][1].mnemonic
+    assert (d.store, d.addr, d.got ^ d.want) == (store, addr, 1)
+    assert d.region == "logits"
+    assert f"pc {pc}" in "\n".join(d.lines())
+    clean = find_divergence(tiny, top, params, batches, workdir=tmp_path / "clean")
+    assert not clean.found and clean.sessions == 1
+
+
+class _Counter(wiring.Component):
+    count: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+
+def test_waves_on_demand_fst_and_build_progress(tmp_path, monkeypatch, capfd):
+    root = tmp_path / "sim"                    # a fresh build (progress lines), with the
+    root.mkdir()                               # shared runtime objects so it stays small
+    shared = build_root() / "_runtime"
+    if shared.is_dir():
+        (root / "_runtime").symlink_to(shared)
+    waves = tmp_path / "waves"
+    monkeypatch.setenv("TTRAIN_WAVES", str(waves))
+    build = build_verilator(_Counter(), name="waves_counter", root=root)
+    err = capfd.readouterr().err
+    assert build.waves and not build.reused
+    for stage in ("building waves_counter (waves)", "verilated in", "compiling",
+                  "done in"):
+        assert stage in err, err
+    run_cocotb(build, "tb_counter", test_dir=tmp_path / "run1")
+    run_cocotb(build, "tb_counter", test_dir=tmp_path / "run2")
+    name = "test_waves_on_demand_fst_and_build_progress"
+    for f in (waves / f"{name}.fst", waves / f"{name}-1.fst"):
+        head = f.read_bytes()[:9]
+        assert head[0] == 0 and int.from_bytes(head[1:9], "big") == 329, f   # FST header
+    monkeypatch.delenv("TTRAIN_WAVES")
+    capfd.readouterr()
+    again = build_verilator(_Counter(), name="waves_counter", root=root, waves=True)
+    assert again.reused and again.build_dir == build.build_dir
+    assert "building" not in capfd.readouterr().err           # reused: no progress lines
+    with debug.capture(waves=tmp_path / "cli.fst"):
+        run_cocotb(again, "tb_counter", test_dir=tmp_path / "run3")
+        assert debug.written_waves() == [(tmp_path / "cli.fst").resolve()]
+    assert (tmp_path / "cli.fst").stat().st_size > 0
+    assert os.environ.get("TTRAIN_WAVES") is None
