@@ -39,8 +39,23 @@ from ttrain.golden.contract import Descriptor, View, view_addresses
 from ttrain.golden.interpreter import check_program, dynamic_stream
 from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE,
                                ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE,
-                               ERR_STORE, SPECIAL_OPS, Barrier, Contract, Elementwise, End,
-                               EndLoop, Gather, Loop, Reduce, Update, encode, encode_program)
+                               ERR_STORE, MNEMONICS, SPECIAL_OPS, Barrier, Contract,
+                               Elementwise, End, EndLoop, Gather, Loop, Reduce, Update, encode,
+                               encode_program)
+
+try:                            # the table-driven ISA (issue 11 item 5) says how many sources
+    from ttrain.golden.isa import SPEC as _SPEC
+    _SOURCES = {name: _SPEC[name].sources for name in ELEMENTWISE_OPS}
+    _IMM = {name for name in ELEMENTWISE_OPS if _SPEC[name].imm}
+except ImportError:
+    _SOURCES = {name: 1 for name in ELEMENTWISE_OPS}
+    _SOURCES.update(add=2, sub=2, mul=2, fill=0)
+    _IMM = {"scale", "addi", "fill"}
+#: Non-special elementwise ops (every one the table has: a new opcode is drawn too).
+PLAIN_OPS = sorted(n for n in ELEMENTWISE_OPS if n not in SPECIAL_OPS)
+#: Opcodes that must be illegal: candidates minus whatever the table assigns today.
+ILLEGAL_OPCODES = [op for op in (0x00, 0x05, 0x09, 0x0F, 0x17, 0x1F, 0x22, 0x2A, 0x31, 0x3F,
+                                 0x48, 0x7F, 0x80, 0xFF) if op not in MNEMONICS]
 
 __all__ = ["STORES", "ProgramGen", "rich_words", "mul_pairs", "add_pairs", "subnormal_words",
            "rounding_class", "hazards", "unit_of", "issue_war_program", "illegal_variants",
@@ -395,6 +410,8 @@ class ProgramGen:
         instruction writes.
     special : bool
         Draw special-function ops (the vector unit has the special-function unit).
+    plain_ops : sequence of str or None
+        Non-special elementwise ops to draw (default: every one of the ISA table).
     max_elems : int
         Largest rows x cols of a vector op (the copy of :func:`issue_war_program` is apart).
     hazard : float
@@ -408,7 +425,7 @@ class ProgramGen:
              "gather": 0.05, "update": 0.14, "barrier": 0.03, "loop": 0.03}
 
     def __init__(self, seed, sizes, window, *, special=True, max_elems=48, hazard=0.7,
-                 numeric=0.35, index_words=32, max_mn=6, max_k=6):
+                 numeric=0.35, index_words=32, max_mn=6, max_k=6, plain_ops=None):
         self.rng = np.random.default_rng(seed)
         self.sizes = dict(sizes)
         self.window = {s: min(int(window[s]), sizes[s]) for s in STORES}
@@ -416,6 +433,7 @@ class ProgramGen:
         self.limit = dict(self.window)
         self.limit["act"] -= index_words                # general operands stay below
         self.special = special
+        self.plain_ops = sorted(plain_ops or PLAIN_OPS)
         self.max_elems = max_elems
         self.hazard = hazard
         self.numeric = numeric
@@ -519,13 +537,10 @@ class ProgramGen:
 
     def _elementwise(self, h, special=False):
         rng = self.rng
-        if special:
-            op = str(rng.choice(sorted(SPECIAL_OPS)))
-        else:
-            op = str(rng.choice(["add", "sub", "mul", "scale", "addi", "copy", "fill"]))
+        op = str(rng.choice(sorted(SPECIAL_OPS) if special else self.plain_ops))
         rows = int(rng.integers(1, 7))
         cols = int(rng.integers(1, max(2, self.max_elems // rows) + 1))
-        nsrc = 1 if special else {"add": 2, "sub": 2, "mul": 2, "fill": 0}.get(op, 1)
+        nsrc = _SOURCES[op]
         srcs = [self._place(h, "vector", False, rows, cols) for _ in range(nsrc)]
         if nsrc and rng.random() < 0.2:
             d = srcs[0]                                   # in place
@@ -534,7 +549,7 @@ class ProgramGen:
         if d is None or None in srcs:
             return None
         imm = 0
-        if op in ("scale", "addi", "fill"):
+        if op in _IMM:
             imm = int(rich_words(rng, 1, special=0.5)[0])
         srcs += [None] * (2 - len(srcs))
         return Elementwise(op, rows, cols, d, srcs[0], srcs[1], imm)
@@ -900,7 +915,7 @@ def illegal_variants(sizes, special=True):
     for mode in (1, 7, 15):
         add(f"update.mode{mode}", mutate(u, set_flags(mode)))
     add("update.flags16", mutate(u, set_flags(16)))
-    for op in (0x00, 0x05, 0x09, 0x17, 0x22, 0x2A, 0x31, 0x48, 0x7F, 0xFF):
+    for op in ILLEGAL_OPCODES:
         add(f"opcode_{op:02x}", mutate(base["add"], lambda w, op=op: w.__setitem__(
             0, (w[0] & ~0xFF) | op)))
     if not special:

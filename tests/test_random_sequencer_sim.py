@@ -15,8 +15,10 @@ check show as wrong words. Programs: the issue's case (64-word copy reading ``sc
 then a contraction writing ``scratch[60:64]``) and its analogues, and seeded random programs
 of :class:`random_programs.ProgramGen` (no special functions: this vector unit has none); the
 out-of-range codes of every slot (``ERR_C/A/B_RANGE``, the edge and far cases) at the
-sequencer's check pass.
+sequencer's check pass. ``TTRAIN_RANDOM_SIM_SEEDS=N`` runs N seeds of random programs (3).
 """
+
+import os
 
 import numpy as np
 from amaranth.hdl import Elaboratable, Module, Mux, Signal
@@ -30,6 +32,9 @@ from ttrain.rtl.sequencer import Sequencer
 from ttrain.testbench.vector_ref import VectorUnit
 from random_programs import STORES, ProgramGen, hazards, illegal_variants, issue_war_program
 
+#: The elementwise ops the one-element reference vector unit implements (it has no special
+#: functions and no elementwise ``max``: given opcode 0x17 it writes wrong words silently).
+REFERENCE_OPS = ("add", "sub", "mul", "scale", "addi", "copy", "fill")
 SIZE = 256          # words per store
 WINDOW = 128        # words the random operands use (the rest must stay unchanged)
 
@@ -231,9 +236,10 @@ def test_random_programs_with_random_latencies_bit_exact():
     sizes = {s: SIZE for s in STORES}
     window = {s: WINDOW for s in STORES}
     total, conc = {}, 0
-    for seed in (1, 2, 3):
+    seeds = int(os.environ.get("TTRAIN_RANDOM_SIM_SEEDS", "") or 3)
+    for seed in range(1, seeds + 1):
         gen = ProgramGen(seed, sizes, window, special=False, max_elems=24, index_words=16,
-                         max_mn=4, max_k=4)
+                         max_mn=4, max_k=4, plain_ops=REFERENCE_OPS)
         image = gen.image()
         items, cur = [], {s: w.copy() for s, w in image.items()}
         for i in range(4):
@@ -260,7 +266,7 @@ def test_random_programs_with_random_latencies_bit_exact():
             conc += c
             cur = want
     for kind in ("RAW", "WAR", "WAW"):
-        assert total.get(kind, 0) >= 6, total
+        assert total.get(kind, 0) >= 2 * seeds, total
     assert conc > 0
 
 
