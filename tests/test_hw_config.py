@@ -64,7 +64,7 @@ def test_units_follow_the_programs():
 @pytest.mark.parametrize("kw,match", [
     ({"lanes": 3}, "lanes must be a positive power of two"),
     ({"banks": 0}, "banks must be a positive power of two"),
-    ({"imem_depth": 256}, "cannot hold the 330-instruction program"),
+    ({"imem_depth": 256}, "cannot hold the 390-instruction program"),
     ({"imem_depth": 600}, "imem_depth must be a positive power of two"),
     ({"clock_mhz": 0}, "clock_mhz must be"),
     ({"store_style": {"act": "ultra"}}, "store_style must map every store"),
