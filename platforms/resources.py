@@ -227,6 +227,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
     if result_file.is_file():
         out = json.loads(result_file.read_text())
         out["cached"] = True
+        log(f"Yosys estimate of the {lanes}-lane top: reusing {result_file}")
         return out
     _yosys_command()                                  # fail early if Yosys is missing
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
@@ -276,6 +277,8 @@ def _synthesize(component, work, *, timeout, log):
     if res.returncode:
         raise ValueError(f"Yosys failed (see {work / 'yosys.log'}): {res.stderr[-800:]}")
     t2 = time.monotonic()
+    log(f"  yosys done in {t2 - t1:.0f} s (log {work / 'yosys.log'}); counting cells and "
+        f"logic levels ...")
     cells = _parse_stat((work / "stat.txt").read_text())
     depth = logic_depth(json.loads((work / "netlist.json").read_text()))
     (work / "netlist.json").unlink()                 # large; the counts are kept
@@ -348,7 +351,12 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                          "for another --banks")
     if sizes_from not in SIZE_SOURCES:
         raise ValueError(f"--sizes must be one of {', '.join(SIZE_SOURCES)}, not {sizes_from!r}")
+    if log is None:                   # progress of the long stages on stderr (stdout: report)
+        def log(msg):
+            import sys
+            print(msg, file=sys.stderr, flush=True)
     capacity = _capacity()
+    log(f"memory map of {config!r} ({sizes_from} sizes, {banks} banks) ...")
     sizes = SIZE_SOURCES[sizes_from](config, banks)
     logic = None
     if synth == "full":

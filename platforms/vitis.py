@@ -352,12 +352,16 @@ def kernel_tree(config, out_dir, *, link, clock_mhz=300.0, lanes=8, banks=None,
     if not hw.fits_u50:
         log(f"warning: preset {config!r} does not fit the U50 by the memory map "
             f"(`ttrain resources --config {config}`); generating it anyway")
+    import time
     log(f"converting the kernel of {config!r} ({hw.lanes} lanes, {hw.total_words:,} store "
         f"words) to Verilog ...")
+    t0 = time.monotonic()
     kernel = VitisKernel(**hw.accelerator_kwargs("synth"))
     tree = write_kernel_tree(kernel, out, clock_mhz=clock_mhz, hbm_bank=hbm_bank,
                              platform=platform or U50_VITIS_PLATFORM, link=link,
                              meta={"config": config}, hw=hw)
+    log(f"  kernel tree written in {time.monotonic() - t0:.0f} s: {out} (Verilog, kernel.xml, "
+        f"package_xo TCL, XDC, link.cfg, hw.json)")
     tree["hw"], tree["ran"], tree["pending"] = hw, [], []
     for cmd in tree["commands"]:
         tool = cmd.split()[0]
@@ -367,8 +371,12 @@ def kernel_tree(config, out_dir, *, link, clock_mhz=300.0, lanes=8, banks=None,
             tree["pending"].append((cmd, why))
             continue
         log(f"running in {out}: {cmd}")
+        t1 = time.monotonic()
         proc = subprocess.run(cmd, shell=True, cwd=out)
         if proc.returncode != 0:
             raise RuntimeError(f"`{cmd}` failed with exit code {proc.returncode} (in {out})")
+        log(f"  {tool} done in {time.monotonic() - t1:.0f} s")
         tree["ran"].append(cmd)
+    if tree["pending"]:
+        log(f"  {len(tree['pending'])} tool step(s) left to run by hand (printed below)")
     return tree
