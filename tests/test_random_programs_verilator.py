@@ -102,7 +102,7 @@ def test_issue_war_case_and_analogues(top, tmp_path, copy_words):
     and engine-first analogues; the overlap is really between consecutive instructions of
     different units (asserted), and every word equals the interpreter's."""
     sizes, window = _sizes_window(top)
-    window = {s: max(w, copy_words + 16) for s, w in window.items()}
+    window = {s: min(sizes[s], max(w, copy_words + 16)) for s, w in window.items()}
     rng = np.random.default_rng(copy_words)
     image = {s: (rng.standard_normal(sizes[s]) * 3).astype(np.float32).view(np.uint32)
              for s in STORES}
