@@ -129,6 +129,29 @@ def test_divergence_finder_reports_the_planted_instruction(top, tiny, tmp_path):
     assert not clean.found and clean.sessions == 1
 
 
+def _fst_blocks(data):
+    """(type, length, payload) of every FST block; the chain must end exactly at EOF."""
+    pos, out = 0, []
+    while pos < len(data):
+        n = int.from_bytes(data[pos + 1:pos + 9], "big")
+        out.append((data[pos], n, data[pos + 9:pos + 1 + n]))
+        pos += 1 + n
+    assert pos == len(data)
+    return out
+
+
+def _lz4_literals(block):
+    """The literals of an LZ4 block's first sequence (the stand-in writes only literals)."""
+    n, i = block[0] >> 4, 1
+    if n == 15:
+        while True:
+            n += block[i]
+            i += 1
+            if block[i - 1] != 255:
+                break
+    return block[i:i + n]
+
+
 class _Counter(wiring.Component):
     count: Out(8)
 
@@ -156,8 +179,10 @@ def test_waves_on_demand_fst_and_build_progress(tmp_path, monkeypatch, capfd):
     run_cocotb(build, "tb_counter", test_dir=tmp_path / "run2")
     name = "test_waves_on_demand_fst_and_build_progress"
     for f in (waves / f"{name}.fst", waves / f"{name}-1.fst"):
-        head = f.read_bytes()[:9]
-        assert head[0] == 0 and int.from_bytes(head[1:9], "big") == 329, f   # FST header
+        blocks = _fst_blocks(f.read_bytes())
+        assert blocks[0][:2] == (0, 329), f                     # the FST header block
+        hier = [p for t, _, p in blocks if t == 6]              # hierarchy, LZ4 (stand-in)
+        assert hier and b"count [7:0]" in _lz4_literals(hier[0][8:])
     monkeypatch.delenv("TTRAIN_WAVES")
     capfd.readouterr()
     again = build_verilator(_Counter(), name="waves_counter", root=root, waves=True)
@@ -168,3 +193,15 @@ def test_waves_on_demand_fst_and_build_progress(tmp_path, monkeypatch, capfd):
         assert debug.written_waves() == [(tmp_path / "cli.fst").resolve()]
     assert (tmp_path / "cli.fst").stat().st_size > 0
     assert os.environ.get("TTRAIN_WAVES") is None
+
+
+def test_debug_flags_are_checked_before_any_build(tmp_path, capsys):
+    from ttrain.main import main
+    assert main(["debug", "diverge", "--plant", "12,nowhere,3"]) == 2
+    assert "--plant" in capsys.readouterr().err
+    assert main(["train", "--config", "tiny", "--waves", str(tmp_path / "w.fst")]) == 2
+    assert "--engine rtl" in capsys.readouterr().err
+    assert main(["demo", "--waves", str(tmp_path / "w.vcd")]) == 2
+    assert ".fst" in capsys.readouterr().err
+    assert main(["bench", "engine", "--waves", str(tmp_path)]) == 2   # a directory
+    assert not list(tmp_path.iterdir())
