@@ -7,6 +7,8 @@ one build instead of two saves several CPU minutes of the suite (the build lock 
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
 """
 
+import functools
+
 from ttrain.golden import config as C
 from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
@@ -34,7 +36,10 @@ def model_programs():
             "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
 
 
+@functools.lru_cache(maxsize=None)
 def shared_top():
+    """The shared build (converted and looked up once per process: the conversion of the top
+    alone takes ~16 s, and every Verilator test module asks for it)."""
     programs = {**layer_programs(), **model_programs()}
     hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)
