@@ -85,9 +85,11 @@ def run(args):
     cm = compile_model(cfg)
     prog = cm.program
     n = {k: hi - lo for k, (lo, hi) in cm.sections.items()}
+    split = (f"forward {n['forward']}, backward {n['backward']} with each tensor's SGD update "
+             f"fused in" if cm.fused_update else
+             f"forward {n['forward']}, backward {n['backward']}, update {n['update']}")
     print(f"{cfg.name}: {M.num_params(cfg):,} parameters; one training step = "
-          f"{len(prog.instructions)} instructions (forward {n['forward']}, backward "
-          f"{n['backward']}, update {n['update']}); data: {dataset.name}, "
+          f"{len(prog.instructions)} instructions ({split}); data: {dataset.name}, "
           f"{dataset.size('train')} training sentences")
     mem_lines, mem = memory_lines(cm.store_sizes, args.lanes)
     print(f"building the accelerator ({args.lanes} lanes, special-function unit) under "

@@ -1,7 +1,7 @@
 """Benchmark: cycles of whole training steps of a preset on the simulated accelerator.
 
-Behind ``ttrain bench step`` / ``make bench-step``: each step runs forward-only, whole step and
-update-only on the chip (:class:`ttrain.platforms.host.chip.ChipRun` with ``breakdown``),
+Behind ``ttrain bench step`` / ``make bench-step``: each step runs forward-only and whole (the
+SGD updates fused into backward) on the chip (:class:`ttrain.platforms.host.chip.ChipRun` with ``breakdown``),
 checked against the interpreter.
 """
 
@@ -23,10 +23,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                progress=None, workdir=None, positions=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
-    Each step runs as forward-only, whole step, update-only (see ``ChipRun.run_steps`` with
+    Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
     ``breakdown``), checked against the interpreter: loss and logits after each run, every
-    store word after the last. Returns a report with per-step cycles split into forward,
-    backward and update, the engine's cycles, ideal cycles (MACs / lanes), utilization, and
+    store word after the last. Returns a report with per-step cycles split into forward and
+    backward (the fused SGD updates inside it; the update unit's busy cycles beside), the
+    engine's cycles, ideal cycles (MACs / lanes), utilization, and
     the ATIS epoch time this implies at 250 and 300 MHz (batch ``cfg.batch``, the full grid
     of ``seq_len`` positions per sentence, so the cycles do not depend on the sentence).
     ``positions``: run the program compiled for that many positions instead (on the same
@@ -64,7 +65,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     params = M.init_params(cfg, np.random.default_rng(seed))
     chip = ChipRun(cm, build, params, workdir or tempfile.mkdtemp(prefix="step-bench-"),
                    check="outputs")
-    say(f"running {steps} step(s) (forward-only, whole step, update-only runs each)")
+    say(f"running {steps} step(s) (forward-only and whole-step runs each)")
     res = chip.run_steps(batches, breakdown=True, timeout=8 * 3600)
     steps_per_epoch = -(-ATIS_TRAIN_SENTENCES // cfg.batch)
     entries = []

@@ -113,16 +113,21 @@ class ChipRun:
 
         ``lrs``: learning rate per step (default the compiled one). It is sample data: the
         program is loaded once per session, unless ``breakdown`` interleaves others. With
-        ``breakdown`` each step is preceded by a forward-only run and followed by an
-        update-only run (which changes nothing: the gradients are zero after the step), so the
-        cycles split into forward, backward and update.
+        ``breakdown`` each step is preceded by a forward-only run, so the cycles split into
+        forward and backward; the backward includes the fused SGD updates (the compiler's
+        default), whose update-unit busy cycles are reported as ``update_busy``. An unfused
+        program gets an update-only run after the step too (it changes nothing: the gradients
+        are zero after the step) and an ``update`` share.
         """
         cm = self.cm
         batches = list(batches)
         lrs = [cm.lr] * len(batches) if lrs is None else list(lrs)
         if len(lrs) != len(batches):
             raise ValueError(f"{len(lrs)} learning rates for {len(batches)} batches")
-        runs_per_step = 3 if breakdown else 1
+        # with fused updates (the compiler's default) the UPDATEs run inside the backward
+        # pass: no update-only run; the update unit's busy cycles say what they took
+        parts = ("forward",) if cm.fused_update else ("forward", "update")
+        runs_per_step = 1 + len(parts) if breakdown else 1
         limit = (self.build.res_depth - 64) // 16
         if len(batches) * runs_per_step > limit:
             raise ValueError(f"{len(batches)} steps need {len(batches) * runs_per_step} runs; "
@@ -135,7 +140,7 @@ class ChipRun:
         outs = [cm.memory_map[n] for n in ("loss", "logits")]
         programs = {"step": cm.program}
         if breakdown:
-            for part in ("forward", "update"):
+            for part in parts:
                 programs[part] = Program(section_program(cm, part), cm.program.store_sizes)
         loaded = None
 
@@ -164,8 +169,8 @@ class ChipRun:
             last = s == len(batches) - 1
             if breakdown:
                 image, _ = play("forward", image, s, False)
-            image, st = play("step", image, s, last and not breakdown)
-            if breakdown:
+            image, st = play("step", image, s, last and not (breakdown and "update" in parts))
+            if breakdown and "update" in parts:
                 image, _ = play("update", image, s, last)
             results.append(StepResult(cm.loss(image), cm.logits(image), macs=st.macs,
                                       instructions=st.instructions))
@@ -181,7 +186,11 @@ class ChipRun:
             main = per[1] if breakdown else per[0]
             for key in ("cycles", "engine_cycles", "busy_engine", "busy_vector", "busy_update"):
                 setattr(res, key, main[key])
-            if breakdown:
+            if breakdown and cm.fused_update:
+                res.breakdown = {"forward": per[0]["cycles"],
+                                 "backward": main["cycles"] - per[0]["cycles"],
+                                 "update_busy": main["busy_update"]}
+            elif breakdown:
                 res.breakdown = {"forward": per[0]["cycles"],
                                  "backward": main["cycles"] - per[0]["cycles"] - per[2]["cycles"],
                                  "update": per[2]["cycles"]}
