@@ -39,11 +39,12 @@ banks - 1``, a lane mask, ``write`` and the data); reads answer on ``host_o`` wi
 read beat, in order. Lanes past the end of the store, or beats naming a store that does not
 exist, are dropped (read as 0). The host port is served while the engine is idle.
 
-Control: pulse ``start`` with ``desc`` valid while ``busy`` is low. The engine checks the
-descriptor (:data:`~ttrain.golden.contract.ERROR_CODES`): an illegal one sets ``error`` and
-``error_code`` and ends at once without touching any store; otherwise it runs. ``done`` rises
-when the last C word is written and stays high until the next ``start``; ``cycles`` counts the
-cycles from ``start`` to ``done``.
+Control: the descriptor arrives on the ``desc`` stream (``amaranth.lib.stream``, like every
+unit's command); ``desc.ready`` is high while the engine is idle, and a transfer starts a run.
+The engine checks the descriptor (:data:`~ttrain.golden.contract.ERROR_CODES`): an illegal one
+sets ``error`` and ``error_code`` and ends at once without touching any store; otherwise it
+runs. ``done`` rises when the last C word is written and stays high until the next transfer;
+``cycles`` counts the cycles from the transfer to ``done``.
 """
 
 from dataclasses import dataclass
@@ -325,12 +326,10 @@ class ContractionEngine(wiring.Component):
 
     Members
     -------
-    desc : ``In(descriptor_layout(...))``
-        The descriptor, sampled on ``start``.
-    start : ``In(1)``
-        Start pulse (ignored while ``busy``).
+    desc : ``In(stream.Signature(descriptor_layout(...)))``
+        The descriptor stream; ready while idle, a transfer starts a run.
     busy, done, error : ``Out(1)``
-        Status; ``done`` and ``error`` stay set until the next ``start``.
+        Status; ``done`` and ``error`` stay set until the next transfer.
     error_code : ``Out(3)``
         :data:`ttrain.golden.contract.ERROR_CODES` of the last run.
     cycles : ``Out(32)``
@@ -404,8 +403,7 @@ class ContractionEngine(wiring.Component):
                                             addr_bits=self._addr_bits, width=banks)
         members = {f"port{i}": In(self._port_sig) for i in range(ports)}
         super().__init__({**members,
-            "desc": In(self._desc_layout),
-            "start": In(1),
+            "desc": In(stream.Signature(self._desc_layout)),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(3),
             "cycles": Out(32),
             "host_i": In(stream.Signature(self._host_layout)),
@@ -519,6 +517,8 @@ class ContractionEngine(wiring.Component):
         running = Signal()
         checking = Signal()
         m.d.comb += self.busy.eq(running | checking)
+        start = Signal()                                  # a descriptor transfer: a new run
+        m.d.comb += [self.desc.ready.eq(~self.busy), start.eq(self.desc.valid & ~self.busy)]
         with m.If(self.busy):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
@@ -573,7 +573,7 @@ class ContractionEngine(wiring.Component):
         h_mask = Signal(NB)
         m.d.comb += h_mask.eq(in_store(hreq))
         m.d.comb += [
-            h_ok.eq(~self.busy & ~self.start & rh.can_load & wh.can_load & (resp_credit != 0)),
+            h_ok.eq(~self.busy & ~start & rh.can_load & wh.can_load & (resp_credit != 0)),
             self.host_i.ready.eq(h_ok),
         ]
         for cl in (rh, wh):
@@ -789,8 +789,8 @@ class ContractionEngine(wiring.Component):
 
         # ---- sequencing ------------------------------------------------------------------
         with m.If(~self.busy):
-            with m.If(self.start):
-                m.d.sync += [d.eq(self.desc), checking.eq(1), self.done.eq(0),
+            with m.If(start):
+                m.d.sync += [d.eq(self.desc.payload), checking.eq(1), self.done.eq(0),
                              self.error.eq(0), self.error_code.eq(0), self.cycles.eq(0)]
         with m.Elif(checking):
             m.d.sync += check_step.eq(check_step + 1)

@@ -38,9 +38,9 @@ from ..golden.isa import (CLASS_NAMES, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ER
                           GATHER_OPS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP, OP_LOOP,
                           OP_UPDATE, OPS, SPEC, SPECIAL_OPS, STORE_IDS, STORE_NAMES, WORDS, Fields)
 from .command import VectorCommand
+from .engine import descriptor_layout
 
-__all__ = ["InstructionDecoder", "CLASS_NAMES", "Sequencer", "ContractCommand",
-           "ContractView"]
+__all__ = ["InstructionDecoder", "CLASS_NAMES", "Sequencer"]
 
 # Instruction classes reported by :class:`InstructionDecoder` (one-hot ``cls`` bits):
 # golden.isa.CLASS_NAMES (each OpSpec's kind.CLASS).
@@ -128,12 +128,6 @@ class InstructionDecoder(wiring.Component):
 # ============================================================================================
 # the sequencer
 
-#: View of a CONTRACT operand as the sequencer hands it to the engine adapter.
-ContractView = data.StructLayout({"store": 2, "base": 32, "row": 32, "col": 32, "batch": 32})
-#: A CONTRACT with loop-stepped bases (``m`` is the least significant field).
-ContractCommand = data.StructLayout({"m": 16, "n": 16, "k": 16, "batch": 16, "accumulate": 1,
-                                     "a": ContractView, "b": ContractView, "c": ContractView})
-
 _WIDE = 72          # address arithmetic width (no wrap for 32-bit fields and 2**32 iterations)
 _UNITS = ("engine", "vector", "update")
 
@@ -177,6 +171,11 @@ class Sequencer(wiring.Component):
     special : bool
         The vector unit has a special-function unit; if not, special-function opcodes are
         rejected as ``ERR_OPCODE`` in the static pass (see :class:`InstructionDecoder`).
+    desc_layout : Layout or None
+        The contraction engine's descriptor layout (:attr:`ContractionEngine.desc`'s payload,
+        :func:`~ttrain.rtl.engine.descriptor_layout`) for the ``eng`` stream; default 2-bit
+        store ids, 32-bit addresses and strides, 16-bit dimensions. Values are checked against
+        the stores before issue, so narrower fields lose nothing.
 
     Members
     -------
@@ -195,7 +194,9 @@ class Sequencer(wiring.Component):
         Cycles of the last run; dynamic instructions executed (as ``Stats.instructions``).
     busy_engine, busy_vector, busy_update : ``Out(32)``
         Cycles each unit had an instruction in flight during the last run.
-    eng : ``Out(stream.Signature(ContractCommand))``, eng_done : ``In(1)``
+    eng : ``Out(stream.Signature(desc_layout))``, eng_done : ``In(1)``
+        CONTRACTs, in the contraction engine's own descriptor layout (connected to its ``desc``
+        stream as is).
     vec : ``Out(stream.Signature(VectorCommand))``, vec_done : ``In(1)``, vec_error : ``In(4)``
     upd : ``Out(stream.Signature(VectorCommand))``, upd_done : ``In(1)``
         Unit command streams; ``*_done`` pulses once per finished command.
@@ -211,7 +212,7 @@ class Sequencer(wiring.Component):
     """
 
     def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True,
-                 special=True):
+                 special=True, desc_layout=None):
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -232,13 +233,14 @@ class Sequencer(wiring.Component):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool, not {special!r}")
         self._special = special
+        self._desc_layout = descriptor_layout(2, 32, 16) if desc_layout is None else desc_layout
         super().__init__({
             "imem_we": In(1), "imem_addr": In(range(16 * imem_depth)), "imem_data": In(32),
             "length": In(range(imem_depth + 1)), "start": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(4),
             "error_pc": Out(32), "cycles": Out(32), "executed": Out(32),
             "busy_engine": Out(32), "busy_vector": Out(32), "busy_update": Out(32),
-            "eng": Out(stream.Signature(ContractCommand)), "eng_done": In(1),
+            "eng": Out(stream.Signature(self._desc_layout)), "eng_done": In(1),
             "vec": Out(stream.Signature(VectorCommand)), "vec_done": In(1), "vec_error": In(4),
             "upd": Out(stream.Signature(VectorCommand)), "upd_done": In(1),
             "trace_valid": Out(1), "trace_pc": Out(32), "trace_op": Out(8),
@@ -408,7 +410,9 @@ class Sequencer(wiring.Component):
         m.d.comb += [ep.m.eq(rows), ep.n.eq(cols), ep.k.eq(k), ep.batch.eq(batch),
                      ep.accumulate.eq(dec.flags[0])]
         for lv, s in ((ep.c, 0), (ep.a, 1), (ep.b, 2)):
-            m.d.comb += cview(lv, s) + [lv.batch.eq(w[7 + 4 * s])]
+            m.d.comb += [lv.store.eq(dec.store[s]), lv.base.eq(base[s]),
+                         lv.row_stride.eq(w[5 + 4 * s]), lv.col_stride.eq(w[6 + 4 * s]),
+                         lv.batch_stride.eq(w[7 + 4 * s])]
         for port in (self.vec, self.upd):
             p = port.payload
             m.d.comb += [p.op.eq(op), p.flags.eq(dec.flags), p.imm.eq(w[3])]

@@ -140,7 +140,8 @@ class Accelerator(wiring.Component):
         self._vector = vector
         self._seq = Sequencer(store_sizes=self._sizes, imem_depth=imem_depth,
                               max_dim=self._engine.max_dim if dim_bits < 16 else None,
-                              overlap=overlap, special=special)
+                              overlap=overlap, special=special,
+                              desc_layout=self._engine.desc.payload.shape())
         host_sig = self._engine.signature.members
         seq_sig = self._seq.signature.members
         super().__init__({
@@ -192,22 +193,15 @@ class Accelerator(wiring.Component):
                   "trace_op", "trace_unit"):
             m.d.comb += getattr(self, k).eq(getattr(seq, k))
 
-        # ---- sequencer -> engine ------------------------------------------------------------
-        cmd = seq.eng.payload
-        d = eng.desc
-        m.d.comb += [d.m.eq(cmd.m), d.n.eq(cmd.n), d.k.eq(cmd.k), d.batch.eq(cmd.batch),
-                     d.accumulate.eq(cmd.accumulate)]
-        for v in ("a", "b", "c"):
-            src, dst = getattr(cmd, v), getattr(d, v)
-            m.d.comb += [dst.store.eq(src.store), dst.base.eq(src.base),
-                         dst.row_stride.eq(src.row), dst.col_stride.eq(src.col),
-                         dst.batch_stride.eq(src.batch)]
+        # ---- sequencer -> engine: one descriptor layout, one stream ---------------------
+        # (held off while a finished run's completion is being reported: one cycle)
         eng_running = Signal()
-        m.d.comb += [seq.eng.ready.eq(~eng.busy & ~eng_running),
-                     eng.start.eq(seq.eng.valid & seq.eng.ready)]
+        m.d.comb += [eng.desc.payload.eq(seq.eng.payload),
+                     eng.desc.valid.eq(seq.eng.valid & ~eng_running),
+                     seq.eng.ready.eq(eng.desc.ready & ~eng_running)]
         finished = Signal()
         m.d.comb += [finished.eq(eng_running & ~eng.busy), seq.eng_done.eq(finished)]
-        with m.If(eng.start):
+        with m.If(eng.desc.valid & eng.desc.ready):
             m.d.sync += eng_running.eq(1)
         with m.Elif(finished):
             m.d.sync += [eng_running.eq(0), self.engine_cycles.eq(self.engine_cycles

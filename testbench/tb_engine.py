@@ -51,10 +51,10 @@ class EngineTB:
         dut = self.dut
         Clock(dut.clk, 10, unit="ns").start()
         dut.rst.value = 1
-        dut.start.value = 0
+        dut.desc__valid.value = 0
         dut.host_i__valid.value = 0
         dut.host_o__ready.value = 0
-        dut.desc.value = 0
+        dut.desc__payload.value = 0
         for _ in range(3):
             await RisingEdge(dut.clk)
         dut.rst.value = 0
@@ -125,11 +125,12 @@ class EngineTB:
     async def run(self, desc_value):
         """Run one descriptor (encoded int); return ``(error, error_code, cycles)``."""
         dut = self.dut
-        dut.desc.value = desc_value
-        dut.start.value = 1
+        assert int(dut.desc__ready.value) == 1           # idle: the descriptor is taken at once
+        dut.desc__payload.value = desc_value
+        dut.desc__valid.value = 1
         await RisingEdge(dut.clk)
         await FallingEdge(dut.clk)
-        dut.start.value = 0
+        dut.desc__valid.value = 0
         assert int(dut.busy.value) == 1 and int(dut.done.value) == 0
         await RisingEdge(dut.done)
         await FallingEdge(dut.clk)
@@ -210,7 +211,7 @@ async def error_descriptors(dut):
         (Descriptor(5, 9, 7, good.a, good.b, View(s1, sizes[s1] - 9, 1, 1)), ERROR_C_RANGE),
     ]
     raw = eng.encode_descriptor(good)
-    layout = eng.desc.shape()
+    layout = eng.desc.payload.shape()
     zero_n = raw & ~(((1 << eng.dim_bits) - 1) << layout["n"].offset)
     values = [(eng.encode_descriptor(d), code) for d, code in cases] + [(zero_n, ERROR_DIM)]
     if len(names) < (1 << (len(names) - 1).bit_length()):

@@ -121,11 +121,12 @@ def run_engine(eng, image, descs, *, stall_seed=None):
                 await put(ctx, eng.encode_host_beat(write=1, store=name, addr=a, mask=full,
                                                     words=[int(w) for w in words[a:a + nb]]))
         for desc in descs:
-            ctx.set(eng.desc.as_value(), desc if isinstance(desc, int)
+            ctx.set(eng.desc.payload.as_value(), desc if isinstance(desc, int)
                     else eng.encode_descriptor(desc))
-            ctx.set(eng.start, 1)
+            assert ctx.get(eng.desc.ready)          # idle: the descriptor is taken at once
+            ctx.set(eng.desc.valid, 1)
             await ctx.tick()
-            ctx.set(eng.start, 0)
+            ctx.set(eng.desc.valid, 0)
             await ctx.tick().until(eng.done)
             state = (ctx.get(eng.error), ctx.get(eng.error_code), ctx.get(eng.cycles))
             got = {}
@@ -224,7 +225,7 @@ def test_engine_unknown_store_code():
     image = _image(rng, sizes)
     good = Descriptor(1, 2, 2, View("f", 0, 2, 1), View("s", 0, 2, 1), View("t", 0, 2, 1))
     raw = eng.encode_descriptor(good)
-    layout = eng.desc.shape()
+    layout = eng.desc.payload.shape()
     off = layout["b"].offset + layout["b"].shape["store"].offset
     bad = raw | (3 << off)                       # b.store = 3: no such store
     runs = run_engine(eng, image, [bad])

@@ -141,8 +141,8 @@ def run_programs(programs, image, *, seed=0, p_go=0.6, max_read_delay=24, max_wr
             ctx.set(seq.eng.ready, 0)
 
             def view(v):
-                return View(STORES[int(v.store)], int(v.base), int(v.row), int(v.col),
-                            int(v.batch))
+                return View(STORES[int(v.store)], int(v.base), int(v.row_stride),
+                            int(v.col_stride), int(v.batch_stride))
 
             desc = Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
                               bool(p.accumulate), int(p.batch))

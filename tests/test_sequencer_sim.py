@@ -440,8 +440,8 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
                 continue
 
             def view(v):
-                return View(STORES[int(v.store)], int(v.base), int(v.row), int(v.col),
-                            int(v.batch))
+                return View(STORES[int(v.store)], int(v.base), int(v.row_stride),
+                            int(v.col_stride), int(v.batch_stride))
 
             desc = Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
                               bool(p.accumulate), int(p.batch))
