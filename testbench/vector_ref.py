@@ -25,10 +25,10 @@ The unit does not check address ranges, store ids or field legality: the sequenc
 before it issues an instruction (``golden.interpreter.check_program`` semantics).
 
 **Not implemented here:** the special-function ops (``exp recip rsqrt tanh tanh_grad gelu
-gelu_grad log``, :data:`ttrain.golden.isa.SPECIAL_OPS`). :func:`vector_command` encodes them (they
-are elementwise instructions) but this one-element unit has no special-function datapath and
-must not be sent one (its result would be wrong); the accelerator top uses
-:class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``.
+gelu_grad log``, :data:`ttrain.golden.isa.SPECIAL_OPS`): this one-element unit has no
+special-function datapath and ends such a command at once with ``ERR_OPCODE``, writing nothing;
+the accelerator top uses :class:`~ttrain.rtl.vector_wide.WideVectorUnit` with ``special=True``.
+Elementwise ``max`` uses the compare unit, like ``rmax``.
 
 Micro-architecture: one element at a time (read operand(s), one FP unit pass, write), which
 keeps reads strictly after the previous element's write (in-place views, repeated scatter
@@ -46,12 +46,20 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import ELEMENTWISE_OPS, ERR_INDEX, GATHER_OPS, OP_UPDATE, REDUCE_OPS
+from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
+                          REDUCE_OPS, SPECIAL_OPS)
 from ..golden.numerics import NEG_ZERO
 from ..rtl.command import VectorCommand, VectorView
 from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
 
 __all__ = ["VectorUnit"]
+
+def _any(conds):
+    out = 0
+    for cnd in conds:
+        out = out | cnd
+    return out
+
 
 class VectorUnit(wiring.Component):
     """Elementwise / reduce / gather unit (one instruction at a time).
@@ -133,11 +141,12 @@ class VectorUnit(wiring.Component):
         is_gather = op == GATHER_OPS["gather"]
         is_scatter = op == GATHER_OPS["scatter_add"]
         is_idx = is_gather | is_scatter
-        two_src = ew["add"] | ew["sub"] | ew["mul"]
+        two_src = ew["add"] | ew["sub"] | ew["mul"] | ew["max"]
         use_add = ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter
         use_mul = ew["mul"] | ew["scale"]
+        use_cmp = is_max | ew["max"]                 # rmax, and elementwise max
         is_upd = op == OP_UPDATE
-        arith = use_add | use_mul | is_max | is_upd
+        arith = use_add | use_mul | use_cmp | is_upd
         mul_now = use_mul | (is_upd & ~phase)
         add_now = use_add | (is_upd & phase)
 
@@ -192,8 +201,8 @@ class VectorUnit(wiring.Component):
             m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
         with m.Else():
             m.d.comb += [unit_a.eq(x), unit_b.eq(y)]
-        unit_valid = Mux(is_max, cmp.o.valid, Mux(mul_now, mul.o.valid, add.o.valid))
-        unit_out = Mux(is_max, cmp.o.payload.max, Mux(mul_now, mul.o.payload, add.o.payload))
+        unit_valid = Mux(use_cmp, cmp.o.valid, Mux(mul_now, mul.o.valid, add.o.valid))
+        unit_out = Mux(use_cmp, cmp.o.payload.max, Mux(mul_now, mul.o.payload, add.o.payload))
 
         def start_row_addrs(next_rb):
             """Set ad[s] = rb[s] = next_rb[s]."""
@@ -210,7 +219,11 @@ class VectorUnit(wiring.Component):
                                      (self.cmd.payload.v0, self.cmd.payload.v1,
                                       self.cmd.payload.v2)])
                     p = self.cmd.payload
-                    with m.If((p.op == GATHER_OPS["gather"]) | (p.op == GATHER_OPS["scatter_add"])):
+                    with m.If(_any(p.op == code for code in SPECIAL_OPS.values())):
+                        # no special-function datapath here: refuse, never write wrong words
+                        m.d.sync += [err.eq(ERR_OPCODE), self.done.eq(1)]
+                    with m.Elif((p.op == GATHER_OPS["gather"])
+                                | (p.op == GATHER_OPS["scatter_add"])):
                         m.next = "CHK_RD"
                     with m.Else():
                         m.next = "ROW"
@@ -294,7 +307,7 @@ class VectorUnit(wiring.Component):
                     m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),
-                             cmp.i.valid.eq(is_max)]
+                             cmp.i.valid.eq(use_cmp)]
                 m.next = "WAIT"
             with m.State("WAIT"):
                 with m.If(unit_valid):
