@@ -34,7 +34,7 @@ from ttrain.platforms.sim.verilator import (build_verilator, lint_verilator,  # 
                                             run_cocotb)
 from ttrain.testbench import TESTBENCH_DIR  # noqa: E402
 
-COCOTB_DIR = _HERE / "cocotb"
+COCOTB_DIR = TESTBENCH_DIR             # tb_fp32 lives in the testbench package
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"
 IN_W = 35                       # x in bits 0-31, func in bits 32-34
 DEPTH = 1 << 20
