@@ -1,9 +1,11 @@
-"""Sequencer of the training accelerator: instruction decode (this module, step 1 of issue 4).
+"""Sequencer of the training accelerator and its instruction decoder.
 
 :class:`InstructionDecoder` is the combinational decoder of one 512-bit instruction
 (``golden/isa.py``): it splits the fixed fields and computes the error code that
 :func:`ttrain.golden.isa.decode` raises for a malformed word (0 for a legal one), with the
-golden's priority order when several fields are wrong (the first check the golden makes wins):
+golden's priority order when several fields are wrong (the first rule that fails wins). The
+rules are not restated here: the decoder evaluates the golden's own ``OpSpec.rules`` on the
+word's bits (``golden.isa.Fields`` over Amaranth values). They amount to:
 
 * everywhere: reserved bits ``w0[31:22]``, ``w1[31:24]`` -> ``ERR_FIELD``; unassigned opcode ->
   ``ERR_OPCODE``;
