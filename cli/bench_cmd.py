@@ -66,8 +66,10 @@ def _step(args):
         print(json.dumps(rep, indent=1))
         return 0
     for e in rep["entries"]:
+        upd = (f"update {e['update_cycles']:,}" if "update_cycles" in e else
+               f"the fused updates inside it, update unit busy {e['update_busy_cycles']:,}")
         print(f"step {e['step']}: {e['cycles']:,} cycles (forward {e['forward_cycles']:,}, "
-              f"backward {e['backward_cycles']:,}, update {e['update_cycles']:,}); engine "
+              f"backward {e['backward_cycles']:,}, {upd}); engine "
               f"{e['engine_cycles']:,}, ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs / "
               f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
               f"bit-exact")
