@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from .memory import SIZE_SOURCES, check_banks, fit_memory, store_sizes_from_plan, _capacity
+from .hw import preset_hw_config
+from .memory import SIZE_SOURCES, check_banks, fit_memory, _capacity
 
 __all__ = ["synth_estimate", "scaled_estimate", "synth_component", "logic_depth",
            "build_report"]
@@ -182,7 +183,7 @@ def _summarize(cells):
             "store_banks": sum(n for t, n in cells.items() if t.startswith("ttrain_ram_"))}
 
 
-def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
+def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, special=False,
                    cache_dir="build/resources", timeout=1800, log=None):
     """Synthesize the accelerator top with Yosys (stores as black boxes); return the counts.
 
@@ -193,6 +194,9 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
         black boxes). Default: 512 rows per bank.
     lanes, banks, imem_depth : int
         :class:`~ttrain.rtl.top.Accelerator` parameters (``banks`` defaults to ``lanes``).
+    special : bool
+        Include the special-function unit (as the preset's hardware configuration does when
+        its training step uses special ops).
     cache_dir : str or Path
         Folder for the build and the cached result (keyed by :func:`_source_hash`).
     timeout : float
@@ -220,7 +224,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
         store_sizes = {s: banks * _SYNTH_STORE_ROWS for s in STORE_IDS}
     store_sizes = {s: int(store_sizes[s]) for s in STORE_IDS}
     params = {"lanes": lanes, "banks": banks, "imem_depth": imem_depth,
-              "store_sizes": store_sizes}
+              "store_sizes": store_sizes, **({"special": True} if special else {})}
     key = _source_hash(params)
     cache = Path(cache_dir)
     result_file = cache / f"synth-{key}.json"
@@ -235,7 +239,8 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256,
     log(f"converting the accelerator top ({lanes} lanes, {banks} banks) to RTLIL ...")
     top = Accelerator(store_sizes=store_sizes,
                       lanes=lanes, banks=banks, imem_depth=imem_depth,
-                      store_impl="verilog", store_style="block")
+                      store_impl="verilog", store_style="block", special=bool(special),
+                      special_impl="amaranth")
     out = _synthesize(top, cache / f"synth-{key}", timeout=timeout, log=log)
     out.update(params=params, key=key)
     result_file.write_text(json.dumps(out, indent=1) + "\n")
@@ -297,8 +302,9 @@ def scaled_estimate(config, *, lanes, from_lanes=(1, 2), cache_dir="build/resour
                     timeout=1800, log=None):
     """Estimate the logic of a ``lanes``-lane top from full syntheses at fewer lanes.
 
-    The top is synthesized (:func:`synth_estimate`, ``banks = lanes``, the preset's store
-    sizes) at the two lane counts ``from_lanes``; every count is extrapolated linearly in the
+    The top of the preset's hardware configuration (:func:`ttrain.platforms.hw.
+    preset_hw_config` at ``banks = lanes``: store sizes, instruction memory, special-function
+    unit) is synthesized (:func:`synth_estimate`) at the two lane counts ``from_lanes``; every count is extrapolated linearly in the
     lane count (``a + b * lanes``: engine MACs, vector-unit lanes and per-bank arbiters grow
     with it; the sequencer and instruction memory do not). Lane-to-bank crossbars grow faster
     than linearly, so LUTs are a lower estimate. The logic depth is the larger measured one.
@@ -306,8 +312,12 @@ def scaled_estimate(config, *, lanes, from_lanes=(1, 2), cache_dir="build/resour
     l1, l2 = from_lanes
     if not (0 < l1 < l2) or l1 & (l1 - 1) or l2 & (l2 - 1):
         raise ValueError(f"from_lanes must be two increasing powers of two, not {from_lanes!r}")
-    runs = [synth_estimate(store_sizes=store_sizes_from_plan(config, n), lanes=n, banks=n,
-                           cache_dir=cache_dir, timeout=timeout, log=log) for n in (l1, l2)]
+    runs = []
+    for n in (l1, l2):
+        hw = preset_hw_config(config, lanes=n)
+        runs.append(synth_estimate(store_sizes=hw.stores, lanes=n, banks=n,
+                                   imem_depth=hw.imem_depth, special=hw.special,
+                                   cache_dir=cache_dir, timeout=timeout, log=log))
     out = {}
     for k in _SCALED:
         slope = (runs[1][k] - runs[0][k]) / (l2 - l1)
@@ -360,7 +370,9 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     sizes = SIZE_SOURCES[sizes_from](config, banks)
     logic = None
     if synth == "full":
+        hw = preset_hw_config(config, lanes=lanes, banks=banks)    # units and imem
         logic = synth_estimate(store_sizes=sizes, lanes=lanes, banks=banks,
+                               imem_depth=hw.imem_depth, special=hw.special,
                                cache_dir=cache_dir, timeout=timeout, log=log)
         logic["method"] = f"full synthesis of the {lanes}-lane top"
     elif synth == "scaled":

@@ -199,7 +199,7 @@ def test_scaled_estimate_extrapolates_linearly(monkeypatch):
     seen = []
 
     def fake(*, store_sizes, lanes, banks, **kw):
-        seen.append((lanes, banks, store_sizes))
+        seen.append((lanes, banks, store_sizes, kw))
         base = {"lut": 1000, "ff": 2000, "dsp48e2": 3, "ramb36": 1, "ramb18": 2,
                 "uram288": 0, "carry": 40}
         per_lane = {"lut": 500, "ff": 700, "dsp48e2": 8, "ramb36": 0, "ramb18": 1,
@@ -210,8 +210,12 @@ def test_scaled_estimate_extrapolates_linearly(monkeypatch):
         return out
     monkeypatch.setattr(rc, "synth_estimate", fake)
     est = rc.scaled_estimate("tiny", lanes=8)
-    assert [(n, b) for n, b, _ in seen] == [(1, 1), (2, 2)]
-    assert seen[0][2] == store_sizes_from_plan("tiny", 1)
+    assert [(n, b) for n, b, _, _ in seen] == [(1, 1), (2, 2)]
+    # the synthesized tops are the preset's hardware configuration: sizes, imem, units
+    from ttrain.platforms.hw import preset_hw_config
+    hw = preset_hw_config("tiny", lanes=1)
+    assert seen[0][2] == hw.stores
+    assert (seen[0][3]["imem_depth"], seen[0][3]["special"]) == (hw.imem_depth, True)
     assert (est["lut"], est["ff"], est["dsp48e2"], est["ramb18"]) == \
         (1000 + 500 * 8, 2000 + 700 * 8, 3 + 8 * 8, 2 + 8)
     assert est["logic_levels"] == 12 and est["store_banks"] == 32
