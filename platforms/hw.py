@@ -106,8 +106,8 @@ class HwConfig:
         The U50 mapping; :attr:`styles` is the dict view.
     fits_u50 : bool
         The stores fit the U50's BRAM and URAM with ``store_style``.
-    source : tuple of (key, value)
-        Provenance: ``config`` (preset name or None) and ``programs`` (name, instructions and
+    source : str
+        Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
         programs and fields are equal however their values were chosen (defaults or
         overrides), so their ``hw.json`` files are too.
@@ -123,7 +123,7 @@ class HwConfig:
     store_words: tuple
     store_style: tuple
     fits_u50: bool
-    source: tuple = ()
+    source: str = "{}"
 
     @property
     def stores(self):
@@ -175,7 +175,7 @@ class HwConfig:
         d = dataclasses.asdict(self)
         d["store_words"] = self.stores
         d["store_style"] = self.styles
-        d["source"] = _thaw(self.source)
+        d["source"] = json.loads(self.source)
         d["units"] = list(self.units)
         d["total_words"] = self.total_words
         return {"format": _FORMAT, **d}
@@ -196,7 +196,7 @@ class HwConfig:
         kw = {k: d[k] for k in names}
         kw["store_words"] = tuple((s, int(d["store_words"][s])) for s in _STORES)
         kw["store_style"] = tuple((s, d["store_style"][s]) for s in _STORES)
-        kw["source"] = _freeze(d["source"])
+        kw["source"] = _canonical(d["source"])
         return cls(**kw)
 
     def digest(self):
@@ -204,20 +204,8 @@ class HwConfig:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:12]
 
 
-def _freeze(v):
-    if isinstance(v, dict):
-        return tuple((k, _freeze(v[k])) for k in sorted(v))
-    if isinstance(v, list):
-        return ("__list__",) + tuple(_freeze(x) for x in v)
-    return v
-
-
-def _thaw(v):
-    if isinstance(v, tuple) and v[:1] == ("__list__",):
-        return [_thaw(x) for x in v[1:]]
-    if isinstance(v, tuple):
-        return {k: _thaw(x) for k, x in v}
-    return v
+def _canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
@@ -299,7 +287,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     clock_mhz=float(clock_mhz),
                     store_words=tuple((s, words[s]) for s in _STORES),
                     store_style=tuple((s, styles[s]) for s in _STORES),
-                    fits_u50=bool(fits), source=_freeze(source))
+                    fits_u50=bool(fits), source=_canonical(source))
 
 
 def preset_hw_config(config, **overrides):
