@@ -38,6 +38,7 @@ A stepper has these members (:class:`Stepper` documents them):
     a suffix for the epoch's log line and extra result entries (cycles, simulation time).
 """
 
+import abc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,22 +64,26 @@ class StepContext:
     extra: dict = field(default_factory=dict)
 
 
-class Stepper:
-    """Base class of the steppers (the interface of the module docstring)."""
+class Stepper(abc.ABC):
+    """Base class of the steppers (the interface of the module docstring): a subclass must
+    define ``start``, ``steps`` and ``params``; the rest have defaults."""
     name = "stepper"
     chunk = 1
 
     def configure(self, cfg, dataset):
         return cfg, []
 
+    @abc.abstractmethod
     def start(self, ctx):
-        raise NotImplementedError
+        """Take the run's initial parameters and settings (:class:`StepContext`)."""
 
+    @abc.abstractmethod
     def steps(self, batches, rates):
-        raise NotImplementedError
+        """Run one SGD step per batch at its rate; return ``[(loss, intent_logits), ...]``."""
 
+    @abc.abstractmethod
     def params(self):
-        raise NotImplementedError
+        """Return the current parameters (name -> float32 array)."""
 
     def epoch_note(self, steps):
         return ""

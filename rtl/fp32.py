@@ -456,7 +456,8 @@ class FP32Compare(wiring.Component):
 
 
 def latency_of(unit_class):
-    """Return the latency in cycles of an FP32 unit class (built only to read it)."""
+    """Return the latency in cycles of a unit class (or a no-argument factory), built only to
+    read it."""
     probe = unit_class()
     probe._MustUse__silence = True
     return probe.latency

@@ -300,8 +300,18 @@ def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=N
     work_dir.mkdir(parents=True, exist_ok=True)
     build = build or build_unit(unit)
     latency = make_unit(unit).latency if latency is None else latency
-    operands, results = work_dir / "operands.hex", work_dir / "results.hex"
+    operands = work_dir / "operands.hex"
     write_operands(operands, a_bits, b_bits)
+    results = play_stream(build, work_dir, operands, count, latency=latency, gaps=gaps,
+                          timeout=timeout)
+    return decode_results(unit, _read_results(results, count, OUT_WIDTH[unit]))
+
+
+def play_stream(build, work_dir, operands, count, *, latency, gaps=0, timeout=600):
+    """Play the ``count`` operand words of file ``operands`` through a unit built under
+    ``fp32_stream_tb.v`` (``tb_fp32``'s ``stream_pairs``) and return the results file's path;
+    ``latency`` is what the wrapper checks ``o.valid`` against."""
+    results = Path(work_dir) / "results.hex"
     results.unlink(missing_ok=True)
     run_cocotb(build, "tb_fp32", testcase="stream_pairs", test_dir=work_dir,
                module_dirs=[TESTBENCH_DIR],
@@ -309,7 +319,7 @@ def stream_unit(unit, a_bits, b_bits, *, work_dir, gaps=0, latency=None, build=N
                          f"+LATENCY={latency}", f"+GAPS={int(gaps)}"],
                extra_env={"FP32_PAIRS": count, "FP32_TIMEOUT_CYCLES": 2 * count + 1000},
                timeout=timeout)
-    return decode_results(unit, _read_results(results, count, OUT_WIDTH[unit]))
+    return results
 
 
 def count_mismatches(unit, got, a_bits, b_bits):

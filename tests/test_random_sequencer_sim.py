@@ -25,11 +25,12 @@ from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import memory
 from amaranth.sim import Simulator
 
-from ttrain.golden.contract import Descriptor, View, contract, view_addresses
+from ttrain.golden.contract import contract, view_addresses
 from ttrain.golden.interpreter import run
 from ttrain.golden.isa import OPS, Elementwise, Program, encode_program
 from ttrain.rtl.sequencer import Sequencer
 from ttrain.testbench.vector_ref import VectorUnit
+from sequencer_harness import connect_units, descriptor_of, load_and_run, read_image
 from random_programs import STORES, ProgramGen, hazards, illegal_variants, issue_war_program
 
 #: The elementwise ops the one-element reference vector unit implements: every plain one of
@@ -70,11 +71,7 @@ class _Harness(Elaboratable):
         m.submodules.seq = seq = self.seq
         m.submodules.vec = vec = self.vec
         m.submodules.upd = upd = self.upd
-        m.d.comb += [vec.cmd.payload.eq(seq.vec.payload), vec.cmd.valid.eq(seq.vec.valid),
-                     seq.vec.ready.eq(vec.cmd.ready), seq.vec_done.eq(vec.done),
-                     seq.vec_error.eq(vec.error),
-                     upd.cmd.payload.eq(seq.upd.payload), upd.cmd.valid.eq(seq.upd.valid),
-                     seq.upd.ready.eq(upd.cmd.ready), seq.upd_done.eq(upd.done)]
+        connect_units(m, seq, vec, upd)
         for s, mem in enumerate(self.mems):
             m.submodules[f"mem{s}"] = mem
         for u, unit in enumerate((vec, upd)):
@@ -119,10 +116,6 @@ def run_programs(programs, image, *, seed=0, p_go=0.6, max_read_delay=24, max_wr
     results = []
     conc = [0]
 
-    def read_image(ctx):
-        return {STORES[s]: np.array([ctx.get(mem.data[a]) for a in range(sizes[STORES[s]])],
-                                    dtype=np.uint32) for s, mem in enumerate(h.mems)}
-
     async def wait(ctx, n):
         for _ in range(n):
             await ctx.tick()
@@ -139,15 +132,9 @@ def run_programs(programs, image, *, seed=0, p_go=0.6, max_read_delay=24, max_wr
                 if valid:
                     break
             ctx.set(seq.eng.ready, 0)
-
-            def view(v):
-                return View(STORES[int(v.store)], int(v.base), int(v.row_stride),
-                            int(v.col_stride), int(v.batch_stride))
-
-            desc = Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
-                              bool(p.accumulate), int(p.batch))
+            desc = descriptor_of(p)
             await wait(ctx, int(rng.integers(0, max_read_delay + 1)))
-            out = contract(desc, read_image(ctx))             # operands read now
+            out = contract(desc, read_image(ctx, h.mems, sizes))      # operands read now
             await wait(ctx, int(rng.integers(0, max_write_delay + 1)))
             mem = h.mems[STORES.index(desc.c.store)]
             addrs = np.unique(view_addresses(desc.c, desc.batch, desc.m, desc.n))
@@ -171,19 +158,9 @@ def run_programs(programs, image, *, seed=0, p_go=0.6, max_read_delay=24, max_wr
                     mem = h.mems[STORES.index(store)]
                     for i, wd in enumerate(vals):
                         ctx.set(mem.data[base + i], int(wd))
-            for a, wd in enumerate(words):
-                ctx.set(seq.imem_we, 1)
-                ctx.set(seq.imem_addr, a)
-                ctx.set(seq.imem_data, int(wd))
-                await ctx.tick()
-            ctx.set(seq.imem_we, 0)
-            ctx.set(seq.length, len(words) // 16)
-            ctx.set(seq.start, 1)
-            await ctx.tick()
-            ctx.set(seq.start, 0)
-            conc[0] = 0
-            await ctx.tick().until(seq.done & ~seq.busy)
-            results.append((read_image(ctx), ctx.get(seq.error_code), ctx.get(seq.error_pc),
+            await load_and_run(ctx, seq, words, on_start=lambda: conc.__setitem__(0, 0))
+            results.append((read_image(ctx, h.mems, sizes), ctx.get(seq.error_code),
+                            ctx.get(seq.error_pc),
                             ctx.get(seq.executed), conc[0]))
 
     sim = Simulator(h)

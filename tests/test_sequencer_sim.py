@@ -14,6 +14,7 @@ from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, SPECIAL_O
                                Elementwise, End, Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.command import VectorCommand, vector_command
 from ttrain.testbench.vector_ref import VectorUnit
+from sequencer_harness import connect_units, descriptor_of, load_and_run, read_image
 
 SIZE = 64
 STORES = ("param", "grad", "act", "scratch")
@@ -391,11 +392,7 @@ class _SeqHarness(Elaboratable):
         m.submodules.seq = seq = self.seq
         m.submodules.vec = vec = self.vec
         m.submodules.upd = upd = self.upd
-        m.d.comb += [vec.cmd.payload.eq(seq.vec.payload), vec.cmd.valid.eq(seq.vec.valid),
-                     seq.vec.ready.eq(vec.cmd.ready), seq.vec_done.eq(vec.done),
-                     seq.vec_error.eq(vec.error),
-                     upd.cmd.payload.eq(seq.upd.payload), upd.cmd.valid.eq(seq.upd.valid),
-                     seq.upd.ready.eq(upd.cmd.ready), seq.upd_done.eq(upd.done)]
+        connect_units(m, seq, vec, upd)
         for u, unit in enumerate((vec, upd)):
             rdata = []
             for s, mem in enumerate(self.mems):
@@ -420,7 +417,7 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
     """Load and run each ``(words)`` of ``programs`` in turn on one harness; return a list of
     ``(image, error_code, error_pc, executed, cycles, busy_engine, busy_vector, busy_update,
     max_concurrent)``."""
-    from ttrain.golden.contract import Descriptor, contract, view_addresses
+    from ttrain.golden.contract import contract, view_addresses
     sizes = {s: len(image[s]) for s in STORES}
     depth = imem_depth or max(len(p) // 16 for p in programs) + 1
     h = _SeqHarness(sizes, depth, overlap)
@@ -428,25 +425,15 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
     results = []
     concurrent = [0]
 
-    def read_image(ctx):
-        return {STORES[s]: np.array([ctx.get(mem.data[a]) for a in range(sizes[STORES[s]])],
-                                    dtype=np.uint32) for s, mem in enumerate(h.mems)}
-
     async def engine(ctx):
         ctx.set(seq.eng.ready, 1)
         while True:
             _, _, valid, p = await ctx.tick().sample(seq.eng.valid, seq.eng.payload)
             if not valid:
                 continue
-
-            def view(v):
-                return View(STORES[int(v.store)], int(v.base), int(v.row_stride),
-                            int(v.col_stride), int(v.batch_stride))
-
-            desc = Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
-                              bool(p.accumulate), int(p.batch))
+            desc = descriptor_of(p)
             ctx.set(seq.eng.ready, 0)
-            out = contract(desc, read_image(ctx))
+            out = contract(desc, read_image(ctx, h.mems, sizes))
             for _ in range(engine_delay):
                 await ctx.tick()
                 if ctx.get(h.vec.busy) or ctx.get(h.upd.busy):
@@ -464,19 +451,9 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
             for a, wd in enumerate(image[STORES[s]]):
                 ctx.set(mem.data[a], int(wd))
         for words in programs:
-            for a, wd in enumerate(words):
-                ctx.set(seq.imem_we, 1)
-                ctx.set(seq.imem_addr, a)
-                ctx.set(seq.imem_data, int(wd))
-                await ctx.tick()
-            ctx.set(seq.imem_we, 0)
-            ctx.set(seq.length, len(words) // 16)
-            ctx.set(seq.start, 1)
-            await ctx.tick()
-            ctx.set(seq.start, 0)
-            concurrent[0] = 0
-            await ctx.tick().until(seq.done & ~seq.busy)
-            results.append((read_image(ctx), ctx.get(seq.error_code), ctx.get(seq.error_pc),
+            await load_and_run(ctx, seq, words, on_start=lambda: concurrent.__setitem__(0, 0))
+            results.append((read_image(ctx, h.mems, sizes), ctx.get(seq.error_code),
+                            ctx.get(seq.error_pc),
                             ctx.get(seq.executed), ctx.get(seq.cycles),
                             ctx.get(seq.busy_engine), ctx.get(seq.busy_vector),
                             ctx.get(seq.busy_update), concurrent[0]))

@@ -30,11 +30,10 @@ from ttrain.golden import numerics as nx  # noqa: E402
 from ttrain.golden import special as S  # noqa: E402
 from ttrain.rtl.special import SpecialFunctionUnit  # noqa: E402
 from ttrain.platforms.sim.top import special_fp_sources  # noqa: E402
-from ttrain.platforms.sim.verilator import (build_verilator, lint_verilator,  # noqa: E402
-                                            run_cocotb)
+from ttrain.platforms.sim.verilator import build_verilator, lint_verilator  # noqa: E402
+from ttrain.rtl.fp32 import latency_of  # noqa: E402
 from ttrain.testbench import TESTBENCH_DIR  # noqa: E402
-
-COCOTB_DIR = TESTBENCH_DIR             # tb_fp32 lives in the testbench package
+from ttrain.testbench.bench_fp32 import play_stream  # noqa: E402
 WRAPPER = TESTBENCH_DIR / "fp32_stream_tb.v"
 IN_W = 35                       # x in bits 0-31, func in bits 32-34
 DEPTH = 1 << 20
@@ -131,20 +130,12 @@ def stream_unit(codes, xs, *, work_dir, gaps=0, build=None, latency=None, timeou
     work_dir.mkdir(parents=True, exist_ok=True)
     build = build or build_unit()
     if latency is None:
-        probe = SpecialFunctionUnit(impl="verilog")
-        probe._MustUse__silence = True            # built only to read its latency
-        latency = probe.latency
+        latency = latency_of(lambda: SpecialFunctionUnit(impl="verilog"))
     words = (np.asarray(codes, np.uint64) << np.uint64(32)) | np.asarray(xs, np.uint64)
-    operands, results = work_dir / "operands.hex", work_dir / "results.hex"
+    operands = work_dir / "operands.hex"
     operands.write_text("\n".join(map("{:09x}".format, words.tolist())) + "\n")
-    results.unlink(missing_ok=True)
-    run_cocotb(build, "tb_fp32", testcase="stream_pairs", test_dir=work_dir,
-               module_dirs=[COCOTB_DIR],
-               plusargs=[f"+OPERANDS={operands}", f"+RESULTS={results}", f"+PAIRS={count}",
-                         f"+LATENCY={latency}", f"+GAPS={int(gaps)}"],
-               extra_env={"FP32_PAIRS": count, "FP32_TIMEOUT_CYCLES": 2 * count + 1000},
-               timeout=timeout)
-    return _read_results(results, count)
+    return _read_results(play_stream(build, work_dir, operands, count, latency=latency,
+                                     gaps=gaps, timeout=timeout), count)
 
 
 def mismatch_report(codes, xs, got, want, limit=8):
