@@ -196,13 +196,13 @@ SEVERITY_PARAMS = MappingProxyType({
     "impulse_noise": ("fraction", (0.03, 0.06, 0.09, 0.17, 0.27)),
     "speckle_noise": ("sigma", (0.15, 0.25, 0.35, 0.5, 0.7)),
     "gaussian_blur": ("sigma px", (0.4, 0.55, 0.7, 0.85, 1.0)),
-    "defocus_blur": ("radius px", (0.6, 0.85, 1.1, 1.35, 1.6)),
+    "zoom_blur": ("zoom", (0.2, 0.4, 0.6, 0.8, 1.0)),
     "motion_blur": ("length px", (1.0, 1.5, 2.0, 2.5, 3.0)),
     "contrast": ("factor", (0.5, 0.4, 0.3, 0.23, 0.17)),
     "brightness": ("offset", (0.1, 0.2, 0.3, 0.4, 0.5)),
     "saturate": ("gain", (1.5, 2.0, 3.0, 5.0, 8.0)),
     "solarize": ("threshold x16", (15.5, 14.5, 13.5, 12.5, 11.5)),
-    "pixelate": ("side px", (6.0, 5.0, 4.5, 4.0, 3.5)),
+    "pixelate": ("side px", (6.5, 5.5, 4.5, 4.0, 3.5)),
     "jpeg": ("quality", (30, 20, 12, 8, 5)),
     "elastic": ("displacement px", (0.4, 0.6, 0.8, 1.0, 1.2)),
     "rotate": ("degrees", (8.0, 13.0, 18.0, 23.0, 28.0)),
@@ -263,22 +263,18 @@ def gaussian_blur(images, rng, severity):
     return ndimage.gaussian_filter(images, sigma=(0, s, s), mode="constant", cval=0.0)
 
 
-def _disk(radius):
-    """Normalized disk kernel: each tap weighted by the area of its pixel inside the circle
-    (8x8 supersampling), so sub-pixel radii blur smoothly."""
-    half = int(np.ceil(radius))
-    sub = (np.arange(8) + 0.5) / 8 - 0.5
-    taps = np.arange(-half, half + 1)
-    yy = (taps[:, None, None, None] + sub[None, None, :, None])
-    xx = (taps[None, :, None, None] + sub[None, None, None, :])
-    kernel = ((yy ** 2 + xx ** 2) <= radius ** 2).mean(axis=(2, 3))
-    return kernel / kernel.sum()
-
-
-def defocus_blur(images, rng, severity):
-    """Convolve with a disk of the given radius (a defocused lens), black outside."""
-    kernel = _disk(_param("defocus_blur", severity))
-    return ndimage.convolve(images, kernel[None], mode="constant", cval=0.0)
+def zoom_blur(images, rng, severity):
+    """Average of the image zoomed about its centre by 1 + t for t in 0, zoom / 5, ..., zoom
+    (six copies, bilinear, black outside): radial streaks, as a camera zooming while exposing."""
+    zoom = _param("zoom_blur", severity)
+    c = (SIDE - 1) / 2
+    r, q = np.meshgrid(np.arange(SIDE) - c, np.arange(SIDE) - c, indexing="ij")
+    steps = np.linspace(0.0, zoom, 6)
+    out = np.zeros_like(images)
+    for t in steps:
+        shrink = 1 / (1 + t) - 1            # output (r, q) samples the input at (r, q) / (1 + t)
+        out += _warp(images, r * shrink, q * shrink)
+    return out / len(steps)
 
 
 def motion_blur(images, rng, severity):
@@ -360,8 +356,8 @@ def jpeg(images, rng, severity):
     """One baseline-JPEG block per image (the image is exactly 8x8): scale to 0..255, level
     shift by 128, 2-D DCT, divide by the Annex K luminance table scaled for quality (the IJG
     rule: 5000/q for q < 50, table = max(1, floor((T * scale + 50) / 100))), round half away
-    from zero, dequantize, inverse DCT, back to [0, 1] (8-bit rounding and clipping left to
-    the final clip)."""
+    from zero, dequantize, inverse DCT, back to [0, 1] (not rounded to 8 bits; the final clip
+    bounds it)."""
     q = _param("jpeg", severity)
     scale = 5000 / q if q < 50 else 200 - 2 * q
     table = np.maximum(1.0, np.floor((JPEG_LUMA * scale + 50) / 100))
@@ -408,7 +404,7 @@ def translate(images, rng, severity):
 
 #: name -> f(images, rng, severity), in the order of the documentation's table.
 CORRUPTIONS = MappingProxyType({f.__name__: f for f in (
-    gaussian_noise, shot_noise, impulse_noise, speckle_noise, gaussian_blur, defocus_blur,
+    gaussian_noise, shot_noise, impulse_noise, speckle_noise, gaussian_blur, zoom_blur,
     motion_blur, contrast, brightness, saturate, solarize, pixelate, jpeg, elastic, rotate,
     translate)})
 assert tuple(CORRUPTIONS) == tuple(SEVERITY_PARAMS)
