@@ -40,9 +40,9 @@ ALLOWED = {
 #: The one library -> testbench edge: ``ttrain bench`` runs the testbench's benchmarks.
 CLI_TESTBENCH = {"cli/bench_cmd.py"}
 #: The golden modules RTL may use: ISA encodings, configuration, the op sequences it is
-#: generated from and the named numerics constants (rounding modes).
+#: generated from, the named numerics constants (rounding modes) and the PRNG's constants.
 RTL_GOLDEN = {"ttrain.golden.isa", "ttrain.golden.config", "ttrain.golden.special",
-              "ttrain.golden.numerics"}
+              "ttrain.golden.numerics", "ttrain.golden.prng"}
 
 
 def _layer_of(module):
