@@ -55,6 +55,8 @@ def register(sub):
     p.add_argument("--compare", action="store_true",
                    help="--engine interpreter/rtl: also train the golden fast path with the "
                         "same settings and seed and print both accuracies")
+    from .train_zo_cmd import add_arguments
+    add_arguments(p)
     from .debug_cmd import add_sim_debug_flags, with_sim_debug
     add_sim_debug_flags(p)
     p.set_defaults(func=with_sim_debug(run, check=_check_debug))
@@ -131,8 +133,19 @@ def run(args):
     from ttrain.golden.train import train
 
     from .commands import warn
+    from .train_zo_cmd import is_cnn
 
+    if is_cnn(args.config):
+        from .train_zo_cmd import run as run_cnn
+        return run_cnn(args)
     cfg = get_config(args.config)
+    if args.rule != "sgd":
+        raise ValueError(f"--rule {args.rule} trains the int8 CNN presets (digits-cnn); the "
+                         f"transformer {args.config} trains with --rule sgd")
+    for flag in ("corruption", "runs", "json_out"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_out', '')} applies to the CNN presets with "
+                             "--rule zo only")
     _check_args(args)
     slot_head = True if args.slot_head else None
     ck = None if args.init is None else _load_init(args.init, cfg, slot_head)
