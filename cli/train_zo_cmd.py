@@ -111,6 +111,6 @@ def run(args):
         from ttrain.golden.train import write_atomically
         text = json.dumps({"config": cfg.name, "epochs": epochs, "seed": args.seed,
                            "per_corruption": table, "mean": mean}, indent=1)
-        write_atomically(args.json_out, lambda f: f.write(text))
+        write_atomically(args.json_out, lambda f: f.write(text.encode()))
         print(f"wrote {args.json_out}")
     return 0

@@ -47,7 +47,8 @@ from . import prng, qnn
 from .numerics import as_f32, fp32_add, fp32_mul, fp32_dot, fp32_sub, fp32_sum
 from .quant import f2i, i2f
 
-__all__ = ["ZO_MODES", "SPARSE_MASKS", "ZOSettings", "stream_seed", "zo_step", "evaluate",
+__all__ = ["ZO_MODES", "SPARSE_MASKS", "ZOSettings", "stream_seed", "estimate_gradient",
+           "zo_step", "np_local_grads", "evaluate",
            "train_zo", "train_ste", "train_float"]
 
 ZO_MODES = ("wp", "np", "mixed")
@@ -124,6 +125,38 @@ def stream_seed(seed, step, query, stream):
     stream) mod 2**32)`` — the host computes it and passes it to the chip as data."""
     idx = ((int(step) * 4096 + int(query)) * 4 + int(stream)) % (1 << 32)
     return int(prng.draw(int(seed), idx))
+
+
+def estimate_gradient(f, theta, *, queries, sigma, seed=0, step=0, antithetic=False,
+                      directions=None):
+    """The ZO estimator on a real function (float64), with the rule's directions.
+
+    ``g = 1/(sigma n) sum_q (f(theta + sigma u_q) - f(theta)) u_q`` (antithetic: ``(f(theta +
+    sigma u_q) - f(theta - sigma u_q)) / 2`` in place of the difference), ``u_q`` the
+    Rademacher draws of :func:`stream_seed` ``(seed, step, q, WP stream)`` at indices ``0 ..
+    d-1``: the same directions as :func:`zo_step`. Unbiased for quadratics; the bias of a
+    smooth ``f`` is ``O(sigma**2)`` and the variance falls as ``1/n``. ``directions`` (an
+    ``(n, d)`` array of +-1) replaces the PRNG draws, e.g. all ``2**d`` sign vectors to get the
+    estimator's exact expectation.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    f0 = f(theta)
+    g = np.zeros_like(theta)
+    idx = np.arange(theta.size, dtype=np.uint64)
+    if directions is not None:
+        queries = len(directions)
+    for qi in range(queries):
+        if directions is not None:
+            u = np.asarray(directions[qi], dtype=np.float64).reshape(theta.shape)
+        else:
+            u = prng.rademacher(stream_seed(seed, step, qi, _STREAM_WP), idx)
+            u = u.reshape(theta.shape).astype(np.float64)
+        if antithetic:
+            c = (f(theta + sigma * u) - f(theta - sigma * u)) / 2
+        else:
+            c = f(theta + sigma * u) - f0
+        g += c * u
+    return g / (sigma * queries)
 
 
 # --------------------------------------------------------------------------------------------
