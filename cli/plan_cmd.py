@@ -9,6 +9,7 @@ import sys
 
 from .golden.config import preset_names
 from .golden.memory import CATEGORIES, REGION_CLASSES
+from .golden.model_compiler import RECOMPUTE
 from .golden.planner import ORDER_NAMES
 from .platforms.memory import plan_report
 
@@ -36,6 +37,12 @@ def register(sub):
     p.add_argument("--no-fused-update", dest="fused_update", action="store_false",
                    help="memory of the step compiled with one UPDATE at its end (gradients of "
                         "every tensor held at once) instead of the default fused update")
+    p.add_argument("--recompute", choices=RECOMPUTE, default="sublayer",
+                   help="activation recomputation of the compiled step: none (the backward "
+                        "pass reads what the forward pass kept), sublayer (default: keep each "
+                        "attention/FFN half's input, run the half again before its backward "
+                        "pass) or layer (keep each encoder block's input); the table of all "
+                        "three is printed either way")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--steps", action="store_true",
                    help="with --json: include every contraction step of every order")
@@ -76,7 +83,8 @@ def format_report(rep):
             f"dense {rep['update_macs']['dense']:,}"]
     comp, est = rep["compiled"], rep["estimate"]
     out += ["", f"On-chip memory of the compiled training step (MB; order {comp['order']}, "
-            f"fused update {'on' if comp['fused_update'] else 'off'}; the memory map of "
+            f"fused update {'on' if comp['fused_update'] else 'off'}, recompute "
+            f"{comp['recompute']}, {comp['allocate']} allocation; the memory map of "
             f"golden/model_compiler.py, each store rounded to whole rows of {comp['banks']} "
             "banks as the chip gets it):"]
     for note in comp["notes"]:
@@ -88,13 +96,28 @@ def format_report(rep):
         out.append(f"{s:<8} {d['words']:>11,} " + " ".join(
             f"{_mb(d['classes'].get(c, 0)):>11}" for c in cls) + f" {_mb(d['bytes'])}")
     out += ["", f"{'part':<10} " + " ".join(f"{c:>11}" for c in cls)
-            + "   (gradients: region sizes; with the fused update they share the grad store)"]
+            + "   (act/scratch: live at the store's peak; gradients: region sizes, with the "
+              "fused update they share the grad store)"]
     for p, d in comp["layers"].items():
         out.append(f"{p:<10} " + " ".join(f"{_mb(d[c]):>11}" for c in cls))
+    for s, d in comp["peak"].items():
+        top = ", ".join(f"{n} {w:,}" for n, w in list(d["largest_live"].items())[:4])
+        out.append(f"peak of {s}: {d['words']:,} words (live regions {d['live_sum']:,} at "
+                   f"instruction {d['at']}: {top}, ...)")
+    out += ["", f"Memory vs MACs per recompute setting (compiled step, stores rounded as "
+            f"above; MACs of the compiled program, overhead against none; this report: "
+            f"{rep['recompute']}):"]
+    head = f"{'recompute':<10} {'on-chip MB':>10} {'ratio':>8} {'MACs':>14} {'overhead':>9}"
+    out += [head, "-" * len(head)]
+    for t in rep["recompute_table"]:
+        out.append(f"{t['recompute']:<10} {t['onchip_bytes'] / 1e6:>10.3f} "
+                   f"{t['memory_ratio']:>7.2f}x {t['macs']:>14,} "
+                   f"{100 * t['mac_overhead']:>+8.1f}%")
     on, de = rep["onchip_bytes"], rep["dense_bytes"]
     err = est["error"]
     out += ["", f"{'memory (MB)':<14} {'on-chip':>9} {'dense':>9} {'estimate':>9} "
-            f"{'est. error':>10}"]
+            f"{'est. error':>10}   (estimate: the planner's, its error against the compiled "
+            "step without recomputation)"]
     for c in cls + ("padding", "total"):
         e = err.get(c)
         tail = f" {_mb(e['estimate'])} {_pct(e['relative']):>10}" if e else ""
@@ -103,8 +126,9 @@ def format_report(rep):
             f"{on['total']:,} (compiled); memory ratio {rep['memory_ratio']:.2f}x "
             f"(planner estimate {est['onchip_bytes']['total']:,} bytes, "
             f"{est['memory_ratio']:.2f}x)"]
-    out += ["", f"Planner estimate per TT layer (MB; golden/memory.py, order {rep['order']}; "
-            "scratch is per backward phase, shared, not additive):"]
+    out += ["", f"Planner estimate per TT layer (MB; an estimate of golden/memory.py, not the "
+            f"compiled map; order {rep['order']}, no recomputation; scratch is per backward "
+            "phase, shared, not additive):"]
     head = (f"{'layer':<10} {'params':>9} {'grads':>9} {'acts':>9} {'own total':>9} "
             f"{'scratch':>9}  phase")
     out += [head, "-" * len(head)]
@@ -118,7 +142,7 @@ def format_report(rep):
 
 def run(args):
     rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
-                      fused_update=args.fused_update)
+                      fused_update=args.fused_update, recompute=args.recompute)
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         sys.stdout.write("\n")

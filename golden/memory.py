@@ -28,14 +28,13 @@ TT layer's place and a dense ``V x D`` embedding table: dense parameters + dense
 (plain SGD: no optimizer state) + saved activations (no TT intermediates) + scratch.
 """
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 from .config import ModelConfig
 from .planner import ORDER_NAMES, layer_tokens, plan_layer, ttm_cost
 
 __all__ = ["WORD_BYTES", "CATEGORIES", "MemoryReport", "memory_report", "REGION_CLASSES",
-           "region_layer", "compiled_memory"]
+           "region_layer", "compiled_memory", "program_macs"]
 
 #: Bytes per FP32 word.
 WORD_BYTES = 4
@@ -279,17 +278,17 @@ def _region_classes(cm):
 
     The store decides for parameters and gradients; the names decide the sample I/O (the
     host's ``in.*``, ``loss``, ``logits``); every other region (act and scratch stores) is
-    classed from the program: ``activations`` when the forward pass writes it and the
-    backward pass reads it before writing it (kept for backward: TT inputs and ``Z = X·L``,
-    Q/K/V, attention probabilities, LayerNorm ``x_hat``/``1/sigma``, TTM prefix products,
-    ...), else ``scratch`` (a temporary of one phase: backward buffers, recomputed merges,
-    the GELU output recomputed in backward, forward-only intermediates).
+    classed by its live interval (``cm.liveness``, the compiler's): ``activations`` when it
+    is live across the end of the forward pass (written in the forward pass and read in the
+    backward pass: with recomputation the kept sub-layer or layer inputs, the embedding's
+    LayerNorm, and without it every TT input, ``Z = X·L``, Q/K/V, attention probabilities,
+    LayerNorm ``x_hat``/``1/sigma`` ...), else ``scratch`` (a temporary of one phase:
+    recomputed activations, backward buffers, recomputed merges, forward-only
+    intermediates).
     """
-    from .interpreter import dynamic_stream
-    from .model_compiler import _extents
-    mm = cm.memory_map
-    out, spans = {}, {}
-    for name, r in mm.items():
+    fwd_end = cm.sections["forward"][1]
+    out = {}
+    for name, r in cm.memory_map.items():
         if r.store == "param":
             out[name] = "parameters"
         elif r.store == "grad":
@@ -297,35 +296,8 @@ def _region_classes(cm):
         elif name.startswith(_SAMPLE_IO):
             out[name] = "sample_io"
         else:
-            spans.setdefault(r.store, []).append((r.base, r.base + r.size - 1, name))
-    for lst in spans.values():
-        lst.sort()
-    starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
-    fwd_end = cm.sections["forward"][1]
-    written, first_bwd = set(), {}
-    for pc, ins in dynamic_stream(cm.program.instructions):
-        ops = _extents(ins)
-        acc = getattr(getattr(ins, "desc", None), "accumulate", False) or \
-            getattr(ins, "accumulate", False) or getattr(ins, "op", "") == "scatter_add"
-        for j, (store, lo, hi, w) in enumerate(ops):
-            lst = spans.get(store)
-            if not lst:
-                continue
-            i = max(bisect_right(starts[store], lo) - 1, 0)
-            while i < len(lst) and lst[i][0] <= hi:
-                if lst[i][1] >= lo:
-                    name = lst[i][2]
-                    writes_only = j == 0 and not acc
-                    if pc < fwd_end:
-                        if j == 0:
-                            written.add(name)
-                    elif name not in first_bwd:
-                        first_bwd[name] = "write" if writes_only else "read"
-                i += 1
-    for lst in spans.values():
-        for _, _, name in lst:
-            kept = name in written and first_bwd.get(name) == "read"
-            out[name] = "activations" if kept else "scratch"
+            a, b = cm.liveness[r.store]["intervals"][name]
+            out[name] = "activations" if a < fwd_end <= b else "scratch"
     return out
 
 
@@ -340,40 +312,86 @@ def compiled_memory(cm):
     ``classes``
         ``{class: words}`` over :data:`REGION_CLASSES`, adding up to the stores' total: the
         param store is ``parameters``, the grad store ``gradients`` (with the fused update
-        the liveness-allocated peak, less than the sum of the gradient regions), the act and
-        scratch stores split by :func:`_region_classes`.
+        the liveness-allocated peak, less than the sum of the gradient regions); the act and
+        scratch stores are split by :func:`_region_classes` over the regions live at the
+        store's peak (``peak``; with ``allocate="bump"`` over every region), the words the
+        allocator could not fill at the peak (none when the peak is the live sum) count as
+        scratch.
     ``store_classes``
         ``{store: {class: words}}``.
+    ``peak``
+        ``{store: {"words", "live_sum", "at", "regions"}}`` for the act and scratch stores:
+        the store's words, the largest sum of live region sizes, the instruction where it
+        occurs and the regions live there (largest first).
     ``regions``
-        ``{class: {region: words}}``.
+        ``{class: {region: words}}``: every region (with the liveness allocator regions share
+        words, so these add up to more than the stores).
     ``layers``
-        ``{part: {class: words}}`` by :func:`region_layer`; ``gradients`` is the sum of the
-        part's gradient regions (with the fused update they share the grad store, so the
-        parts' gradients add up to more than the store).
-    ``fused_update``
-        Whether the step applies each update during the backward pass.
+        ``{part: {class: words}}`` by :func:`region_layer`, additive like ``classes``: at
+        the peak of each act/scratch store; ``gradients`` is the sum of the part's gradient
+        regions (with the fused update they share the grad store, so the parts' gradients
+        add up to more than the store).
+    ``fused_update``, ``recompute``, ``allocate``, ``ttm_group``
+        The compiler options of the step.
     """
     classes = _region_classes(cm)
     mm = cm.memory_map
     stores = {s: int(w) for s, w in cm.store_sizes.items()}
+    packed = getattr(cm, "allocate", "bump") == "liveness"
     store_classes = {s: {} for s in stores}
     regions = {c: {} for c in REGION_CLASSES}
     layers = {}
+    peak = {}
+    for s, info in cm.liveness.items():
+        at = info["at"]
+        live = sorted(((mm[n].size, n) for n, (a, b) in info["intervals"].items()
+                       if a <= at <= b), reverse=True)
+        peak[s] = {"words": stores.get(s, 0), "live_sum": info["live_sum"], "at": at,
+                   "regions": {n: w for w, n in live}}
+
+    def counted(name, r):
+        if r.store not in peak or not packed:
+            return True
+        return name in peak[r.store]["regions"]
+
     for name, r in mm.items():
         c = classes[name]
         regions[c][name] = r.size
         part = layers.setdefault(region_layer(name), {k: 0 for k in REGION_CLASSES})
-        part[c] += r.size
-        if r.store != "grad":
+        if r.store == "grad" or counted(name, r):
+            part[c] += r.size
+        if r.store != "grad" and counted(name, r):
             sc = store_classes[r.store]
             sc[c] = sc.get(c, 0) + r.size
     store_classes["grad"] = {"gradients": stores.get("grad", 0)}
     for s, sc in store_classes.items():
-        # words no region names (none today) count as scratch
+        # words no live region fills at the peak count as scratch
         rest = stores.get(s, 0) - sum(sc.values())
         if rest:
             sc["scratch"] = sc.get("scratch", 0) + rest
+            if s in peak:
+                layers.setdefault("shared", {k: 0 for k in REGION_CLASSES})["scratch"] += rest
     total = {c: sum(sc.get(c, 0) for sc in store_classes.values()) for c in REGION_CLASSES}
     return {"stores": stores, "classes": total, "store_classes": store_classes,
-            "regions": regions, "layers": layers,
-            "fused_update": bool(getattr(cm, "fused_update", False))}
+            "peak": peak, "regions": regions, "layers": layers,
+            "fused_update": bool(getattr(cm, "fused_update", False)),
+            "recompute": getattr(cm, "recompute", "none"),
+            "allocate": getattr(cm, "allocate", "bump"),
+            "ttm_group": getattr(cm, "ttm_group", 0)}
+
+
+def program_macs(program):
+    """Multiply-accumulates of one run of ``program`` (a :class:`~ttrain.golden.isa.Program`
+    or instruction list): every CONTRACT's ``m * n * k * batch``, times its LOOP's count."""
+    from .isa import Contract, EndLoop, Loop
+    instrs = getattr(program, "instructions", program)
+    total, count = 0, 1
+    for ins in instrs:
+        if isinstance(ins, Loop):
+            count = ins.count
+        elif isinstance(ins, EndLoop):
+            count = 1
+        elif isinstance(ins, Contract):
+            d = ins.desc
+            total += count * d.m * d.n * d.k * d.batch
+    return total

@@ -43,7 +43,7 @@ The program is the numerical definition the RTL must match bit for bit (run it w
 """
 
 from bisect import bisect_right
-from dataclasses import dataclass, replace as dc_replace
+from dataclasses import dataclass, field, replace as dc_replace
 from math import prod, sqrt
 
 import numpy as np
@@ -97,6 +97,16 @@ class _Builder:
             raise AssertionError(f"region {name!r} allocated twice")
         return self.alloc.region(name, store, shape)
 
+    def tmp(self, name, store, shape):
+        """Register a fresh region ``name`` (``name~2``, ``name~3`` ... when it is taken) and
+        return its name: one region per value, the liveness allocator shares the words."""
+        n, k = name, 1
+        while n in self.alloc.regions:
+            k += 1
+            n = f"{name}~{k}"
+        self.alloc.region(n, store, shape)
+        return n
+
     def r(self, name):
         return self.alloc.regions[name]
 
@@ -145,12 +155,6 @@ class _Builder:
         self.ins.append(Loop(count, incs))
         body()
         self.ins.append(EndLoop())
-
-
-@dataclass
-class _TTParts:
-    forward: list
-    backward: list
 
 
 def _relocate(instrs, layer_map, target):
@@ -260,35 +264,249 @@ class _TTLayers:
             self.cache[key] = (prog, merges, i, private, pooled, pool)
         return self.cache[key]
 
-    def pool_words(self):
-        return max((c[5] for c in self.cache.values()), default=0)
+
+def _layer_regions(instrs, mm):
+    """Names of the layer program's regions that ``instrs`` touch (by view base)."""
+    spans = sorted((r.store, r.base, r.base + r.size, n) for n, r in mm.items())
+    out = set()
+    for ins in instrs:
+        views = list(ins.views)
+        if isinstance(ins, Contract):
+            views = [ins.desc.a, ins.desc.b, ins.desc.c]
+        for v in views:
+            if v is None:
+                continue
+            out.update(n for s, lo, hi, n in spans if s == v.store and lo <= v.base < hi)
+    return out
 
 
-def _tt_layer(bld, layers, name, spec, rows, x, y, dy, dx):
-    """Relocate TT layer ``name`` onto regions ``x``/``y`` (forward) and ``dy``/``dx``.
+def _tt_forward(bld, layers, name, inst, spec, rows, x, y):
+    """Relocate the forward part of TT layer ``name`` (its parameters) onto ``x`` -> ``y``.
 
-    Returns the forward and backward instruction lists (not yet emitted); the backward list
-    starts with the merges again.
+    ``inst`` names this instance's own regions: every scratch region of the layer program
+    gets a fresh ``{inst}.f.{region}`` (the liveness allocator decides which words they
+    share). Returns the state :func:`_tt_backward` needs, with the instructions under
+    ``"forward"`` (not yet emitted).
     """
     prog, merge_at, i, private, pooled, _ = layers.get(spec, rows)
-    ins = prog.instructions
-    target = {"x": bld.r(x), "y": bld.r(y), "dy": bld.r(dy), "dx": bld.r(dx),
-              "target": bld.r(dy)}       # only the cut loss instruction reads it
+    mm = prog.memory_map
+    target = {"x": bld.r(x), "y": bld.r(y)}
     for k in range(2 * spec.d):
         target[f"core{k + 1}"] = bld.r(f"{name}.core{k}")
         target[f"grad_core{k + 1}"] = bld.r(f"grad:{name}.core{k}")
     target["bias"] = bld.r(f"{name}.bias")
     target["grad_bias"] = bld.r(f"grad:{name}.bias")
-    mm = prog.memory_map
-    for rname in private:
-        target[rname] = bld.region(f"{name}.{rname}", "scratch", mm[rname].shape)
-    pool = bld.r("tt.pool")
-    for rname, off in pooled.items():
-        r = mm[rname]
-        target[rname] = dc_replace(r, base=pool.base + off)
-    fwd = _relocate(ins[:i], mm, target)
-    bwd = [fwd[n] for n in merge_at] + _relocate(ins[i + 1:-2], mm, target)
-    return _TTParts(fwd, bwd)
+    used = _layer_regions(prog.instructions[:i], mm)
+    for rname, r in mm.items():
+        if r.store == "scratch" and rname in used:
+            target[rname] = bld.region(f"{inst}.f.{rname}", "scratch", r.shape)
+    fwd = _relocate(prog.instructions[:i], mm, target)
+    return {"prog": prog, "merge_at": merge_at, "cut": i, "private": set(private),
+            "target": target, "inst": inst, "forward": fwd}
+
+
+def _tt_backward(bld, st, dy, dx):
+    """Return the backward instructions of a TT layer instance from :func:`_tt_forward`.
+
+    They start with the merges again (recomputed into fresh ``{inst}.b.*`` regions: they
+    depend on the cores only, so the words are the same), read the token regions the
+    forward part kept (``Z = X L``) and write the gradients, ``dX`` into ``dx``.
+    """
+    prog, mm = st["prog"], st["prog"].memory_map
+    target = dict(st["target"])
+    target.update({"dy": bld.r(dy), "dx": bld.r(dx), "target": bld.r(dy)})
+    ins = prog.instructions
+    part = [ins[n] for n in st["merge_at"]] + ins[st["cut"] + 1:-2]
+    used = _layer_regions(part, mm)
+    for rname, r in mm.items():
+        if r.store == "scratch" and rname not in st["private"] and rname in used:
+            target[rname] = bld.region(f"{st['inst']}.b.{rname}", "scratch", r.shape)
+    bwd = _relocate(part, mm, target)
+    return bwd
+
+
+# ---- liveness allocation of the act and scratch stores -------------------------------------
+
+def _static_positions(instrs):
+    """``(first_at, last_at)``: per instruction, the first and last static position it runs
+    at (an instruction inside a LOOP runs from the LOOP to the ENDLOOP)."""
+    first_at, last_at, loop = [], [], None
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Loop):
+            loop = i
+            end = next(j for j in range(i + 1, len(instrs)) if isinstance(instrs[j], EndLoop))
+        if loop is not None:
+            first_at.append(loop)
+            last_at.append(end)
+        else:
+            first_at.append(i)
+            last_at.append(i)
+        if isinstance(ins, EndLoop):
+            loop = None
+    return first_at, last_at
+
+
+def _operand_hulls(instrs):
+    """Yield ``(i, slot, store, lo, hi, reads)`` for every operand of every instruction: the
+    address hull over all iterations of its LOOP; ``reads``: the instruction reads these
+    words (a source, an accumulating destination, SCATTER_ADD's table)."""
+    cur = None
+    for i, ins in enumerate(instrs):
+        if isinstance(ins, Loop):
+            cur = ins
+            continue
+        if isinstance(ins, EndLoop):
+            cur = None
+            continue
+        versions = [ins] if cur is None else [ins.stepped(cur.increments, 0),
+                                              ins.stepped(cur.increments, cur.count - 1)]
+        acc = bool(getattr(getattr(ins, "desc", None), "accumulate", False)
+                   or getattr(ins, "accumulate", False)
+                   or getattr(ins, "op", "") == "scatter_add" or isinstance(ins, Update))
+        hulls = {}
+        for v in versions:
+            for j, (store, lo, hi, _) in enumerate(_extents(v)):
+                s0, a, b = hulls.get(j, (store, lo, hi))
+                hulls[j] = (store, min(a, lo), max(b, hi))
+        for j, (store, lo, hi) in hulls.items():
+            yield i, j, store, lo, hi, j != 0 or acc
+
+
+def _move_views(ins, move):
+    """Return ``ins`` with every view passed through ``move`` (which may return it as is)."""
+    def mv(v):
+        return None if v is None else move(v)
+    if isinstance(ins, Contract):
+        d = ins.desc
+        return dc_replace(ins, desc=dc_replace(d, a=mv(d.a), b=mv(d.b), c=mv(d.c)))
+    if isinstance(ins, Elementwise):
+        return dc_replace(ins, d=mv(ins.d), a=mv(ins.a), b=mv(ins.b))
+    if isinstance(ins, Reduce):
+        return dc_replace(ins, d=mv(ins.d), a=mv(ins.a))
+    if isinstance(ins, Gather):
+        return dc_replace(ins, dst=mv(ins.dst), src=mv(ins.src), index=mv(ins.index))
+    if isinstance(ins, Update):
+        return dc_replace(ins, theta=mv(ins.theta), grad=mv(ins.grad))
+    return ins
+
+
+#: Region names the host writes before a step or reads after it (live for the whole step).
+HOST_REGIONS = ("in.", "loss", "logits")
+
+
+def _live_intervals(instrs, regions, stores=("act", "scratch")):
+    """Return ``{region: (first, last)}`` for the regions of ``stores``: the static positions
+    of the first and last instruction that touches it (an instruction in a LOOP counts from
+    the LOOP to the ENDLOOP, so every iteration is inside). Regions the host writes or reads
+    (:data:`HOST_REGIONS`), regions whose first touch reads them (a value from before the
+    step) and regions nothing touches are live for the whole step ``(0, len(instrs))``.
+    Raises AssertionError when an operand is not inside one region."""
+    first_at, last_at = _static_positions(instrs)
+    end = len(instrs)
+    spans = {s: sorted((r.base, r.base + r.size - 1, n) for n, r in regions.items()
+                       if r.store == s) for s in stores}
+    starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
+    first, first_ins, last, pinned = {}, {}, {}, set()
+    for i, j, store, lo, hi, reads in _operand_hulls(instrs):
+        if store not in spans:
+            continue
+        lst = spans[store]
+        k = bisect_right(starts[store], lo) - 1
+        if k < 0 or not lst[k][0] <= lo <= hi <= lst[k][1]:
+            raise AssertionError(f"operand {j} of instruction {i} ({store}@{lo}..{hi}) is not "
+                                 f"inside one region: {instrs[i]}")
+        n = lst[k][2]
+        if n not in first:
+            first[n], first_ins[n] = first_at[i], i
+        if reads and first_ins[n] == i:
+            pinned.add(n)
+        last[n] = max(last.get(n, -1), last_at[i])
+    live = {}
+    for s in stores:
+        for _, _, n in spans[s]:
+            if n.startswith(HOST_REGIONS) or n in pinned or n not in first:
+                live[n] = (0, end)
+            else:
+                live[n] = (first[n], last[n])
+    return live
+
+
+def _peak(names, regions, live, end):
+    """``(words, position)``: the largest sum of live region sizes and where it is."""
+    delta = [0] * (end + 2)
+    for n in names:
+        a, b = live[n]
+        delta[a] += regions[n].size
+        delta[b + 1] -= regions[n].size
+    acc, best, at = 0, 0, 0
+    for p in range(end + 1):
+        acc += delta[p]
+        if acc > best:
+            best, at = acc, p
+    return best, at
+
+
+def _allocate(instrs, regions, allocate, stores=("act", "scratch")):
+    """Give the regions of ``stores`` their words (``compile_model(allocate=...)``).
+
+    ``"liveness"``: by the live intervals of :func:`_live_intervals`. Two regions share
+    words only if their intervals are disjoint, so a region's words are reused once its
+    last reader has run and every instruction reads exactly the words the one-region-per-
+    word layout gives it. Placement: largest region first, each at the lowest address free
+    of every placed region it overlaps in time. ``"bump"``: the builder's layout, every
+    region its own words.
+
+    Returns ``(instructions, regions, sizes, liveness)``: ``liveness[store]`` has ``peak``
+    (the store's words), ``live_sum`` and ``at`` (the largest sum of live region sizes, a
+    lower bound of any allocation, and the instruction where it occurs) and ``intervals``.
+    """
+    live = _live_intervals(instrs, regions, stores)
+    end = len(instrs)
+    new_base, sizes, info = {}, {}, {}
+    for s in stores:
+        names = sorted((n for n, r in regions.items() if r.store == s),
+                       key=lambda n: (-regions[n].size, live[n][0], n))
+        if allocate == "liveness":
+            placed = []                                   # (first, last, base, size)
+            top = 0
+            for n in names:
+                a, b = live[n]
+                size = regions[n].size
+                busy = sorted((pb, pb + ps) for pa, pz, pb, ps in placed
+                              if pa <= b and a <= pz)
+                base = 0
+                for lo, hi in busy:
+                    if lo - base >= size:
+                        break
+                    base = max(base, hi)
+                new_base[n] = base
+                placed.append((a, b, base, size))
+                top = max(top, base + size)
+        else:
+            top = max((regions[n].base + regions[n].size for n in names), default=0)
+        best, at = _peak(names, regions, live, end)
+        sizes[s] = top
+        info[s] = {"peak": top, "live_sum": best, "at": at,
+                   "intervals": {n: live[n] for n in names}}
+    if allocate != "liveness":
+        return list(instrs), dict(regions), sizes, info
+    spans = {s: sorted((r.base, r.base + r.size - 1, n) for n, r in regions.items()
+                       if r.store == s) for s in stores}
+    starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
+
+    def move(v):
+        if v.store not in spans:
+            return v
+        k = bisect_right(starts[v.store], v.base) - 1
+        lo, hi, n = spans[v.store][k]
+        if not lo <= v.base <= hi:
+            raise AssertionError(f"view at {v.store}@{v.base} is in no region")
+        return dc_replace(v, base=new_base[n] + v.base - lo)
+
+    out = [_move_views(ins, move) for ins in instrs]
+    out_regions = {n: (dc_replace(r, base=new_base[n]) if n in new_base else r)
+                   for n, r in regions.items()}
+    return out, out_regions, sizes, info
 
 
 # ---- fused SGD update ----------------------------------------------------------------------
@@ -515,6 +733,10 @@ class CompiledModel:
     sections: dict
     positions: int = 0
     fused_update: bool = False
+    recompute: str = "none"
+    ttm_group: int = 0
+    allocate: str = "bump"
+    liveness: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.positions = self.positions or self.cfg.seq_len
@@ -654,8 +876,26 @@ class CompiledModel:
 
 
 
-def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_update=True):
+#: Activation recomputation granularities of :func:`compile_model`.
+RECOMPUTE = ("none", "sublayer", "layer")
+#: Act/scratch allocators of :func:`compile_model`.
+ALLOCATORS = ("liveness", "bump")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got "
+                         f"{value!r}")
+    return value
+
+
+def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_update=True,
+                  recompute="sublayer", ttm_group=1, allocate="liveness"):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
+
+    Every option below changes where words live and how often they are computed, never a
+    word the step computes: loss, logits and the updated parameters are bit-identical for
+    every combination (``tests/test_golden_model_compiler.py`` runs them side by side).
 
     Parameters
     ----------
@@ -680,9 +920,29 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         ``True`` (default): each parameter tensor's UPDATE runs inside the backward pass right
         after the last instruction that touches its gradient or reads it, and the grad store
         is allocated by liveness, so it holds only the gradients in flight
-        (:func:`_fuse_updates`); the program computes exactly the words of the unfused one
-        (same loss, logits and parameters, bit for bit). ``False``: gradients keep the
-        parameters' layout and one UPDATE over the whole param store ends the step.
+        (:func:`_fuse_updates`). ``False``: gradients keep the parameters' layout and one
+        UPDATE over the whole param store ends the step.
+    recompute : str
+        Activation recomputation (:data:`RECOMPUTE`). ``"none"``: the backward pass reads
+        what the forward pass wrote. ``"sublayer"`` (default): the forward pass keeps only
+        each sub-layer's input (the encoder block's input and its attention half's output
+        ``LN1``); right before the backward pass of a sub-layer (attention half: Q/K/V,
+        softmax, O, LN1; FFN half: FFN1, GELU, FFN2, LN2) its forward pass runs again from
+        that input. ``"layer"``: only each encoder block's input is kept; the whole block
+        runs again before its backward pass. Recomputation runs the same instructions on the
+        same words, so it yields the same words; it costs the recomputed forward MACs.
+    ttm_group : int or None
+        Tokens per group of the TTM embedding (default 1: token by token). The embedding's
+        chain of core slices runs in a LOOP over groups of this many rows (the largest
+        divisor of the grid rows not above it), and its backward pass runs the chain again
+        per group before the group's gradients (SCATTER_ADD into the core gradients, in row
+        order as before), so only one group's prefix products are ever held. ``None``: all
+        rows at once, the prefix products of every token kept for the backward pass.
+    allocate : str
+        Act and scratch store allocation (:data:`ALLOCATORS`). ``"liveness"`` (default):
+        :func:`_allocate`, regions share words when their live intervals do not
+        overlap. ``"bump"``: every region its own words (the reference layout; the memory map
+        then has no overlapping regions).
 
     Returns
     -------
@@ -695,6 +955,13 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     if why:
         raise ValueError(f"config {cfg.name!r} cannot be compiled to one on-chip step: {why}")
     lr = _check_lr(cfg.lr if lr is None else lr)
+    _check_choice("recompute", recompute, RECOMPUTE)
+    _check_choice("allocate", allocate, ALLOCATORS)
+    if ttm_group is not None and (isinstance(ttm_group, bool)
+                                  or not isinstance(ttm_group, (int, np.integer))
+                                  or ttm_group < 1):
+        raise ValueError(f"ttm_group must be a positive int (tokens per TTM group) or None "
+                         f"(all rows at once), got {ttm_group!r}")
 
     if positions is None:
         positions = cfg.seq_len
@@ -707,6 +974,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     emb = cfg.embedding
     bld = _Builder()
     reg = bld.region
+    tmp = bld.tmp
 
     # ---- parameters and gradients: identical layouts --------------------------------
     shapes = M.param_shapes(cfg)
@@ -730,143 +998,88 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     reg("in.gweight", "act", (B,))
     reg("loss", "act", (1,))
     reg("logits", "act", (B, C))
-    reg("probs", "act", (B, C))
 
-    # shared temporaries (one word per row, a row block)
-    for t in ("t.r1", "t.r2"):
-        reg(t, "act", (max(R, B * H * S),))
-    reg("t.RD", "act", (R, max(D, F)))
-    reg("t.RD2", "act", (R, D))
-    reg("t.P", "act", (B, H, S, S))
     scale = float(np.float32(1.0 / sqrt(dh)))       # 1/sqrt(d_head), rounded once
-
     inv = lambda n: float(np.float32(1.0) / np.float32(n))   # noqa: E731
+    rows_s = B * H * S
+    HS2 = H * S * S
 
     # ---- LayerNorm -------------------------------------------------------------------
-    def ln_forward(ln, x, rows, width):
-        """y = LN(x); saves xhat, rstd (regions ``ln.xhat``, ``ln.rstd``, ``ln.y``)."""
-        reg(f"{ln}.xhat", "act", (rows, width))
-        reg(f"{ln}.rstd", "act", (rows,))
-        reg(f"{ln}.y", "act", (rows, width))
-        mu, xh, rstd, y = bld.col("t.r1"), bld.mat(f"{ln}.xhat"), bld.col(f"{ln}.rstd"), \
-            bld.mat(f"{ln}.y")
-        tmp = bld.mat("t.RD", rs=width)
+    def ln_forward(ln, inst, x, rows, width):
+        """y = LN(x) with parameters ``ln``; keeps ``{inst}.xhat``, ``{inst}.rstd``."""
+        reg(f"{inst}.xhat", "act", (rows, width))
+        reg(f"{inst}.rstd", "act", (rows,))
+        reg(f"{inst}.y", "act", (rows, width))
+        mu = bld.col(tmp(f"{inst}.t.mu", "act", (rows,)))
+        xh, rstd, y = bld.mat(f"{inst}.xhat"), bld.col(f"{inst}.rstd"), bld.mat(f"{inst}.y")
+        t = bld.mat(tmp(f"{inst}.t.sq", "act", (rows, width)))
         bld.rsum(rows, width, mu, x)
         bld.ew("scale", rows, 1, mu, mu, imm=inv(width))
         bld.ew("sub", rows, width, xh, x, mu)                    # xc
-        bld.ew("mul", rows, width, tmp, xh, xh)
-        bld.rsum(rows, width, rstd, tmp)
+        bld.ew("mul", rows, width, t, xh, xh)
+        bld.rsum(rows, width, rstd, t)
         bld.ew("scale", rows, 1, rstd, rstd, imm=inv(width))     # var
         bld.ew("addi", rows, 1, rstd, rstd, imm=float(np.float32(cfg.ln_eps)))
         bld.ew("rsqrt", rows, 1, rstd, rstd)
         bld.ew("mul", rows, width, xh, xh, rstd)                 # xhat
         bld.ew("mul", rows, width, y, xh, bld.rowvec(f"{ln}.gamma"))
         bld.ew("add", rows, width, y, y, bld.rowvec(f"{ln}.beta"))
-        return f"{ln}.y"
+        return f"{inst}.y"
 
-    def ln_backward(ln, dy, dx, rows, width):
+    def ln_backward(ln, inst, dy, dx, rows, width):
         """dx = LN'(dy); dgamma, dbeta written to the grad store."""
-        xh, rstd = bld.mat(f"{ln}.xhat"), bld.col(f"{ln}.rstd")
-        tmp, dxh = bld.mat("t.RD", rs=width), bld.mat("t.RD2", rs=width)
-        m1, m2 = bld.col("t.r1"), bld.col("t.r2")
+        xh, rstd = bld.mat(f"{inst}.xhat"), bld.col(f"{inst}.rstd")
+        tn = tmp(f"{inst}.d.t", "act", (rows, width))
+        t, dxh = bld.mat(tn), bld.mat(tmp(f"{inst}.d.xhat", "act", (rows, width)))
+        m1 = bld.col(tmp(f"{inst}.d.m1", "act", (rows,)))
+        m2 = bld.col(tmp(f"{inst}.d.m2", "act", (rows,)))
         gg, gb = bld.r(f"grad:{ln}.gamma"), bld.r(f"grad:{ln}.beta")
-        bld.ew("mul", rows, width, tmp, dy, xh)
-        bld.rsum(width, rows, View("grad", gg.base, 1, 0), bld.mat("t.RD", rs=1, cs=width))
+        bld.ew("mul", rows, width, t, dy, xh)
+        bld.rsum(width, rows, View("grad", gg.base, 1, 0), bld.mat(tn, rs=1, cs=width))
         bld.rsum(width, rows, View("grad", gb.base, 1, 0),
                  View(dy.store, dy.base, 1, dy.row_stride))
         bld.ew("mul", rows, width, dxh, dy, bld.rowvec(f"{ln}.gamma"))
         bld.rsum(rows, width, m1, dxh)
         bld.ew("scale", rows, 1, m1, m1, imm=inv(width))
-        bld.ew("mul", rows, width, tmp, dxh, xh)
-        bld.rsum(rows, width, m2, tmp)
+        bld.ew("mul", rows, width, t, dxh, xh)
+        bld.rsum(rows, width, m2, t)
         bld.ew("scale", rows, 1, m2, m2, imm=inv(width))
         bld.ew("sub", rows, width, dx, dxh, m1)
-        bld.ew("mul", rows, width, tmp, xh, m2)
-        bld.ew("sub", rows, width, dx, dx, tmp)
+        bld.ew("mul", rows, width, t, xh, m2)
+        bld.ew("sub", rows, width, dx, dx, t)
         bld.ew("mul", rows, width, dx, dx, rstd)
 
-    # ---- TT layers: one compile per shape; backward-only scratch in one pool ----------
+    # ---- TT layers: one compile per shape, relocated per instance ---------------------
     ttl = _TTLayers(order)
-    for spec, rows in ((cfg.attention, R), (cfg.ffn1, R), (cfg.ffn2, R), (cfg.pooler, B)):
-        ttl.get(spec, rows)
-    if ttl.pool_words():
-        reg("tt.pool", "scratch", (ttl.pool_words(),))
 
-    # backward buffers shared by the encoder blocks (their backward passes run in sequence)
-    for p_ in ("q", "k", "v", "o"):
-        reg(f"bwd.{p_}.dy", "act", (R, D))
-        reg(f"bwd.{p_}.dx", "act", (R, D))
-    reg("bwd.ffn2.dy", "act", (R, D))
-    reg("bwd.ffn1.dx", "act", (R, D))
-    reg("bwd.F", "act", (R, F))          # dG of FFN2, then (in place) dH of FFN1
-    reg("t.g", "act", (R, F))            # GELU output: FFN2's input (recomputed in backward)
-    for t in ("bwd.dx1", "bwd.dx0", "t.y", "t.sum"):
-        reg(t, "act", (R, D))
-    reg("bwd.dP", "act", (B, H, S, S))
+    def tt_fwd(name, inst, spec, rows, x):
+        """Emit TT layer ``name``'s forward pass reading ``x`` into a new ``{inst}.y``."""
+        y = tmp(f"{inst}.y", "act", (rows, spec.n_out))
+        st = _tt_forward(bld, ttl, name, inst, spec, rows, x, y)
+        bld.ins.extend(st["forward"])
+        st["y"] = y
+        return st
 
-    def tt(name, spec, rows, x, y=None, grads=None):
-        """Parts of TT layer ``name`` reading ``x``, writing ``y`` (own region by default);
-        ``grads``: the (dy, dx) regions (the shared encoder buffers by default)."""
-        if y is None:
-            y = f"{name}.y"
-            reg(y, "act", (rows, spec.n_out))
-        if grads is None:
-            p_ = name.split(".", 1)[1]
-            grads = (f"bwd.{p_}.dy", f"bwd.{p_}.dx")
-        return _tt_layer(bld, ttl, name, spec, rows, x, y, *grads)
+    def tt_bwd(st, dy, rows, n_in):
+        """Emit the backward pass of a TT layer instance; return its new ``dX`` region."""
+        dx = tmp(f"{st['inst']}.dx", "act", (rows, n_in))
+        bld.ins.extend(_tt_backward(bld, st, dy, dx))
+        return dx
 
-    sections = {}
-    # ================================ forward =========================================
-    start_fwd = len(bld.ins)
-    # TTM token rows: gather each core's slice (core k stored (v_k, r_k, e_k, r_k+1), one
-    # contiguous slice per digit) and chain them with contractions batched over the rows
-    slices = [s_[0] * s_[2] * s_[3] for s_ in emb.core_shapes]
-    ranks, dims = emb.ranks, emb.dim_modes
-    E = [prod(dims[:k + 1]) for k in range(emb.d)]                # E_k
-    reg("emb.A0", "act", (R, slices[0]))
-    reg("emb.slice", "act", (R, max(slices[1:])))
-    reg("emb.dslice", "act", (R, max(slices[1:])))
-
-    def gather_slice(k, dst):
-        bld.ins.append(Gather("gather", R, slices[k], emb.vocab_modes[k],
-                              bld.mat(dst, rs=slices[k]),
-                              bld.mat(f"emb.tok.core{k}", rs=slices[k]),
-                              View("act", bld.r(f"in.digits{k}").base, 1, 0)))
-    gather_slice(0, "emb.A0")
-    P = ["emb.A0"]
-    for k in range(1, emb.d):
-        name = f"emb.P{k}"
-        reg(name, "act", (R, E[k] * ranks[k + 1]))
-        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
-        gather_slice(k, "emb.slice")
-        bld.contract(m, n, kk, bld.mat(P[-1], rs=kk, bs=m * kk),
-                     bld.mat("emb.slice", rs=n, bs=kk * n),
-                     bld.mat(name, rs=n, bs=m * n), batch=R)
-        P.append(name)
-    # + position rows (per sequence) + segment rows
-    reg("emb.sum", "act", (R, D))
-    xs, xt, pos = bld.mat("emb.sum"), bld.mat(P[-1], rs=D), bld.mat("emb.pos")
-    bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, xs, xt, pos, step=(1, 1, 0)))
-    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat("t.y"),
-                          bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
-    bld.ew("add", R, D, xs, xs, bld.mat("t.y"))
-    x = ln_forward("emb.ln", xs, R, D)
-
-    layers = []
-    HS2 = H * S * S
-    rows_s = B * H * S
-    for i in range(cfg.n_layers):
+    # ---- encoder block: attention half and FFN half ----------------------------------
+    def attn_forward(i, x, tag):
         e = f"enc{i}"
+        p = e + tag
         xv = bld.mat(x)
-        parts = {p_: tt(f"{e}.{p_}", cfg.attention, R, x) for p_ in ("q", "k", "v")}
+        st = {"x": x}
         for p_ in ("q", "k", "v"):
-            bld.ins.extend(parts[p_].forward)
-        reg(f"{e}.P", "act", (B, H, S, S))
-        reg(f"{e}.ctx", "act", (R, D))
-        q, k_, v = (bld.r(f"{e}.{p_}.y") for p_ in ("q", "k", "v"))
-        Pr = bld.r(f"{e}.P")
+            st[p_] = tt_fwd(f"{e}.{p_}", f"{p}.{p_}", cfg.attention, R, x)
+        Pn = tmp(f"{p}.P", "act", (B, H, S, S))
+        st["P"] = Pn
+        q, k_ = (bld.r(st[p_]["y"]) for p_ in ("q", "k"))
+        Pr = bld.r(Pn)
 
-        def qk(q=q, k_=k_, Pr=Pr):
+        def qk():
             # scores[h, i, j] = sum_d Q[i, h d] K[j, h d], scaled, + key-mask bias of row j
             Pb = View("act", Pr.base, S, 1)
             bld.contract(S, S, dh, View("act", q.base, D, 1, dh), View("act", k_.base, 1, D, dh),
@@ -877,54 +1090,193 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         # one LOOP over the sequences (increments: score block, Q/K rows, mask row)
         bld.loop(B, (HS2, S * D, S), qk)
         Pm = View("act", Pr.base, S, 1)
-        mx, z = bld.col("t.r1"), bld.col("t.r2")
+        mx = bld.col(tmp(f"{p}.t.max", "act", (rows_s,)))
+        z = bld.col(tmp(f"{p}.t.z", "act", (rows_s,)))
         bld.rmax(rows_s, S, mx, Pm)
         bld.ew("sub", rows_s, S, Pm, Pm, mx)
         bld.ew("exp", rows_s, S, Pm, Pm)
         bld.rsum(rows_s, S, z, Pm)
         bld.ew("recip", rows_s, 1, z, z)
         bld.ew("mul", rows_s, S, Pm, Pm, z)
-        ctx, vr = bld.r(f"{e}.ctx"), bld.r(f"{e}.v.y")
+        st["ctx"] = tmp(f"{p}.ctx", "act", (R, D))
+        ctx, vr = bld.r(st["ctx"]), bld.r(st["v"]["y"])
 
-        def av(ctx=ctx, vr=vr, Pr=Pr):
+        def av():
             # ctx[i, h d] = sum_j P[h, i, j] V[j, h d]
             bld.contract(S, dh, S, View("act", Pr.base, S, 1, S * S),
                          View("act", vr.base, D, 1, dh), View("act", ctx.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), av)
-        parts["o"] = tt(f"{e}.o", cfg.attention, R, f"{e}.ctx", y="t.y")
-        bld.ins.extend(parts["o"].forward)
-        bld.ew("add", R, D, bld.mat("t.sum"), xv, bld.mat("t.y"))
-        x1 = ln_forward(f"{e}.ln1", bld.mat("t.sum"), R, D)
-        parts["ffn1"] = tt(f"{e}.ffn1", cfg.ffn1, R, x1, grads=("bwd.F", "bwd.ffn1.dx"))
-        bld.ins.extend(parts["ffn1"].forward)
-        bld.ew("gelu", R, F, bld.mat("t.g"), bld.mat(f"{e}.ffn1.y"))
-        parts["ffn2"] = tt(f"{e}.ffn2", cfg.ffn2, R, "t.g", y="t.y",
-                           grads=("bwd.ffn2.dy", "bwd.F"))
-        bld.ins.extend(parts["ffn2"].forward)
-        bld.ew("add", R, D, bld.mat("t.sum"), bld.mat(x1), bld.mat("t.y"))
-        layers.append(parts)
-        x = ln_forward(f"{e}.ln2", bld.mat("t.sum"), R, D)
+        st["o"] = tt_fwd(f"{e}.o", f"{p}.o", cfg.attention, R, st["ctx"])
+        s1 = tmp(f"{p}.sum1", "act", (R, D))
+        bld.ew("add", R, D, bld.mat(s1), xv, bld.mat(st["o"]["y"]))
+        st["ln1"] = f"{p}.ln1"
+        st["x1"] = ln_forward(f"{e}.ln1", f"{p}.ln1", bld.mat(s1), R, D)
+        return st
+
+    def ffn_forward(i, x1, tag):
+        e = f"enc{i}"
+        p = e + tag
+        st = {"x1": x1}
+        st["ffn1"] = tt_fwd(f"{e}.ffn1", f"{p}.ffn1", cfg.ffn1, R, x1)
+        if recompute == "none":
+            st["g"] = tmp(f"{p}.gelu", "act", (R, F))
+        else:
+            # G over H in place: the backward pass computes H again where it needs it
+            st["g"] = st["ffn1"]["y"]
+        bld.ew("gelu", R, F, bld.mat(st["g"]), bld.mat(st["ffn1"]["y"]))
+        st["ffn2"] = tt_fwd(f"{e}.ffn2", f"{p}.ffn2", cfg.ffn2, R, st["g"])
+        s2 = tmp(f"{p}.sum2", "act", (R, D))
+        bld.ew("add", R, D, bld.mat(s2), bld.mat(x1), bld.mat(st["ffn2"]["y"]))
+        st["ln2"] = f"{p}.ln2"
+        st["out"] = ln_forward(f"{e}.ln2", f"{p}.ln2", bld.mat(s2), R, D)
+        return st
+
+    def ffn_backward(i, st, dout):
+        """Backward of the FFN half from ``dout`` (gradient of LN2's output); returns the
+        gradient of its input ``x1`` (FFN path + residual)."""
+        e = f"enc{i}"
+        p = st["ln2"].rsplit(".", 1)[0]
+        dy2 = tmp(f"{p}.ffn2.dy", "act", (R, D))
+        ln_backward(f"{e}.ln2", st["ln2"], bld.mat(dout), bld.mat(dy2), R, D)
+        dg = tt_bwd(st["ffn2"], dy2, R, F)                       # dG
+        if recompute != "none":
+            # H = FFN1(x1) again (merges, Z, Y: a small share of the layer's MACs) instead
+            # of holding it through FFN2's backward pass beside its input G and dG
+            st["ffn1"] = tt_fwd(f"{e}.ffn1", f"{p}.h.ffn1", cfg.ffn1, R, st["x1"])
+        # dH = dG * gelu'(H): gelu' written over H (nothing reads H after this)
+        h = bld.mat(st["ffn1"]["y"])
+        bld.ew("gelu_grad", R, F, h, h)
+        bld.ew("mul", R, F, bld.mat(dg), bld.mat(dg), h)
+        dx1 = tt_bwd(st["ffn1"], dg, R, D)
+        bld.ew("add", R, D, bld.mat(dx1), bld.mat(dx1), bld.mat(dy2))
+        return dx1
+
+    def attn_backward(i, st, dx1):
+        """Backward of the attention half from ``dx1`` (gradient of LN1's output); returns
+        the gradient of the block input."""
+        e = f"enc{i}"
+        p = st["ln1"].rsplit(".", 1)[0]
+        doy = tmp(f"{p}.o.dy", "act", (R, D))
+        ln_backward(f"{e}.ln1", st["ln1"], bld.mat(dx1), bld.mat(doy), R, D)
+        dctx = tt_bwd(st["o"], doy, R, D)
+        q, k_, v = (bld.r(st[p_]["y"]) for p_ in ("q", "k", "v"))
+        dys = {p_: tmp(f"{p}.{p_}.dy", "act", (R, D)) for p_ in ("q", "k", "v")}
+        dq, dk, dv = (bld.r(dys[p_]) for p_ in ("q", "k", "v"))
+        dPr = bld.r(tmp(f"{p}.dP", "act", (B, H, S, S)))
+        Pr, dc = bld.r(st["P"]), bld.r(dctx)
+
+        def att_back1():
+            # dP[h,i,j] = sum_d dctx[i, h d] V[j, h d];  dV[j, h d] = sum_i P[h,i,j] dctx[i, h d]
+            bld.contract(S, S, dh, View("act", dc.base, D, 1, dh),
+                         View("act", v.base, 1, D, dh), View("act", dPr.base, S, 1, S * S),
+                         batch=H, step=(1, 2, 2))
+            bld.contract(S, dh, S, View("act", Pr.base, 1, S, S * S),
+                         View("act", dc.base, D, 1, dh), View("act", dv.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+        bld.loop(B, (HS2, S * D), att_back1)
+        # softmax backward dS = P * (dP - rowsum(dP * P)), then the score scale
+        dPm, Pm = View("act", dPr.base, S, 1), View("act", Pr.base, S, 1)
+        tP = bld.mat(tmp(f"{p}.t.dPP", "act", (B, H, S, S)), rs=S)
+        r1 = bld.col(tmp(f"{p}.t.rs", "act", (rows_s,)))
+        bld.ew("mul", rows_s, S, tP, dPm, Pm)
+        bld.rsum(rows_s, S, r1, tP)
+        bld.ew("sub", rows_s, S, dPm, dPm, r1)
+        bld.ew("mul", rows_s, S, dPm, dPm, Pm)
+        bld.ew("scale", rows_s, S, dPm, dPm, imm=scale)
+
+        def att_back2():
+            # dQ[i, h d] = sum_j dS[h,i,j] K[j, h d];  dK[j, h d] = sum_i dS[h,i,j] Q[i, h d]
+            bld.contract(S, dh, S, View("act", dPr.base, S, 1, S * S),
+                         View("act", k_.base, D, 1, dh), View("act", dq.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+            bld.contract(S, dh, S, View("act", dPr.base, 1, S, S * S),
+                         View("act", q.base, D, 1, dh), View("act", dk.base, D, 1, dh),
+                         batch=H, step=(2, 1, 2))
+        bld.loop(B, (HS2, S * D), att_back2)
+        dxs = {p_: tt_bwd(st[p_], dys[p_], R, D) for p_ in ("q", "k", "v")}
+        # residual: dx = dxq + dxk + dxv + dS1
+        d0 = bld.mat(dxs["q"])
+        bld.ew("add", R, D, d0, d0, bld.mat(dxs["k"]))
+        bld.ew("add", R, D, d0, d0, bld.mat(dxs["v"]))
+        bld.ew("add", R, D, d0, d0, bld.mat(doy))
+        return dxs["q"]
+
+    # ---- TTM token rows: groups of rows through the chain of core slices --------------
+    slices = [s_[0] * s_[2] * s_[3] for s_ in emb.core_shapes]
+    ranks, dims = emb.ranks, emb.dim_modes
+    E = [prod(dims[:k + 1]) for k in range(emb.d)]                # E_k
+    g = R if ttm_group is None else max(d_ for d_ in range(1, min(int(ttm_group), R) + 1)
+                                        if R % d_ == 0)
+    groups = R // g
+
+    def gather_slice(k, dst, step):
+        # core k is stored (v_k, r_k, e_k, r_k+1): one contiguous slice per digit
+        bld.ins.append(Gather("gather", g, slices[k], emb.vocab_modes[k],
+                              bld.mat(dst, rs=slices[k]),
+                              bld.mat(f"emb.tok.core{k}", rs=slices[k]),
+                              View("act", bld.r(f"in.digits{k}").base, 1, 0),
+                              step=(0, 0, step)))
+
+    def chain(tag, out):
+        """Gather a group's core slices and multiply them (a LOOP body: the index lists
+        step by increment 1). Forward (``out`` given): ``P_{d-1}``, the token rows, goes to
+        ``out`` stepped by increment 2. Backward (``out=None``): the slices and ``P_0 ..
+        P_{d-2}`` are kept for the gradients. Returns the slice and prefix regions."""
+        sl = [tmp(f"emb.{tag}.A0", "act", (g, slices[0]))]
+        gather_slice(0, sl[0], 1)
+        Pn = [sl[0]]
+        for k in range(1, emb.d):
+            sl.append(tmp(f"emb.{tag}.slice{k}", "act", (g, slices[k])))
+            gather_slice(k, sl[k], 1)
+            m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+            if k == emb.d - 1:
+                if out is None:
+                    break                      # backward: P_{d-1} itself is not needed
+                c, sc = bld.mat(out, rs=n, bs=m * n), 2
+            else:
+                Pn.append(tmp(f"emb.{tag}.P{k}", "act", (g, E[k] * ranks[k + 1])))
+                c, sc = bld.mat(Pn[-1], rs=n, bs=m * n), 0
+            bld.contract(m, n, kk, bld.mat(Pn[k - 1], rs=kk, bs=m * kk),
+                         bld.mat(sl[k], rs=n, bs=kk * n), c, batch=g, step=(sc, 0, 0))
+        return sl, Pn
+
+    sections = {}
+    # ================================ forward =========================================
+    start_fwd = len(bld.ins)
+    tok = tmp("emb.tok", "act", (R, D))
+    bld.loop(groups, (g, g * D), lambda: chain("f", tok))
+    # + position rows (per sequence) + segment rows
+    esum = tmp("emb.sum", "act", (R, D))
+    xs, xt, pos = bld.mat(esum), bld.mat(tok), bld.mat("emb.pos")
+    bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, xs, xt, pos, step=(1, 1, 0)))
+    segr = tmp("emb.segrows", "act", (R, D))
+    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat(segr),
+                          bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
+    bld.ew("add", R, D, xs, xs, bld.mat(segr))
+    x = ln_forward("emb.ln", "emb.ln", xs, R, D)
+
+    kept = []                 # per layer: (input, attention state, FFN state)
+    for i in range(cfg.n_layers):
+        a = attn_forward(i, x, "")
+        f = ffn_forward(i, a["x1"], "")
+        kept.append((x, a, f))
+        x = f["out"]
 
     # pooler on the [CLS] rows, tanh, intent head
-    reg("pin", "act", (B, D))
-    bld.ew("copy", B, D, bld.mat("pin"), bld.mat(x, rs=S * D))
-    reg("pooler.dy", "act", (B, D))
-    reg("pooler.dx", "act", (B, D))
-    pool = tt("pooler", cfg.pooler, B, "pin", grads=("pooler.dy", "pooler.dx"))
-    bld.ins.extend(pool.forward)
-    reg("pooled", "act", (B, D))
-    bld.ew("tanh", B, D, bld.mat("pooled"), bld.mat("pooler.y"))
+    pin = tmp("pin", "act", (B, D))
+    bld.ew("copy", B, D, bld.mat(pin), bld.mat(x, rs=S * D))
+    pool = tt_fwd("pooler", "pooler", cfg.pooler, B, pin)
+    pooled = tmp("pooled", "act", (B, D))
+    bld.ew("tanh", B, D, bld.mat(pooled), bld.mat(pool["y"]))
     lg = bld.mat("logits")
-    bld.contract(B, C, D, bld.mat("pooled"), bld.mat("intent.weight"), lg)
+    bld.contract(B, C, D, bld.mat(pooled), bld.mat("intent.weight"), lg)
     bld.ew("add", B, C, lg, lg, bld.rowvec("intent.bias"))
     # softmax cross-entropy: loss_b = log(sum exp(z - max)) - (z - max)[label]
-    reg("ce.shift", "act", (B, C))
-    reg("ce.tmp", "act", (B, C))
-    for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"):
-        reg(t, "act", (B,))
-    sh, tmpc, pr = bld.mat("ce.shift"), bld.mat("ce.tmp"), bld.mat("probs")
-    cmax, cz, clz, cpk = (bld.col(t) for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"))
+    sh, tmpc = bld.mat(tmp("ce.shift", "act", (B, C))), bld.mat(tmp("ce.tmp", "act", (B, C)))
+    pr = bld.mat(tmp("probs", "act", (B, C)))
+    cmax, cz, clz, cpk = (bld.col(tmp(t, "act", (B,)))
+                          for t in ("ce.max", "ce.z", "ce.logz", "ce.pick"))
     bld.rmax(B, C, cmax, lg)
     bld.ew("sub", B, C, sh, lg, cmax)
     bld.ew("exp", B, C, pr, sh)
@@ -936,111 +1288,74 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     bld.rsum(B, C, cpk, tmpc)
     bld.ew("sub", B, 1, clz, clz, cpk)                          # per-sentence loss
     bld.ew("mul", B, 1, clz, clz, bld.col("in.weight"))
-    bld.rsum(1, B, View("act", bld.r("loss").base, 1, 0), View("act", bld.r("ce.logz").base,
-                                                               0, 1))
+    bld.rsum(1, B, View("act", bld.r("loss").base, 1, 0), View("act", clz.base, 0, 1))
     sections["forward"] = (start_fwd, len(bld.ins))
 
     # ================================ backward ========================================
     start_bwd = len(bld.ins)
-    reg("dlogits", "act", (B, C))
-    dl = bld.mat("dlogits")
+    dl = bld.mat(tmp("dlogits", "act", (B, C)))
     bld.ew("sub", B, C, dl, pr, bld.mat("in.onehot"))
     bld.ew("mul", B, C, dl, dl, bld.col("in.gweight"))        # lr / n: gradients are lr * g
     gw, gbias = bld.r("grad:intent.weight"), bld.r("grad:intent.bias")
-    bld.contract(D, C, B, bld.mat("pooled", rs=1, cs=D), dl, View("grad", gw.base, C, 1))
-    bld.rsum(C, B, View("grad", gbias.base, 1, 0), bld.mat("dlogits", rs=1, cs=C))
-    reg("dpooled", "act", (B, D))
-    bld.contract(B, D, C, dl, bld.mat("intent.weight", rs=1, cs=C), bld.mat("dpooled"))
-    bld.ew("tanh_grad", B, D, bld.mat("pooler.dy"), bld.mat("pooled"))
-    bld.ew("mul", B, D, bld.mat("pooler.dy"), bld.mat("pooler.dy"), bld.mat("dpooled"))
-    bld.ins.extend(pool.backward)
+    bld.contract(D, C, B, bld.mat(pooled, rs=1, cs=D), dl, View("grad", gw.base, C, 1))
+    bld.rsum(C, B, View("grad", gbias.base, 1, 0), View(dl.store, dl.base, 1, C))
+    dpooled = tmp("dpooled", "act", (B, D))
+    bld.contract(B, D, C, dl, bld.mat("intent.weight", rs=1, cs=C), bld.mat(dpooled))
+    pdy = tmp("pooler.dy", "act", (B, D))
+    bld.ew("tanh_grad", B, D, bld.mat(pdy), bld.mat(pooled))
+    bld.ew("mul", B, D, bld.mat(pdy), bld.mat(pdy), bld.mat(dpooled))
+    pdx = tt_bwd(pool, pdy, B, D)
     # gradient of the last hidden state: zero except the [CLS] rows
-    dtop = "bwd.dx0"
+    dtop = tmp("dtop", "act", (R, D))
     bld.ew("fill", R, D, bld.mat(dtop), imm=0)
-    bld.ew("copy", B, D, bld.mat(dtop, rs=S * D), bld.mat("pooler.dx"))
-    dx = bld.mat(dtop)
-    dPr, d0 = bld.r("bwd.dP"), bld.mat("bwd.dx0")
+    bld.ew("copy", B, D, bld.mat(dtop, rs=S * D), bld.mat(pdx))
+    dx = dtop
     for i in reversed(range(cfg.n_layers)):
-        e = f"enc{i}"
-        parts = layers[i]
-        Pr = bld.r(f"{e}.P")
-        ln_backward(f"{e}.ln2", dx, bld.mat("bwd.ffn2.dy"), R, D)
-        bld.ew("gelu", R, F, bld.mat("t.g"), bld.mat(f"{e}.ffn1.y"))   # FFN2's input again
-        bld.ins.extend(parts["ffn2"].backward)                   # -> bwd.F = dG
-        bld.ew("gelu_grad", R, F, bld.mat("t.RD", rs=F), bld.mat(f"{e}.ffn1.y"))
-        bld.ew("mul", R, F, bld.mat("bwd.F"), bld.mat("bwd.F"), bld.mat("t.RD", rs=F))
-        bld.ins.extend(parts["ffn1"].backward)                   # -> bwd.ffn1.dx
-        bld.ew("add", R, D, bld.mat("bwd.dx1"), bld.mat("bwd.ffn1.dx"), bld.mat("bwd.ffn2.dy"))
-        ln_backward(f"{e}.ln1", bld.mat("bwd.dx1"), bld.mat("bwd.o.dy"), R, D)
-        bld.ins.extend(parts["o"].backward)                      # -> bwd.o.dx = dctx
-        q, k_, v = (bld.r(f"{e}.{p_}.y") for p_ in ("q", "k", "v"))
-        dq, dk, dv = (bld.r(f"bwd.{p_}.dy") for p_ in ("q", "k", "v"))
-        dctx = bld.r("bwd.o.dx")
-
-        def att_back1(dctx=dctx, v=v, dv=dv, Pr=Pr):
-            # dP[h,i,j] = sum_d dctx[i, h d] V[j, h d];  dV[j, h d] = sum_i P[h,i,j] dctx[i, h d]
-            bld.contract(S, S, dh, View("act", dctx.base, D, 1, dh),
-                         View("act", v.base, 1, D, dh), View("act", dPr.base, S, 1, S * S),
-                         batch=H, step=(1, 2, 2))
-            bld.contract(S, dh, S, View("act", Pr.base, 1, S, S * S),
-                         View("act", dctx.base, D, 1, dh), View("act", dv.base, D, 1, dh),
-                         batch=H, step=(2, 1, 2))
-        bld.loop(B, (HS2, S * D), att_back1)
-        # softmax backward dS = P * (dP - rowsum(dP * P)), then the score scale
-        dPm, Pm = View("act", dPr.base, S, 1), View("act", Pr.base, S, 1)
-        tmp, r1 = bld.mat("t.P", rs=S), bld.col("t.r1")
-        bld.ew("mul", rows_s, S, tmp, dPm, Pm)
-        bld.rsum(rows_s, S, r1, tmp)
-        bld.ew("sub", rows_s, S, dPm, dPm, r1)
-        bld.ew("mul", rows_s, S, dPm, dPm, Pm)
-        bld.ew("scale", rows_s, S, dPm, dPm, imm=scale)
-
-        def att_back2(q=q, k_=k_, dq=dq, dk=dk):
-            # dQ[i, h d] = sum_j dS[h,i,j] K[j, h d];  dK[j, h d] = sum_i dS[h,i,j] Q[i, h d]
-            bld.contract(S, dh, S, View("act", dPr.base, S, 1, S * S),
-                         View("act", k_.base, D, 1, dh), View("act", dq.base, D, 1, dh),
-                         batch=H, step=(2, 1, 2))
-            bld.contract(S, dh, S, View("act", dPr.base, 1, S, S * S),
-                         View("act", q.base, D, 1, dh), View("act", dk.base, D, 1, dh),
-                         batch=H, step=(2, 1, 2))
-        bld.loop(B, (HS2, S * D), att_back2)
-        for p_ in ("q", "k", "v"):
-            bld.ins.extend(parts[p_].backward)
-        # residual: dx = dxq + dxk + dxv + dS1 (bwd.dx0 is free again: LN2 above read it)
-        bld.ew("add", R, D, d0, bld.mat("bwd.q.dx"), bld.mat("bwd.k.dx"))
-        bld.ew("add", R, D, d0, d0, bld.mat("bwd.v.dx"))
-        bld.ew("add", R, D, d0, d0, bld.mat("bwd.o.dy"))
-        dx = d0
+        x_in, a, f = kept[i]
+        if recompute == "layer":
+            a = attn_forward(i, x_in, ".re")
+            f = ffn_forward(i, a["x1"], ".re")
+        elif recompute == "sublayer":
+            f = ffn_forward(i, a["x1"], ".re")
+        dx1 = ffn_backward(i, f, dx)
+        if recompute == "sublayer":
+            a = attn_forward(i, x_in, ".re")
+        dx = attn_backward(i, a, dx1)
     # embedding LayerNorm, position, segment and TTM gradients
-    ds = bld.mat("t.sum")
-    ln_backward("emb.ln", dx, ds, R, D)
+    dsn = tmp("emb.dsum", "act", (R, D))
+    ds = bld.mat(dsn)
+    ln_backward("emb.ln", "emb.ln", bld.mat(dx), ds, R, D)
     gpos = bld.mat("grad:emb.pos")
     bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, gpos, gpos, ds, step=(0, 0, 1)))
     bld.ins.append(Gather("scatter_add", R, D, cfg.n_segments, bld.mat("grad:emb.seg"), ds,
                           View("act", bld.r("in.seg").base, 1, 0)))
 
     def scatter(k, src):
-        bld.ins.append(Gather("scatter_add", R, slices[k], emb.vocab_modes[k],
+        bld.ins.append(Gather("scatter_add", g, slices[k], emb.vocab_modes[k],
                               bld.mat(f"grad:emb.tok.core{k}", rs=slices[k]),
                               bld.mat(src, rs=slices[k]),
-                              View("act", bld.r(f"in.digits{k}").base, 1, 0)))
-    dPname = "t.sum"
-    for k in range(emb.d - 1, 0, -1):
-        m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
-        dprev = f"emb.dP{k - 1}"
-        reg(dprev, "act", (R, m * kk))
-        # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]  (into the slice gradient)
-        bld.contract(kk, n, m, bld.mat(P[k - 1], rs=1, cs=kk, bs=m * kk),
-                     bld.mat(dPname, rs=n, bs=m * n), bld.mat("emb.dslice", rs=n, bs=kk * n),
-                     batch=R)
-        # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]  (A_k gathered again)
-        gather_slice(k, "emb.slice")
-        bld.contract(m, kk, n, bld.mat(dPname, rs=n, bs=m * n),
-                     bld.mat("emb.slice", rs=1, cs=n, bs=kk * n),
-                     bld.mat(dprev, rs=kk, bs=m * kk), batch=R)
-        scatter(k, "emb.dslice")
-        dPname = dprev
-    scatter(0, dPname)
+                              View("act", bld.r(f"in.digits{k}").base, 1, 0),
+                              step=(0, 0, 1)))
+
+    def ttm_backward():
+        sl, Pn = chain("b", None)            # the group's slices and P_0 .. P_{d-2} again
+        dP, dstep = dsn, 2                   # dP_{d-1}: the group's rows of dsum
+        for k in range(emb.d - 1, 0, -1):
+            m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+            dsl = tmp(f"emb.b.dslice{k}", "act", (g, kk * n))
+            dprev = tmp(f"emb.b.dP{k - 1}", "act", (g, m * kk))
+            # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]  (the slice gradient)
+            bld.contract(kk, n, m, bld.mat(Pn[k - 1], rs=1, cs=kk, bs=m * kk),
+                         bld.mat(dP, rs=n, bs=m * n), bld.mat(dsl, rs=n, bs=kk * n),
+                         batch=g, step=(0, 0, dstep))
+            # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]
+            bld.contract(m, kk, n, bld.mat(dP, rs=n, bs=m * n),
+                         bld.mat(sl[k], rs=1, cs=n, bs=kk * n),
+                         bld.mat(dprev, rs=kk, bs=m * kk), batch=g, step=(0, dstep, 0))
+            scatter(k, dsl)
+            dP, dstep = dprev, 0
+        scatter(0, dP)
+    bld.loop(groups, (g, g * D), ttm_backward)
     sections["backward"] = (start_bwd, len(bld.ins))
 
     # ================================ update ==========================================
@@ -1059,8 +1374,12 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         bld.ins.append(Update(View("param", 0), View("grad", 0), n_params, f32_bits(1.0)))
     bld.ins.append(End())
     sections["update"] = (start_upd, len(bld.ins))
+    bld.ins, regions, packed, liveness = _allocate(bld.ins, regions, allocate)
+    sizes.update({s: w for s, w in packed.items() if w})
     program = Program(bld.ins, sizes, regions)
-    return CompiledModel(cfg, program, float(lr), R, sections, S, bool(fused_update))
+    return CompiledModel(cfg, program, float(lr), R, sections, S, bool(fused_update),
+                         recompute=recompute, ttm_group=g, allocate=allocate,
+                         liveness=liveness)
 
 
 def chip_model_config(cfg, dataset=None):

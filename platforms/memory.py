@@ -2,9 +2,10 @@
 
 Platform knowledge used by :func:`ttrain.platforms.hw.hw_config` (which mapping the chip is
 built with), ``ttrain resources`` and ``ttrain plan`` (:func:`plan_report`: the compiled
-memory map beside the dense baseline, the planner's figure as a labelled estimate). The per-store primitive counts follow
-:func:`store_primitives`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of
-512 x 32), a URAM288 4096 x 72 used 32 bits wide, one bank per column.
+memory map beside the dense baseline, the memory-vs-MACs table of the recompute settings, the
+planner's figure as a labelled estimate). The per-store primitive counts follow
+:func:`store_primitives`: a RAMB36E2 holds 1024 x 32 (two RAMB18E2 of 512 x 32), a URAM288
+4096 x 72 used 32 bits wide, one bank per column.
 """
 
 import itertools
@@ -65,8 +66,8 @@ def store_sizes_from_plan(config, banks):
 def store_sizes_from_compiler(config, banks):
     """Return ``{store: words}`` of preset ``config`` from the whole-model compiler's memory map
     (``golden/model_compiler.py``: the program of one training step as the chip runs it, with
-    the changes ``golden.model_compiler.chip_model_config`` makes, e.g. dropout off), rounded up to whole
-    rows of ``banks`` words."""
+    the changes ``golden.model_compiler.chip_model_config`` makes, e.g. dropout off), rounded
+    up to whole rows of ``banks`` words."""
     from ..golden.config import get_config
     from ..golden.model_compiler import chip_model_config, compile_model
     from .hw import round_store_words
@@ -181,7 +182,7 @@ def fits_u50(store_sizes, banks, styles, reserve=None):
 # ---- ttrain plan: the compiled memory map beside the dense baseline ------------------------
 
 def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None,
-                fused_update=True):
+                fused_update=True, recompute="sublayer"):
     """Return the ``ttrain plan`` report of preset ``name`` as a JSON-ready dict.
 
     MACs per contraction order come from the planner (``golden/planner.py``). Memory comes
@@ -193,15 +194,20 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     resources`` default): ``onchip_bytes`` (per region class, ``padding`` = the rounding,
     and ``total``), ``compiled`` (per store, per class, per model part) and ``memory_ratio``
     against dense uncompressed FP32 SGD training (``golden/memory.py``). The planner's own
-    count is kept as ``estimate`` with its error against the compiled figures.
+    count is kept as ``estimate`` with its error against the compiled step it models (no
+    recomputation).
     ``fused_update``: compile with the fused SGD update (default, as the chip runs) or with
-    one UPDATE at the end of the step (gradients in the parameters' layout).
+    one UPDATE at the end of the step (gradients in the parameters' layout). ``recompute``:
+    the activation recomputation the step is compiled with (``golden.model_compiler.
+    RECOMPUTE``; default ``"sublayer"``, the compiler's default); ``recompute_table`` has
+    every setting's on-chip bytes (rounded as above), ratio and compiled MACs
+    (``golden.memory.program_macs``) with the overhead against ``"none"``.
     """
     from ..golden.compiler import ORDERS
     from ..golden.config import get_config
     from ..golden.memory import CATEGORIES, REGION_CLASSES, WORD_BYTES, compiled_memory, \
-        memory_report
-    from ..golden.model_compiler import chip_model_config, compile_model
+        memory_report, program_macs
+    from ..golden.model_compiler import RECOMPUTE, chip_model_config, compile_model
     from ..golden.planner import ORDER_NAMES, model_macs
     from .hw import DEFAULT_LANES, hw_config
 
@@ -217,35 +223,60 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     mem = memory_report(cfg, order=order, plans=plans)
 
     # ---- the compiled step, as the chip allocates it
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
+                         f"{recompute!r}")
     chip_cfg, notes = chip_model_config(cfg)
     compiled_order = order if order in ORDERS else "bidirectional"
     try:
-        cm = compile_model(chip_cfg, order=compiled_order, fused_update=fused_update)
+        cm = compile_model(chip_cfg, order=compiled_order, fused_update=fused_update,
+                           recompute=recompute)
     except ValueError as e:
         if compiled_order == "bidirectional":
             raise
         notes.append(f"the model compiler does not take order {order!r} ({e}); the memory "
                      f"map is the bidirectional flow's")
         compiled_order = "bidirectional"
-        cm = compile_model(chip_cfg, fused_update=fused_update)
+        cm = compile_model(chip_cfg, fused_update=fused_update, recompute=recompute)
     comp = compiled_memory(cm)
-    hw = hw_config({cfg.name: cm}, config=cfg.name, banks=banks, lanes=banks)
-    words = hw.stores
     W = WORD_BYTES
+
+    def chip_words(c):
+        return hw_config({cfg.name: c}, config=cfg.name, banks=banks, lanes=banks).stores
+
+    words = chip_words(cm)
+    dense_total = mem.dense_training_bytes
+    table = []
+    for r in RECOMPUTE:
+        c = cm if r == recompute else compile_model(chip_cfg, order=compiled_order,
+                                                   fused_update=fused_update, recompute=r)
+        w = chip_words(c)
+        if r == "none":
+            cm_none, words_none = c, w
+        table.append({"recompute": r, "stores": w, "onchip_bytes": sum(w.values()) * W,
+                      "classes": {k: v * W for k, v in compiled_memory(c)["classes"].items()},
+                      "memory_ratio": dense_total / (sum(w.values()) * W),
+                      "macs": program_macs(c.program)})
+    none_macs = next(t["macs"] for t in table if t["recompute"] == "none")
+    for t in table:
+        t["mac_overhead"] = t["macs"] / none_macs - 1
     onchip = {c: comp["classes"][c] * W for c in REGION_CLASSES}
     onchip["padding"] = (sum(words.values()) - sum(comp["stores"].values())) * W
     onchip["total"] = sum(words.values()) * W
-    dense_total = mem.dense_training_bytes
     stores = {s: {"words": words[s], "compiled_words": comp["stores"].get(s, 0),
                   "bytes": words[s] * W,
                   "classes": {c: v * W for c, v in comp["store_classes"].get(s, {}).items()}}
               for s in words}
 
-    # ---- the planner's estimate and its error against the compiled step
+    # ---- the planner's estimate and its error against the compiled step it models (no
+    # recomputation: every activation kept for the backward pass)
     est = mem.onchip
+    comp_none = compiled_memory(cm_none)
+    on_none = {c: comp_none["classes"][c] * W for c in REGION_CLASSES}
+    on_none["total"] = sum(words_none.values()) * W
     error = {}
     for c in CATEGORIES + ("total",):
-        got = onchip[c]
+        got = on_none[c]
         error[c] = {"estimate": est[c], "compiled": got, "error": est[c] - got,
                     "relative": (est[c] - got) / got if got else None}
 
@@ -283,6 +314,12 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
                                f"stores rounded to whole rows of {banks} banks "
                                "(platforms/hw.py hw_config)",
                      "order": compiled_order, "fused_update": comp["fused_update"],
+                     "recompute": comp["recompute"], "allocate": comp["allocate"],
+                     "ttm_group": comp["ttm_group"], "macs": program_macs(cm.program),
+                     "peak": {s: {"words": d["words"], "live_sum": d["live_sum"],
+                                  "at": d["at"],
+                                  "largest_live": dict(list(d["regions"].items())[:8])}
+                              for s, d in comp["peak"].items()},
                      "banks": banks, "notes": notes, "stores": stores,
                      "layers": {p: {c: v * W for c, v in d.items()}
                                 for p, d in comp["layers"].items()},
@@ -290,9 +327,12 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
                                  for c, d in comp["regions"].items()}},
         "estimate": {"source": "golden/memory.py memory_report (planner estimate, not what "
                                "the chip allocates)",
+                     "error_against": "the compiled step with recompute none (what the "
+                                      "planner models: every activation kept)",
                      "onchip_bytes": est, "memory_ratio": mem.memory_ratio,
                      "error": error, "items": mem.onchip_items,
                      "scratch_phase": mem.scratch_phase},
+        "recompute": recompute, "recompute_table": table,
         "macs": dict(mm["totals"]), "update_macs": mm["update"], "other_macs": mm["other"],
         "embedding": mm["embedding"], "layers": layers, "entries": entries,
         "total": {"macs": entry_total, "onchip_bytes": onchip["total"]},

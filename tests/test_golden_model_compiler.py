@@ -70,7 +70,8 @@ def test_batch_two_layers_short_batch_match_fast_path(dataset):
 
 
 def test_memory_map_and_program_are_consistent():
-    cm = compile_model(C.get_config("tiny"), fused_update=False)
+    # the reference layout (allocate="bump"): every region its own words
+    cm = compile_model(C.get_config("tiny"), fused_update=False, allocate="bump")
     prog = cm.program
     code, pc, msg = check_program(prog, prog.store_sizes)
     assert code == 0, msg
@@ -88,10 +89,11 @@ def test_memory_map_and_program_are_consistent():
     assert len(ups) == 1 and ups[0].count == n_params and ups[0].lr == f32_bits(1.0)
     for name in M.param_shapes(cm.cfg):
         assert prog.memory_map[name].base == prog.memory_map["grad:" + name].base
-    # the embedding is gathered (slices again in backward) and scattered on chip
+    # the embedding is gathered (each core's slice in the forward LOOP and again in the
+    # backward LOOP, the segment rows once) and scattered on chip (each core, the segments)
     ops = [i.op for i in prog.instructions if isinstance(i, Gather)]
     d = cm.cfg.embedding.d
-    assert ops.count("gather") == 2 * d and ops.count("scatter_add") == d + 1
+    assert ops.count("gather") == 2 * d + 1 and ops.count("scatter_add") == d + 1
     assert set(cm.sections) == {"forward", "backward", "update"}
 
 
@@ -277,3 +279,108 @@ def test_fused_update_structure():
     assert cm.store_sizes["grad"] * 4 < ref.store_sizes["grad"]
     for store in ("param", "act", "scratch"):
         assert cm.store_sizes[store] == ref.store_sizes[store]
+
+
+# ---- memory: liveness allocation, recomputation, the TTM embedding in groups -------------
+
+def _run(cm, params, batches, lrs):
+    image = cm.initial_image(params)
+    out = []
+    for batch, lr in zip(batches, lrs):
+        cm.set_batch(image, batch, lr)
+        image, st = interpret(cm.program, image, raise_errors=True)
+        out.append((cm.loss(image), cm.logits(image).view(np.uint32).copy(),
+                    {k: v.view(np.uint32).copy() for k, v in cm.params(image).items()}))
+    return out, st
+
+
+@pytest.mark.parametrize("variant", ["tiny", "batch3_two_layers"])
+def test_memory_options_are_bit_identical(dataset, variant):
+    """Every recompute setting, TTM group size and allocator computes the very same loss,
+    logits and parameter words, step after step, as the reference program (no
+    recomputation, all TTM rows at once, one region per word); recomputation costs MACs."""
+    if variant == "tiny":
+        cfg = C.get_config("tiny")
+        batches, lrs = _batches(dataset, 3, 1), [0.05, 0.1, 0.02]
+    else:
+        cfg = C.get_config("tiny").with_(batch=3, n_layers=2)
+        batches = _batches(dataset, 2, 3) + [_batches(dataset, 3, 2)[2]]
+        lrs = [0.1, 0.05, 0.1]
+    params = M.init_params(cfg, np.random.default_rng(5))
+    ref = compile_model(cfg, recompute="none", ttm_group=None, allocate="bump")
+    want, st_ref = _run(ref, params, batches, lrs)
+    variants = [dict(recompute=r, ttm_group=g, allocate=a)
+                for r in ("none", "sublayer", "layer") for g, a in ((1, "liveness"),
+                                                                  (4, "bump"),
+                                                                  (None, "liveness"))]
+    macs = {}
+    for kw in variants:
+        cm = compile_model(cfg, **kw)
+        got, st = _run(cm, params, batches, lrs)
+        macs[kw["recompute"]] = st.macs
+        for s, ((la, ga, pa), (lb, gb, pb)) in enumerate(zip(want, got)):
+            assert la == lb, (kw, s)
+            np.testing.assert_array_equal(ga, gb, str((kw, s)))
+            for k in pa:
+                np.testing.assert_array_equal(pa[k], pb[k], str((kw, s, k)))
+    assert macs["none"] == st_ref.macs < macs["sublayer"] == macs["layer"]
+
+
+def test_liveness_allocation_shares_words_only_between_disjoint_lifetimes():
+    """Regions that share act or scratch words are never live at the same time, the store
+    is no smaller than the live sum at its peak, and the liveness allocator needs far less
+    than one region per word."""
+    cfg = C.get_config("tiny").with_(batch=2, n_layers=2)
+    cm, ref = compile_model(cfg), compile_model(cfg, allocate="bump")
+    assert check_program(cm.program, cm.store_sizes)[0] == 0
+    mm = cm.memory_map
+    for store in ("act", "scratch"):
+        info = cm.liveness[store]
+        iv = info["intervals"]
+        names = [n for n, r in mm.items() if r.store == store]
+        assert set(iv) == set(names)
+        for i, a in enumerate(names):
+            ra = mm[a]
+            for b in names[i + 1:]:
+                rb = mm[b]
+                if ra.base < rb.base + rb.size and rb.base < ra.base + ra.size:
+                    (a0, a1), (b0, b1) = iv[a], iv[b]
+                    assert a1 < b0 or b1 < a0, (store, a, b)
+        assert info["live_sum"] <= info["peak"] == cm.store_sizes[store]
+        # host regions are live for the whole step
+        for n in names:
+            if n.startswith(("in.", "loss", "logits")):
+                assert iv[n] == (0, len(cm.program.instructions))
+    assert cm.store_sizes["act"] * 2 < ref.store_sizes["act"]
+    assert cm.store_sizes["scratch"] * 2 < ref.store_sizes["scratch"]
+
+
+def test_recompute_keeps_only_the_sublayer_inputs():
+    """With recompute="sublayer" the regions live across the end of the forward pass are,
+    besides the pooler and head (their backward pass follows at once) and the host's, the
+    embedding LayerNorm's and per encoder block its input and LN1 output; with "layer" only
+    the block inputs; with "none" far more."""
+    from ttrain.golden.memory import region_layer
+    cfg = C.get_config("tiny").with_(n_layers=2)
+    kept = {}
+    for r in ("none", "sublayer", "layer"):
+        cm = compile_model(cfg, recompute=r)
+        fwd_end = cm.sections["forward"][1]
+        kept[r] = {n for s in ("act", "scratch")
+                   for n, (a, b) in cm.liveness[s]["intervals"].items()
+                   if a < fwd_end <= b and region_layer(n) not in ("pooler", "head",
+                                                                  "sample_io")}
+    assert kept["sublayer"] == {"emb.ln.xhat", "emb.ln.rstd", "emb.ln.y", "enc0.ln1.y",
+                                "enc0.ln2.y", "enc1.ln1.y"}
+    assert kept["layer"] == {"emb.ln.xhat", "emb.ln.rstd", "emb.ln.y", "enc0.ln2.y"}
+    assert kept["sublayer"] < kept["none"]
+    assert any(".f.F:" in n for n in kept["none"])          # Z = X L of the TT layers
+
+
+def test_memory_options_reject_bad_values():
+    cfg = C.get_config("tiny")
+    for kw, word in ((dict(recompute="all"), "recompute"), (dict(allocate="best"), "allocate"),
+                     (dict(ttm_group=0), "ttm_group"), (dict(ttm_group=2.5), "ttm_group"),
+                     (dict(ttm_group=True), "ttm_group")):
+        with pytest.raises(ValueError, match=word):
+            compile_model(cfg, **kw)
