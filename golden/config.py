@@ -156,7 +156,8 @@ class TTMSpec:
 class ModelConfig:
     """The tensorized transformer classifier (``algorithms.md`` §3).
 
-    TTM token embedding + dense position and segment embeddings + LayerNorm; ``n_layers`` post-LN
+    TTM token embedding + position and segment embeddings (dense tables, or TTM tables when
+    ``pos_embedding`` / ``seg_embedding`` give their shapes) + LayerNorm; ``n_layers`` post-LN
     encoder blocks whose Q, K, V, O, FFN1 and FFN2 projections are TT-linear layers (with dense
     biases); a TT pre-classifier ("pooler") + tanh on token 0 ([CLS]); a dense intent head;
     optionally a per-token slot head (TT pre-classifier + GELU + LayerNorm + dense).
@@ -194,9 +195,16 @@ class ModelConfig:
     label_smoothing: float = 0.0  # intent targets (1 - eps) one-hot + eps / n_intents
     pooling: str = "cls"          # pooler input: "cls" (token 0) or "mean" (real tokens)
     logit_adjustment: float = 0.0  # tau of the logit-adjusted intent loss (long-tail), 0 = off
+    # Position and segment tables: a TTMSpec (TTM-compressed like the token table, as in the
+    # FPGA paper; rows = positions / segment ids) or None (a dense table).
+    pos_embedding: TTMSpec = None
+    seg_embedding: TTMSpec = None
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        for name in ("pos_embedding", "seg_embedding"):       # from a JSON checkpoint
+            if isinstance(getattr(self, name), dict):
+                object.__setattr__(self, name, TTMSpec(**getattr(self, name)))
         self.validate()
 
     @property
@@ -262,6 +270,18 @@ class ModelConfig:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 4:
             raise ValueError(f"logit_adjustment must be a number in [0, 4] (tau; 0 = off, 1 = "
                              f"the usual logit-adjusted loss), got {value!r}")
+        for name, rows in (("pos_embedding", self.seq_len), ("seg_embedding", self.n_segments)):
+            spec = getattr(self, name)
+            if spec is None:
+                continue
+            if not isinstance(spec, TTMSpec):
+                raise ValueError(f"{name} must be a TTMSpec or None (dense table), got {spec!r}")
+            if spec.dim != self.d_model or spec.vocab < rows:
+                raise ValueError(
+                    f"{name} TTM {list(spec.vocab_modes)} x {list(spec.dim_modes)} is "
+                    f"{spec.vocab} x {spec.dim}, but the model needs at least {rows} rows of "
+                    f"d_model = {self.d_model}: change its modes (or set it to None for a "
+                    f"dense table)")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {list(POOLINGS)} (\"cls\" = token 0, "
                              f"\"mean\" = mean of the real tokens), got {self.pooling!r}")
