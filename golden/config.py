@@ -9,7 +9,8 @@ accounting, the compiler and (later) the RTL parameters. Presets:
     trains on ATIS in minutes on the golden fast path.
 ``paper-l1``, ``paper-l2``, ``paper-l3``
     the authors' shapes (d_model 768, 12 heads, FFN 3072, seq 32, batch 1) with 1–3 encoder
-    layers and the GPU ATIS ranks.
+    layers and the GPU ATIS ranks; TTM position and segment tables as in the FPGA paper
+    (``tiny`` and ``small`` keep dense ones: the unit tests' and the tuned small model).
 ``paper-l1-r10``, ``paper-l2-r10``, ``paper-l3-r10``
     the same with the FPGA HLS prototype's TT ranks (all 10).
 
@@ -308,6 +309,10 @@ def _paper(n_layers, ranks10):
         ffn1=TTSpec((12, 8, 8), (12, 16, 16), ffn1r),
         ffn2=TTSpec((16, 16, 12), (8, 8, 12), ffn2r),
         pooler=TTSpec((12, 8, 8), (8, 8, 12), att),
+        # the paper compresses all three embedding tables: 32 positions as 2^5 x 768 and the
+        # 2 segment rows as 2 x 768, the token table's dim modes, small ranks
+        pos_embedding=TTMSpec((2, 2, 2, 2, 2), (3, 4, 4, 4, 4), (1, 6, 8, 8, 8, 1)),
+        seg_embedding=TTMSpec((2, 1, 1, 1, 1), (3, 4, 4, 4, 4), (1, 4, 4, 4, 4, 1)),
         lr=0.01, epochs=10,
         description=(f"authors' shapes, {n_layers} encoder layer(s), "
                      + ("FPGA prototype TT ranks (all 10)" if ranks10 else "GPU ATIS TT ranks")),

@@ -147,16 +147,18 @@ def memory_report(cfg, order="bidirectional", batch=None, plans=None):
 
     # ---------------------------------------------------------------- parameters (words)
     n_ln = 1 + 2 * cfg.n_layers + (1 if cfg.slot_head else 0)
-    shared = {"position_embedding": S * D, "segment_embedding": cfg.n_segments * D,
-              "layernorm": 2 * D * n_ln, "intent_head": D * cfg.n_intents + cfg.n_intents}
+    shared = {"layernorm": 2 * D * n_ln, "intent_head": D * cfg.n_intents + cfg.n_intents}
     if cfg.slot_head:
         shared["slot_head"] = D * cfg.n_slots + cfg.n_slots
+    dense_pos_seg = {"position_embedding": S * D, "segment_embedding": cfg.n_segments * D}
+    on_pos_seg = {k: (v if spec is None else spec.num_params) for (k, v), spec in
+                  zip(dense_pos_seg.items(), (cfg.pos_embedding, cfg.seg_embedding))}
     on_par = {"tt_cores": sum(s.num_params for _, s, _ in tt),
               "tt_biases": sum(s.n_out for _, s, _ in tt),
-              "ttm_embedding": cfg.embedding.num_params, **shared}
+              "ttm_embedding": cfg.embedding.num_params, **on_pos_seg, **shared}
     de_par = {"dense_weights": sum(s.n_in * s.n_out for _, s, _ in tt),
               "biases": sum(s.n_out for _, s, _ in tt),
-              "embedding_table": cfg.vocab * D, **shared}
+              "embedding_table": cfg.vocab * D, **dense_pos_seg, **shared}
 
     # ---------------------------------------------------------------- activations (words)
     # Input X of each TT layer (Q, K and V read the same one).

@@ -39,7 +39,7 @@ from . import tt
 __all__ = [
     "INIT_STD", "param_shapes", "num_params", "init_params", "check_params", "validate_batch",
     "forward_backward", "intent_log_prior", "predict", "sgd_update", "clip_grads", "tt_cores",
-    "blas_threads", "benchmark",
+    "blas_threads", "benchmark", "ttm_tables",
 ]
 
 #: Initialization (``docs/model.md`` explains the choice). ``"embedding"`` is the absolute
@@ -78,8 +78,21 @@ def tt_cores(params, name, spec):
     return [params[f"{name}.core{k}"] for k in range(2 * spec.d)]
 
 
-def _ttm_cores(params, spec):
-    return [params[f"emb.tok.core{k}"] for k in range(spec.d)]
+def _ttm_cores(params, spec, table="tok"):
+    return [params[f"emb.{table}.core{k}"] for k in range(spec.d)]
+
+
+def ttm_tables(cfg):
+    """Return ``{table: TTMSpec}`` of the TTM-compressed embedding tables of ``cfg``: always
+    ``"tok"``, plus ``"pos"`` / ``"seg"`` when ``cfg.pos_embedding`` / ``cfg.seg_embedding``
+    are set (their parameters are then ``emb.pos.core{k}`` / ``emb.seg.core{k}`` instead of
+    the dense ``emb.pos`` / ``emb.seg``)."""
+    out = {"tok": cfg.embedding}
+    if cfg.pos_embedding is not None:
+        out["pos"] = cfg.pos_embedding
+    if cfg.seg_embedding is not None:
+        out["seg"] = cfg.seg_embedding
+    return out
 
 
 @functools.lru_cache(maxsize=32)
@@ -94,6 +107,8 @@ def param_shapes(cfg):
 
         emb.tok.core{k}               TTM token-embedding cores (r_k, v_k, e_k, r_k+1)
         emb.pos, emb.seg              dense position (seq_len, D) and segment (n_segments, D)
+        emb.pos.core{k}, emb.seg.core{k}   instead, TTM cores when cfg.pos_embedding /
+                                      cfg.seg_embedding are set (:func:`ttm_tables`)
         emb.ln.gamma, emb.ln.beta     embedding LayerNorm (D,)
         enc{i}.{q,k,v,o}.core{k}      attention TT cores, .bias (D,)
         enc{i}.ln1.gamma/.beta        LayerNorm after attention
@@ -108,8 +123,13 @@ def param_shapes(cfg):
     shapes = {}
     for k, s in enumerate(cfg.embedding.core_shapes):
         shapes[f"emb.tok.core{k}"] = s
-    shapes["emb.pos"] = (cfg.seq_len, d)
-    shapes["emb.seg"] = (cfg.n_segments, d)
+    for table, spec, rows in (("pos", cfg.pos_embedding, cfg.seq_len),
+                              ("seg", cfg.seg_embedding, cfg.n_segments)):
+        if spec is None:
+            shapes[f"emb.{table}"] = (rows, d)
+        else:
+            for k, s in enumerate(spec.core_shapes):
+                shapes[f"emb.{table}.core{k}"] = s
     shapes["emb.ln.gamma"] = shapes["emb.ln.beta"] = (d,)
 
     def add_tt(name, spec):
@@ -189,13 +209,22 @@ def init_params(cfg, rng, dtype=np.float32):
         p[f"{name}.beta"] = np.zeros(cfg.d_model, dtype)
 
     emb_std = _std("embedding", cfg.d_model)
-    cores = tt.init_ttm_cores(cfg.embedding, rng, emb_std, np.float64)
-    rows, _ = tt.ttm_lookup(cfg.embedding, cores, np.arange(cfg.vocab))
-    scale = (emb_std / np.sqrt(np.mean(rows * rows))) ** (1.0 / len(cores))
-    for k, c in enumerate(cores):
-        p[f"emb.tok.core{k}"] = np.ascontiguousarray(c * scale, dtype=dtype)
-    normal("emb.pos", emb_std)
-    normal("emb.seg", emb_std)
+
+    def put_ttm(table, spec, rows):
+        # rescaled so the RMS of the table's used rows is exactly emb_std
+        cores = tt.init_ttm_cores(spec, rng, emb_std, np.float64)
+        got, _ = tt.ttm_lookup(spec, cores, np.arange(rows))
+        scale = (emb_std / np.sqrt(np.mean(got * got))) ** (1.0 / len(cores))
+        for k, c in enumerate(cores):
+            p[f"emb.{table}.core{k}"] = np.ascontiguousarray(c * scale, dtype=dtype)
+
+    put_ttm("tok", cfg.embedding, cfg.vocab)
+    for table, spec, rows in (("pos", cfg.pos_embedding, cfg.seq_len),
+                              ("seg", cfg.seg_embedding, cfg.n_segments)):
+        if spec is None:
+            normal(f"emb.{table}", emb_std)
+        else:
+            put_ttm(table, spec, rows)
     put_ln("emb.ln")
     for i in range(cfg.n_layers):
         for proj in ("q", "k", "v", "o"):
@@ -360,8 +389,15 @@ def _forward(cfg, params, batch, rng=None):
     c = {"mask": mask, "cls": cls}
     tok, c["tok"] = L.ttm_embedding_forward(cfg.embedding, _ttm_cores(params, cfg.embedding),
                                             tokens.reshape(-1)[real])
-    pos, c["pos"] = L.embedding_forward(params["emb.pos"], real % s)
-    seg, c["seg"] = L.embedding_forward(params["emb.seg"], segments.reshape(-1)[real])
+    ids = {"pos": real % s, "seg": segments.reshape(-1)[real]}
+    rows = {}
+    for table, spec in (("pos", cfg.pos_embedding), ("seg", cfg.seg_embedding)):
+        if spec is None:
+            rows[table], c[table] = L.embedding_forward(params[f"emb.{table}"], ids[table])
+        else:
+            rows[table], c[table] = L.ttm_embedding_forward(
+                spec, _ttm_cores(params, spec, table), ids[table])
+    pos, seg = rows["pos"], rows["seg"]
     x, c["emb.ln"] = L.layernorm_forward(tok + pos + seg, params["emb.ln.gamma"],
                                          params["emb.ln.beta"], cfg.ln_eps)
     x, c["emb.drop"] = _dropout(x, cfg.dropout, rng)
@@ -455,8 +491,12 @@ def _backward(cfg, params, c, d_intent, d_slot):
         dx = dx + dsum                               # residual X -> X1
     dx = _dropout_backward(c["emb.drop"], dx)
     demb, g["emb.ln.gamma"], g["emb.ln.beta"] = L.layernorm_backward(c["emb.ln"], dx)
-    g["emb.seg"] = L.embedding_backward(c["seg"], demb)
-    g["emb.pos"] = L.embedding_backward(c["pos"], demb)
+    for table, spec in (("seg", cfg.seg_embedding), ("pos", cfg.pos_embedding)):
+        if spec is None:
+            g[f"emb.{table}"] = L.embedding_backward(c[table], demb)
+        else:
+            for k, gk in enumerate(L.ttm_embedding_backward(c[table], demb)):
+                g[f"emb.{table}.core{k}"] = gk
     for k, gk in enumerate(L.ttm_embedding_backward(c["tok"], demb)):
         g[f"emb.tok.core{k}"] = gk
     return {name: g[name] for name in params}

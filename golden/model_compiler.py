@@ -60,6 +60,11 @@ from .tt import token_digits
 __all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config"]
 
 
+def _is_ttm_core(name):
+    """A TTM core (token, position or segment table): stored slice-major on chip."""
+    return name.startswith(("emb.tok.core", "emb.pos.core", "emb.seg.core"))
+
+
 def _check_lr(lr):
     if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) \
             or not np.isfinite(lr) or lr <= 0:
@@ -780,7 +785,7 @@ class CompiledModel:
         """Write ``params`` into ``image`` (in place; TTM cores permuted to slice-major)."""
         for name in self.param_names():
             p = np.asarray(params[name], dtype=np.float32)
-            if name.startswith("emb.tok.core"):
+            if _is_ttm_core(name):
                 p = p.transpose(1, 0, 2, 3)
             self._put(image, name, p)
 
@@ -789,7 +794,7 @@ class CompiledModel:
         out = {}
         for name, shape in M.param_shapes(self.cfg).items():
             v = self._get(image, name)
-            if name.startswith("emb.tok.core"):
+            if _is_ttm_core(name):
                 v = v.transpose(1, 0, 2, 3)
             out[name] = np.ascontiguousarray(v.reshape(shape))
         return out
@@ -799,7 +804,7 @@ class CompiledModel:
         out = {}
         for name, shape in M.param_shapes(self.cfg).items():
             v = self._get(image, "grad:" + name)
-            if name.startswith("emb.tok.core"):
+            if _is_ttm_core(name):
                 v = v.transpose(1, 0, 2, 3)
             out[name] = np.ascontiguousarray(v.reshape(shape))
         return out
@@ -848,7 +853,16 @@ class CompiledModel:
         words = {}
         for k in range(cfg.embedding.d):
             words[f"in.digits{k}"] = digits[:, k].astype(np.uint32)
-        words["in.seg"] = seg.reshape(-1).astype(np.uint32)
+        if cfg.seg_embedding is not None:
+            sd = token_digits(cfg.seg_embedding, seg.reshape(-1))
+            for k in range(cfg.seg_embedding.d):
+                words[f"in.seg.digits{k}"] = sd[:, k].astype(np.uint32)
+        else:
+            words["in.seg"] = seg.reshape(-1).astype(np.uint32)
+        if cfg.pos_embedding is not None:
+            pd = token_digits(cfg.pos_embedding, np.arange(S))
+            for k in range(cfg.pos_embedding.d):
+                words[f"in.pos.digits{k}"] = pd[:, k].astype(np.uint32)
         bias = np.where(mask, np.float32(0.0), np.float32(MASK_VALUE)).astype(np.float32)
         words["in.mask_bias"] = bias.reshape(-1).view(np.uint32)
         onehot = np.zeros((B, cfg.n_intents), np.float32)
@@ -979,11 +993,11 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     # ---- parameters and gradients: identical layouts --------------------------------
     shapes = M.param_shapes(cfg)
     for name, shape in shapes.items():
-        if name.startswith("emb.tok.core"):
+        if _is_ttm_core(name):
             shape = (shape[1], shape[0], shape[2], shape[3])
         reg(name, "param", shape)
     for name, shape in shapes.items():
-        if name.startswith("emb.tok.core"):
+        if _is_ttm_core(name):
             shape = (shape[1], shape[0], shape[2], shape[3])
         reg("grad:" + name, "grad", shape)
     n_params = sum(prod(s) for s in shapes.values())
@@ -991,7 +1005,14 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     # ---- sample inputs and outputs --------------------------------------------------
     for k in range(emb.d):
         reg(f"in.digits{k}", "act", (R,))
-    reg("in.seg", "act", (R,))
+    if cfg.pos_embedding is not None:
+        for k in range(cfg.pos_embedding.d):
+            reg(f"in.pos.digits{k}", "act", (S,))
+    if cfg.seg_embedding is not None:
+        for k in range(cfg.seg_embedding.d):
+            reg(f"in.seg.digits{k}", "act", (R,))
+    else:
+        reg("in.seg", "act", (R,))
     reg("in.mask_bias", "act", (B, S))
     reg("in.onehot", "act", (B, C))
     reg("in.weight", "act", (B,))
@@ -1202,57 +1223,120 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         bld.ew("add", R, D, d0, d0, bld.mat(doy))
         return dxs["q"]
 
-    # ---- TTM token rows: groups of rows through the chain of core slices --------------
-    slices = [s_[0] * s_[2] * s_[3] for s_ in emb.core_shapes]
-    ranks, dims = emb.ranks, emb.dim_modes
-    E = [prod(dims[:k + 1]) for k in range(emb.d)]                # E_k
-    g = R if ttm_group is None else max(d_ for d_ in range(1, min(int(ttm_group), R) + 1)
-                                        if R % d_ == 0)
-    groups = R // g
+    # ---- TTM tables: groups of rows through the chain of core slices ----------------
+    # table -> (spec, rows it produces, the host's digit lists): the token rows of the grid,
+    # the position rows of one sequence, the segment rows of the grid
+    ttm = {"tok": (emb, R, "in.digits")}
+    if cfg.pos_embedding is not None:
+        ttm["pos"] = (cfg.pos_embedding, S, "in.pos.digits")
+    if cfg.seg_embedding is not None:
+        ttm["seg"] = (cfg.seg_embedding, R, "in.seg.digits")
 
-    def gather_slice(k, dst, step):
-        # core k is stored (v_k, r_k, e_k, r_k+1): one contiguous slice per digit
-        bld.ins.append(Gather("gather", g, slices[k], emb.vocab_modes[k],
-                              bld.mat(dst, rs=slices[k]),
-                              bld.mat(f"emb.tok.core{k}", rs=slices[k]),
-                              View("act", bld.r(f"in.digits{k}").base, 1, 0),
-                              step=(0, 0, step)))
+    def group_of(rows):
+        if ttm_group is None:
+            return rows
+        return max(d_ for d_ in range(1, min(int(ttm_group), rows) + 1) if rows % d_ == 0)
 
-    def chain(tag, out):
-        """Gather a group's core slices and multiply them (a LOOP body: the index lists
-        step by increment 1). Forward (``out`` given): ``P_{d-1}``, the token rows, goes to
-        ``out`` stepped by increment 2. Backward (``out=None``): the slices and ``P_0 ..
-        P_{d-2}`` are kept for the gradients. Returns the slice and prefix regions."""
-        sl = [tmp(f"emb.{tag}.A0", "act", (g, slices[0]))]
-        gather_slice(0, sl[0], 1)
+    def gather_slice(table, k, g, dst):
+        # core k is stored (v_k, r_k, e_k, r_k+1): one contiguous slice per digit; the index
+        # list steps by LOOP increment 1
+        spec, _, digits = ttm[table]
+        n = spec.core_shapes[k]
+        sz = n[0] * n[2] * n[3]
+        bld.ins.append(Gather("gather", g, sz, spec.vocab_modes[k], bld.mat(dst, rs=sz),
+                              bld.mat(f"emb.{table}.core{k}", rs=sz),
+                              View("act", bld.r(f"{digits}{k}").base, 1, 0), step=(0, 0, 1)))
+
+    def chain(table, tag, g, out):
+        """Gather a group's core slices and multiply them (a LOOP body). Forward (``out``
+        given): ``P_{d-1}``, the table rows, goes to ``out`` stepped by increment 2.
+        Backward (``out=None``): the slices and ``P_0 .. P_{d-2}`` are kept for the
+        gradients. Returns the slice and prefix regions."""
+        spec = ttm[table][0]
+        sizes_ = [c[0] * c[2] * c[3] for c in spec.core_shapes]
+        ranks, dims = spec.ranks, spec.dim_modes
+        E = [prod(dims[:k + 1]) for k in range(spec.d)]
+        sl = [tmp(f"emb.{table}.{tag}.A0", "act", (g, sizes_[0]))]
+        gather_slice(table, 0, g, sl[0])
         Pn = [sl[0]]
-        for k in range(1, emb.d):
-            sl.append(tmp(f"emb.{tag}.slice{k}", "act", (g, slices[k])))
-            gather_slice(k, sl[k], 1)
+        for k in range(1, spec.d):
+            sl.append(tmp(f"emb.{table}.{tag}.slice{k}", "act", (g, sizes_[k])))
+            gather_slice(table, k, g, sl[k])
             m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
-            if k == emb.d - 1:
+            if k == spec.d - 1:
                 if out is None:
                     break                      # backward: P_{d-1} itself is not needed
                 c, sc = bld.mat(out, rs=n, bs=m * n), 2
             else:
-                Pn.append(tmp(f"emb.{tag}.P{k}", "act", (g, E[k] * ranks[k + 1])))
+                Pn.append(tmp(f"emb.{table}.{tag}.P{k}", "act", (g, E[k] * ranks[k + 1])))
                 c, sc = bld.mat(Pn[-1], rs=n, bs=m * n), 0
             bld.contract(m, n, kk, bld.mat(Pn[k - 1], rs=kk, bs=m * kk),
                          bld.mat(sl[k], rs=n, bs=kk * n), c, batch=g, step=(sc, 0, 0))
         return sl, Pn
 
+    def ttm_forward(table):
+        """Emit the rows of TTM table ``table`` (LOOP over groups); return their region."""
+        spec, rows, _ = ttm[table]
+        if spec.d < 2:
+            raise ValueError(f"the {table} TTM table needs at least 2 cores, got "
+                             f"{list(spec.vocab_modes)}")
+        g = group_of(rows)
+        out = tmp(f"emb.{table}.rows", "act", (rows, D))
+        bld.loop(rows // g, (g, g * D), lambda: chain(table, "f", g, out))
+        return out
+
+    def ttm_backward(table, drows):
+        """Emit the core gradients of ``table`` from ``drows`` (the rows' gradient): per
+        group the chain again, then back through it, SCATTER_ADD into the core gradients
+        (rows in order, as one SCATTER_ADD over all rows would add them)."""
+        spec, rows, digits = ttm[table]
+        g = group_of(rows)
+        sizes_ = [c[0] * c[2] * c[3] for c in spec.core_shapes]
+        ranks, dims = spec.ranks, spec.dim_modes
+        E = [prod(dims[:k + 1]) for k in range(spec.d)]
+
+        def scatter(k, src):
+            bld.ins.append(Gather("scatter_add", g, sizes_[k], spec.vocab_modes[k],
+                                  bld.mat(f"grad:emb.{table}.core{k}", rs=sizes_[k]),
+                                  bld.mat(src, rs=sizes_[k]),
+                                  View("act", bld.r(f"{digits}{k}").base, 1, 0),
+                                  step=(0, 0, 1)))
+
+        def body():
+            sl, Pn = chain(table, "b", g, None)
+            dP, dstep = drows, 2                 # dP_{d-1}: the group's rows of drows
+            for k in range(spec.d - 1, 0, -1):
+                m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
+                dsl = tmp(f"emb.{table}.b.dslice{k}", "act", (g, kk * n))
+                dprev = tmp(f"emb.{table}.b.dP{k - 1}", "act", (g, m * kk))
+                # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]  (the slice gradient)
+                bld.contract(kk, n, m, bld.mat(Pn[k - 1], rs=1, cs=kk, bs=m * kk),
+                             bld.mat(dP, rs=n, bs=m * n), bld.mat(dsl, rs=n, bs=kk * n),
+                             batch=g, step=(0, 0, dstep))
+                # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]
+                bld.contract(m, kk, n, bld.mat(dP, rs=n, bs=m * n),
+                             bld.mat(sl[k], rs=1, cs=n, bs=kk * n),
+                             bld.mat(dprev, rs=kk, bs=m * kk), batch=g, step=(0, dstep, 0))
+                scatter(k, dsl)
+                dP, dstep = dprev, 0
+            scatter(0, dP)
+        bld.loop(rows // g, (g, g * D), body)
+
     sections = {}
     # ================================ forward =========================================
     start_fwd = len(bld.ins)
-    tok = tmp("emb.tok", "act", (R, D))
-    bld.loop(groups, (g, g * D), lambda: chain("f", tok))
+    tok = ttm_forward("tok")
     # + position rows (per sequence) + segment rows
     esum = tmp("emb.sum", "act", (R, D))
-    xs, xt, pos = bld.mat(esum), bld.mat(tok), bld.mat("emb.pos")
+    xs, xt = bld.mat(esum), bld.mat(tok)
+    pos = bld.mat(ttm_forward("pos") if "pos" in ttm else "emb.pos")
     bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, xs, xt, pos, step=(1, 1, 0)))
-    segr = tmp("emb.segrows", "act", (R, D))
-    bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat(segr),
-                          bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
+    if "seg" in ttm:
+        segr = ttm_forward("seg")
+    else:
+        segr = tmp("emb.segrows", "act", (R, D))
+        bld.ins.append(Gather("gather", R, D, cfg.n_segments, bld.mat(segr),
+                              bld.mat("emb.seg"), View("act", bld.r("in.seg").base, 1, 0)))
     bld.ew("add", R, D, xs, xs, bld.mat(segr))
     x = ln_forward("emb.ln", "emb.ln", xs, R, D)
 
@@ -1325,37 +1409,22 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     dsn = tmp("emb.dsum", "act", (R, D))
     ds = bld.mat(dsn)
     ln_backward("emb.ln", "emb.ln", bld.mat(dx), ds, R, D)
-    gpos = bld.mat("grad:emb.pos")
+    if "pos" in ttm:
+        # the position rows' gradient: the sum over the sequences, from +0.0
+        dpos = tmp("emb.pos.drows", "act", (S, D))
+        gpos = bld.mat(dpos)
+        bld.ew("fill", S, D, gpos, imm=0)
+    else:
+        gpos = bld.mat("grad:emb.pos")
     bld.loop(B, (S * D,), lambda: bld.ew("add", S, D, gpos, gpos, ds, step=(0, 0, 1)))
-    bld.ins.append(Gather("scatter_add", R, D, cfg.n_segments, bld.mat("grad:emb.seg"), ds,
-                          View("act", bld.r("in.seg").base, 1, 0)))
-
-    def scatter(k, src):
-        bld.ins.append(Gather("scatter_add", g, slices[k], emb.vocab_modes[k],
-                              bld.mat(f"grad:emb.tok.core{k}", rs=slices[k]),
-                              bld.mat(src, rs=slices[k]),
-                              View("act", bld.r(f"in.digits{k}").base, 1, 0),
-                              step=(0, 0, 1)))
-
-    def ttm_backward():
-        sl, Pn = chain("b", None)            # the group's slices and P_0 .. P_{d-2} again
-        dP, dstep = dsn, 2                   # dP_{d-1}: the group's rows of dsum
-        for k in range(emb.d - 1, 0, -1):
-            m, kk, n = E[k - 1], ranks[k], dims[k] * ranks[k + 1]
-            dsl = tmp(f"emb.b.dslice{k}", "act", (g, kk * n))
-            dprev = tmp(f"emb.b.dP{k - 1}", "act", (g, m * kk))
-            # dA_k[b, r, n] = sum_E P_{k-1}[b, E, r] dP_k[b, E, n]  (the slice gradient)
-            bld.contract(kk, n, m, bld.mat(Pn[k - 1], rs=1, cs=kk, bs=m * kk),
-                         bld.mat(dP, rs=n, bs=m * n), bld.mat(dsl, rs=n, bs=kk * n),
-                         batch=g, step=(0, 0, dstep))
-            # dP_{k-1}[b, E, r] = sum_n dP_k[b, E, n] A_k[b, r, n]
-            bld.contract(m, kk, n, bld.mat(dP, rs=n, bs=m * n),
-                         bld.mat(sl[k], rs=1, cs=n, bs=kk * n),
-                         bld.mat(dprev, rs=kk, bs=m * kk), batch=g, step=(0, dstep, 0))
-            scatter(k, dsl)
-            dP, dstep = dprev, 0
-        scatter(0, dP)
-    bld.loop(groups, (g, g * D), ttm_backward)
+    if "pos" in ttm:
+        ttm_backward("pos", dpos)
+    if "seg" in ttm:
+        ttm_backward("seg", dsn)
+    else:
+        bld.ins.append(Gather("scatter_add", R, D, cfg.n_segments, bld.mat("grad:emb.seg"), ds,
+                              View("act", bld.r("in.seg").base, 1, 0)))
+    ttm_backward("tok", dsn)
     sections["backward"] = (start_bwd, len(bld.ins))
 
     # ================================ update ==========================================
@@ -1378,7 +1447,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     sizes.update({s: w for s, w in packed.items() if w})
     program = Program(bld.ins, sizes, regions)
     return CompiledModel(cfg, program, float(lr), R, sections, S, bool(fused_update),
-                         recompute=recompute, ttm_group=g, allocate=allocate,
+                         recompute=recompute, ttm_group=group_of(R), allocate=allocate,
                          liveness=liveness)
 
 

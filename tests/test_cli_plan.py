@@ -216,7 +216,7 @@ def test_region_classes_follow_the_program():
               "enc0.ln1.xhat": "activations", "enc0.ffn1.y": "activations",
               "enc0.q.f.F:X.G1.G2.G3": "activations",     # Z = X L, in the scratch store
               "enc0.ffn1.b.F:G4.G5.G6": "scratch",        # a merge, recomputed in backward
-              "emb.ln.xhat": "activations", "emb.f.P1": "scratch", "emb.b.P1": "scratch",
+              "emb.ln.xhat": "activations", "emb.tok.f.P1": "scratch", "emb.tok.b.P1": "scratch",
               "enc0.dP": "scratch", "ce.shift": "scratch", "in.digits0": "sample_io",
               "loss": "sample_io", "logits": "sample_io", "enc0.q.core0": "parameters",
               "grad:enc0.q.core0": "gradients"}

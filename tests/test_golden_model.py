@@ -6,9 +6,12 @@ import pytest
 
 from ttrain.golden import layers as L
 from ttrain.golden import model as M
-from ttrain.golden.config import get_config
+from ttrain.golden.config import TTMSpec, get_config
 
 TINY = get_config("tiny")
+#: tiny with TTM position and segment tables (cfg.pos_embedding / seg_embedding)
+TTM_TABLES = dict(pos_embedding=TTMSpec((2, 2, 2), (2, 4, 4), (1, 2, 4, 1)),
+                  seg_embedding=TTMSpec((2, 1, 1), (2, 4, 4), (1, 2, 2, 1)))
 
 
 def make_batch(cfg, rng, n, min_len=2, slots=True):
@@ -79,10 +82,12 @@ def numeric(f, arr, i, h=1e-6):
     return (fp - fm) / (2 * h)
 
 
-@pytest.mark.parametrize("slot_head", [False, True])
-def test_model_gradients_match_finite_differences(slot_head):
-    """Every parameter tensor: its largest-gradient entry plus 2 random ones, float64."""
-    cfg = TINY.with_(slot_head=slot_head, n_layers=2)
+@pytest.mark.parametrize("slot_head, tables", [(False, "dense"), (True, "dense"),
+                                               (False, "ttm")])
+def test_model_gradients_match_finite_differences(slot_head, tables):
+    """Every parameter tensor: its largest-gradient entry plus 2 random ones, float64 (with
+    dense or TTM position and segment tables)."""
+    cfg = TINY.with_(slot_head=slot_head, n_layers=2, **(TTM_TABLES if tables == "ttm" else {}))
     rng = np.random.default_rng(7)
     params = perturbed_params(cfg, rng)
     batch = make_batch(cfg, rng, n=3)
@@ -530,3 +535,33 @@ def test_logit_adjustment_offset_and_prior():
     np.testing.assert_allclose(prior, 0.5 * np.log([3 / 4, 3 / 4, 1 / 4, 3 / 4]))
     with pytest.raises(ValueError, match="intent ids"):
         M.intent_log_prior([], 4)
+
+
+def test_ttm_position_and_segment_tables():
+    """With cfg.pos_embedding / seg_embedding the dense tables are replaced by TTM cores;
+    the model's embedding rows are the TTM tables' rows (dense equivalent), the initial
+    rows have the embedding std, and leaving the options off draws the same parameters."""
+    from ttrain.golden import tt
+    cfg = TINY.with_(**TTM_TABLES)
+    p = M.init_params(cfg, np.random.default_rng(3), dtype=np.float64)
+    assert "emb.pos" not in p and "emb.seg" not in p
+    for t, spec, rows in (("pos", cfg.pos_embedding, cfg.seq_len),
+                          ("seg", cfg.seg_embedding, cfg.n_segments)):
+        cores = [p[f"emb.{t}.core{k}"] for k in range(spec.d)]
+        assert [c.shape for c in cores] == spec.core_shapes
+        table = tt.ttm_to_dense(spec, cores)[:rows]
+        assert np.sqrt(np.mean(table ** 2)) == pytest.approx(M.INIT_STD["embedding"])
+        # the same model with the dense table holding these rows gives the same logits
+        dense_cfg = cfg.with_(**{f"{t}_embedding": None})
+        q = {k: v for k, v in p.items() if not k.startswith(f"emb.{t}.core")}
+        q[f"emb.{t}"] = table
+        q = {k: q[k] for k in M.param_shapes(dense_cfg)}
+        batch = make_batch(cfg, np.random.default_rng(4), n=2, slots=False)
+        a = M.forward_backward(cfg, p, batch, need_grads=False)[2]["intent_logits"]
+        b = M.forward_backward(dense_cfg, q, batch, need_grads=False)[2]["intent_logits"]
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    plain = M.init_params(TINY, np.random.default_rng(3))
+    again = M.init_params(TINY.with_(pos_embedding=None, seg_embedding=None),
+                          np.random.default_rng(3))
+    for k in plain:
+        np.testing.assert_array_equal(plain[k], again[k])

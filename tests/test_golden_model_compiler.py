@@ -384,3 +384,46 @@ def test_memory_options_reject_bad_values():
                      (dict(ttm_group=True), "ttm_group")):
         with pytest.raises(ValueError, match=word):
             compile_model(cfg, **kw)
+
+
+# ---- TTM position and segment tables --------------------------------------------------------
+
+TTM_POS = C.TTMSpec((2, 2, 2), (2, 4, 4), (1, 2, 4, 1))
+TTM_SEG = C.TTMSpec((2, 1, 1), (2, 4, 4), (1, 2, 2, 1))
+
+
+@pytest.mark.parametrize("tables", ["pos", "seg", "both"])
+def test_ttm_position_and_segment_tables_match_fast_path(dataset, tables):
+    """Position and/or segment rows from TTM tables (cfg.pos_embedding / seg_embedding): the
+    compiled step follows the fast path like the dense tables do, with batch-3 sequence
+    LOOPs and two layers, and the parameters are TTM cores instead of the dense tables."""
+    kw = {"pos": dict(pos_embedding=TTM_POS), "seg": dict(seg_embedding=TTM_SEG),
+          "both": dict(pos_embedding=TTM_POS, seg_embedding=TTM_SEG)}[tables]
+    cfg = C.get_config("tiny").with_(batch=3, n_layers=2, **kw)
+    shapes = M.param_shapes(cfg)
+    for t in ("pos", "seg"):
+        ttm = f"{t}_embedding" in kw
+        assert (f"emb.{t}" in shapes) != ttm and (f"emb.{t}.core0" in shapes) == ttm
+    batches = _batches(dataset, 2, 3) + [_batches(dataset, 3, 2)[2]]
+    cm, _ = _compare_steps(cfg, batches, lr=0.1)
+    gathers = sum(isinstance(i, Gather) and i.op == "gather" for i in cm.program.instructions)
+    d = {"tok": 3, "pos": 3 if "pos_embedding" in kw else 0,
+         "seg": 3 if "seg_embedding" in kw else 0}
+    # every TTM table gathers its slices in forward and again in backward; a dense segment
+    # table is one GATHER, a dense position table none
+    assert gathers == 2 * sum(d.values()) + (0 if d["seg"] else 1)
+
+
+def test_ttm_tables_are_bit_identical_across_memory_options(dataset):
+    cfg = C.get_config("tiny").with_(batch=2, pos_embedding=TTM_POS, seg_embedding=TTM_SEG)
+    params = M.init_params(cfg, np.random.default_rng(2))
+    batches, lrs = _batches(dataset, 2, 2), [0.05, 0.1]
+    want, _ = _run(compile_model(cfg, recompute="none", ttm_group=None, allocate="bump"),
+                   params, batches, lrs)
+    for kw in (dict(), dict(recompute="layer", ttm_group=2)):
+        got, _ = _run(compile_model(cfg, **kw), params, batches, lrs)
+        for (la, ga, pa), (lb, gb, pb) in zip(want, got):
+            assert la == lb
+            np.testing.assert_array_equal(ga, gb)
+            for k in pa:
+                np.testing.assert_array_equal(pa[k], pb[k], k)
