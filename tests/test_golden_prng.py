@@ -265,3 +265,11 @@ def test_statistics_do_catch_a_weak_generator():
     counts = np.bincount(((weak >> np.uint32(31)) & 1).reshape(-1, 8)
                          @ (1 << np.arange(8)), minlength=256)
     assert stats.chisquare(counts).pvalue < 1e-6
+
+
+def test_the_compared_candidates_reproduce_their_published_vectors():
+    """The generators ``docs/prng.md`` compares against (Speck32/64, Threefry-2x32-13,
+    Philox-2x32-10 of ``ttrain.testbench.prng_candidates``) are the published ones."""
+    from ttrain.testbench.prng_candidates import CANDIDATES, check_known_answers
+    check_known_answers()
+    assert CANDIDATES["lowbias32-keyed"][0] is prng.draw

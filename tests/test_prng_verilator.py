@@ -38,7 +38,7 @@ def build(lanes):
     name = f"prng_unit_l{lanes}"
     return build_verilator(PRNGUnit(lanes=lanes), name=name, extra_sources=[TB],
                            toplevel="prng_stream_tb", defines={"DUT": name},
-                           parameters={"LANES": lanes})
+                           parameters={"LANES": lanes}, public="top")
 
 
 def random_commands(rng, draws, lanes, *, max_beats=1 << 15):
@@ -65,7 +65,7 @@ def run_commands(commands, lanes, *, work_dir, gap=4, stall=6, max_cycles=None, 
     ``results``: one ``(beats, checksum)`` per command that emitted beats, in order; ``dump``:
     the first :data:`DUMPBEATS` beats' words as a ``(beats, lanes)`` uint32 array.
     """
-    work_dir = Path(work_dir)
+    work_dir = Path(work_dir).resolve()            # the simulator runs in another folder
     work_dir.mkdir(parents=True, exist_ok=True)
     files = {k: work_dir / f"{k}.hex" for k in ("commands", "results", "dump")}
     files["commands"].write_text("".join(f"{c:08x}{b:08x}{s:08x}\n" for s, b, c in commands))
