@@ -21,6 +21,17 @@ is ``x`` for every ``x`` under round-to-nearest-even, ``+0`` and ``-0`` included
 canonical either way. Multiply and add are rounded separately (no fused multiply-add); the
 order per output does not depend on the engine's tiling or lane count.
 
+Integer mode (``integer=True``, the quantized rules' datapath): every word's low 16 bits are a
+signed 16-bit integer (int8 weights, zero-point-free int9 activations ``q - z`` and int16 values
+all fit), products are exact and the sum is a two's complement int32 that wraps::
+
+    acc = C_old[b, i, j] (as int32) if accumulate else 0
+    C[b, i, j] = (acc + sum_kk sext16(A[b, i, kk]) * sext16(B[b, kk, j])) mod 2**32
+
+Integer addition is associative, so the order of the sum does not matter in this mode (the
+compiler keeps a legal program below ``2**31``, :func:`ttrain.golden.quant.acc_bound`). The
+high 16 bits of an operand word are ignored.
+
 A memory image is a ``dict`` mapping store name to a one-dimensional ``uint32`` array (the raw
 FP32 words). :func:`contract` returns a new image; only C's words change.
 
@@ -132,6 +143,8 @@ class Descriptor:
         Add to C's old value instead of overwriting it.
     batch : int
         Number of independent contractions; each view advances by its ``batch_stride``.
+    integer : bool
+        Integer mode: sign-extended 16-bit operands, wrapping int32 sums (module docstring).
     """
     m: int
     n: int
@@ -141,6 +154,7 @@ class Descriptor:
     c: View
     accumulate: bool = False
     batch: int = 1
+    integer: bool = False
 
     def __post_init__(self):
         for name in ("m", "n", "k", "batch"):
@@ -151,6 +165,9 @@ class Descriptor:
         if not isinstance(self.accumulate, (bool, np.bool_)):
             raise TypeError(f"Descriptor.accumulate must be a bool, not {self.accumulate!r}")
         object.__setattr__(self, "accumulate", bool(self.accumulate))
+        if not isinstance(self.integer, (bool, np.bool_)):
+            raise TypeError(f"Descriptor.integer must be a bool, not {self.integer!r}")
+        object.__setattr__(self, "integer", bool(self.integer))
 
     @property
     def macs(self):
@@ -164,7 +181,7 @@ class Descriptor:
         changes which dimension is spread over the lanes.
         """
         return Descriptor(self.n, self.m, self.k, self.b.T, self.a.T, self.c.T,
-                          self.accumulate, self.batch)
+                          self.accumulate, self.batch, self.integer)
 
     def shapes(self):
         """Return ``{"a": (batch, rows, cols), ...}`` for the three views."""
@@ -249,6 +266,9 @@ def contract(desc, image, *, max_dim=None):
     shapes = desc.shapes()
 
     out = {name: np.array(words, dtype=np.uint32, copy=True) for name, words in image.items()}
+    if desc.integer:
+        out[desc.c.store][addr["c"]] = _int_contract(desc, image, addr)
+        return out
     a = image[desc.a.store][addr["a"]].view(np.float32)        # batch x m x k
     b = image[desc.b.store][addr["b"]].view(np.float32)        # batch x k x n
     if desc.accumulate:
@@ -259,6 +279,21 @@ def contract(desc, image, *, max_dim=None):
         acc = _fp32_add(acc, _fp32_mul(a[:, :, kk, None], b[:, None, kk, :]))
     out[desc.c.store][addr["c"]] = np.asarray(acc, dtype=np.float32).view(np.uint32)
     return out
+
+
+def _sext16(words):
+    return (words.astype(np.int64) & 0xFFFF) - ((words.astype(np.int64) & 0x8000) << 1)
+
+
+def _int_contract(desc, image, addr):
+    """Integer-mode C words (uint32): wrapping int32 sums of sign-extended 16-bit products."""
+    a = _sext16(image[desc.a.store][addr["a"]])                # batch x m x k
+    b = _sext16(image[desc.b.store][addr["b"]])                # batch x k x n
+    # float64 matmul is exact here (|products| < 2**30, k < 2**16 terms: |sum| < 2**46).
+    acc = np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64))).astype(np.int64)
+    if desc.accumulate:
+        acc = acc + image[desc.c.store][addr["c"]].astype(np.int64)
+    return (acc & 0xFFFFFFFF).astype(np.uint32)
 
 
 def validate(desc, store_sizes, *, max_dim=None):
@@ -287,12 +322,13 @@ def validate(desc, store_sizes, *, max_dim=None):
 
 
 def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max_dim=None,
-                      tries=200):
+                      tries=200, integer=False):
     """Draw a random legal descriptor (seeded ``numpy.random.Generator``) for tests.
 
     Shapes up to ``max_mn`` x ``max_mn`` x ``max_k``, up to ``max_batch`` matrices, random
     stores, transposes, padded leading dimensions, column strides of 1 or 2, zero or padded
     batch strides for A and B, random bases and ``accumulate``. C never overlaps A or B.
+    ``integer``: False (FP32), True (integer mode) or ``"random"`` (either, one more draw).
     """
     names = sorted(store_sizes)
     for _ in range(tries):
@@ -319,8 +355,9 @@ def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max
             views[name] = view.T if transpose else view
         if not ok:
             continue
+        is_int = bool(rng.integers(2)) if integer == "random" else bool(integer)
         desc = Descriptor(m, n, k, views["a"], views["b"], views["c"],
-                          accumulate=bool(rng.integers(2)), batch=batch)
+                          accumulate=bool(rng.integers(2)), batch=batch, integer=is_int)
         try:
             validate(desc, store_sizes, max_dim=max_dim)
         except ValueError:

@@ -434,7 +434,8 @@ class Contract(Instruction):
     """CONTRACT: one contraction-engine descriptor (``golden.contract.Descriptor``).
 
     Slots: 0 = C (written; read too when ``accumulate``), 1 = A, 2 = B. Flag bit 0 =
-    ``accumulate``. Golden: :func:`ttrain.golden.contract.contract` (its accumulation order).
+    ``accumulate``, bit 1 = integer mode (sign-extended 16-bit operands, wrapping int32
+    sums). Golden: :func:`ttrain.golden.contract.contract` (its accumulation order).
     """
     CLASS = "contract"
     desc: Descriptor
@@ -458,17 +459,18 @@ class Contract(Instruction):
         d = self.desc
         w[2] = d.m | d.n << 16
         w[3] = d.k | d.batch << 16
-        return int(d.accumulate)
+        return int(d.accumulate) | int(d.integer) << 1
 
     @classmethod
     def from_fields(cls, spec, f):
         desc = Descriptor(f.rows, f.cols, f.lo3, f.view(1), f.view(2), f.view(0),
-                          accumulate=bool(f.flags), batch=f.hi3)
+                          accumulate=bool(f.flags & 1), batch=f.hi3, integer=bool(f.flags & 2))
         return cls(desc, tuple(f.step))
 
     @classmethod
     def rules(cls, spec):
-        return [(ERR_FIELD, "only flag bit 0 (accumulate) is defined", lambda f: f.flags > 1),
+        return [(ERR_FIELD, "only flag bits 0 (accumulate) and 1 (integer) are defined",
+                 lambda f: f.flags > 3),
                 (ERR_DIM, "m, n, k and batch must be non-zero",
                  lambda f: (f.rows == 0) | (f.cols == 0) | (f.lo3 == 0) | (f.hi3 == 0)),
                 *_slot_rules((1, 2, 0), batch=True)]
@@ -477,13 +479,14 @@ class Contract(Instruction):
         d, st = self.desc, self.step
         s = (f"contract m={d.m} n={d.n} k={d.k} batch={d.batch} c={_fmt_view(d.c, st[0], 1)} "
              f"a={_fmt_view(d.a, st[1], 1)} b={_fmt_view(d.b, st[2], 1)}")
-        return s + (" acc" if d.accumulate else "")
+        return s + (" acc" if d.accumulate else "") + (" int" if d.integer else "")
 
     @classmethod
     def parse(cls, spec, p):
         m, n, k, batch = p.take("m"), p.take("n"), p.take("k"), p.take("batch", int, 1)
         (c, s0), (a, s1), (b, s2) = p.view("c", 1), p.view("a", 1), p.view("b", 1)
-        return cls(Descriptor(m, n, k, a, b, c, "acc" in p.flags, batch), (s0, s1, s2))
+        return cls(Descriptor(m, n, k, a, b, c, "acc" in p.flags, batch, "int" in p.flags),
+                   (s0, s1, s2))
 
     def stepped(self, inc, t):
         st, d = self.step, self.desc
@@ -990,6 +993,8 @@ class OpSpec:
         An elementwise op takes word 3 as an immediate.
     accumulate : bool
         Flag bit 0 means ``accumulate`` (the assembler's ``acc``).
+    integer : bool
+        Flag bit 1 selects the integer mode (the assembler's ``int``).
     requires : str or None
         A unit the hardware must have for the opcode to be legal (``"special"``: the
         special-function unit; without it the opcode is ``ERR_OPCODE``).
@@ -1004,6 +1009,7 @@ class OpSpec:
     sources: int = 0
     imm: bool = False
     accumulate: bool = False
+    integer: bool = False
     requires: str = None
     semantics: object = None
 
@@ -1054,7 +1060,7 @@ OPS = (
     OpSpec("barrier", 0x02, Barrier, "control"),
     OpSpec("loop", 0x03, Loop, "control"),
     OpSpec("endloop", 0x04, EndLoop, "control"),
-    OpSpec("contract", 0x08, Contract, "engine", accumulate=True),
+    OpSpec("contract", 0x08, Contract, "engine", accumulate=True, integer=True),
     _elementwise("add", 0x10, 2, _fp2(fp32_add)),
     _elementwise("sub", 0x11, 2, _fp2(fp32_sub)),
     _elementwise("mul", 0x12, 2, _fp2(fp32_mul)),
@@ -1310,7 +1316,8 @@ def assemble(text):
         if spec is None:
             raise ISAError(ERR_OPCODE, f"line {lineno}: unknown mnemonic {mnem!r}; use one of "
                                        f"{sorted(OPCODES)}")
-        allowed_flags = {"acc"} if spec.accumulate else set()
+        allowed_flags = ({"acc"} if spec.accumulate else set()) | ({"int"} if spec.integer
+                                                                   else set())
         if flags - allowed_flags:
             raise ValueError(f"line {lineno}: unexpected word(s) {sorted(flags - allowed_flags)}"
                              f" for {mnem}")

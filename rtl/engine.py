@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import reduce
 import operator
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -86,7 +86,7 @@ def descriptor_layout(store_bits, addr_bits, dim_bits):
     """Return the layout of the ``desc`` port (``m`` is the least significant field)."""
     view = view_layout(store_bits, addr_bits)
     return data.StructLayout({"m": dim_bits, "n": dim_bits, "k": dim_bits, "batch": dim_bits,
-                              "accumulate": 1, "a": view, "b": view, "c": view})
+                              "accumulate": 1, "integer": 1, "a": view, "b": view, "c": view})
 
 
 def host_request_layout(store_bits, addr_bits, width):
@@ -461,7 +461,8 @@ class ContractionEngine(wiring.Component):
                                  f"{self.max_dim} (dim_bits = {self._dim_bits}): split it")
         return _pack(self._desc_layout, {
             "m": desc.m, "n": desc.n, "k": desc.k, "batch": desc.batch,
-            "accumulate": int(desc.accumulate), "a": view(desc.a), "b": view(desc.b),
+            "accumulate": int(desc.accumulate), "integer": int(desc.integer),
+            "a": view(desc.a), "b": view(desc.b),
             "c": view(desc.c)})
 
     def encode_host_beat(self, *, write, store, addr, mask, words=()):
@@ -755,6 +756,12 @@ class ContractionEngine(wiring.Component):
         m.d.sync += cold_inflight.eq(cold_inflight + took_cold - fc.r_en)
         m.d.sync += cred_c.eq(cred_c - rc.load + fc.r_en)
 
+        # Integer mode (d.integer): beside each lane's FP32 multiplier and adder runs a signed
+        # 16 x 16 multiplier and a 32-bit adder, delayed to the same latencies, so the tag
+        # pipeline, the interleaved accumulator slots and the write-back are shared; the mode
+        # only selects which sum is written to the accumulator. One extra DSP48E2 per lane
+        # (the product), the adder in carry logic (docs/contraction-engine.md).
+        int_on = d.integer
         results = []
         for p in range(P):
             mul = m.submodules[f"mul{p}"] = self._mul_unit()
@@ -762,17 +769,27 @@ class ContractionEngine(wiring.Component):
             accm = m.submodules[f"acc{p}"] = memory.Memory(shape=32, depth=S, init=[])
             acc_rd = accm.read_port(domain="comb")
             acc_wr = accm.write_port()
-            init = Mux(acc_on, fc.r_data[32 * p:32 * (p + 1)], NEG_ZERO)
+            init = Mux(acc_on, fc.r_data[32 * p:32 * (p + 1)], Mux(int_on, 0, NEG_ZERO))
+            acc_in = Mux(x_first, init, acc_rd.data)
+            b_word = s1_b[32 * p:32 * (p + 1)]
+            iprod = Signal(signed(32), name=f"iprod{p}")
+            m.d.comb += iprod.eq(s1_a[:16].as_signed() * b_word[:16].as_signed())
+            iprod_x = delay(iprod, self._mul_latency, f"iprodx{p}")
+            isum = Signal(32, name=f"isum{p}")
+            m.d.comb += isum.eq(iprod_x + acc_in)
+            isum_y = delay(isum, self._add_latency, f"isumy{p}")
+            result = Signal(32, name=f"result{p}")
+            m.d.comb += result.eq(Mux(int_on, isum_y, add.o.payload))
             m.d.comb += [
                 mul.i.valid.eq(s1_valid), mul.i.payload.a.eq(s1_a),
-                mul.i.payload.b.eq(s1_b[32 * p:32 * (p + 1)]),
+                mul.i.payload.b.eq(b_word),
                 acc_rd.addr.eq(x_t),
                 add.i.valid.eq(x_valid), add.i.payload.a.eq(mul.o.payload),
-                add.i.payload.b.eq(Mux(x_first, init, acc_rd.data)),
-                acc_wr.addr.eq(y_t), acc_wr.data.eq(add.o.payload),
+                add.i.payload.b.eq(acc_in),
+                acc_wr.addr.eq(y_t), acc_wr.data.eq(result),
                 acc_wr.en.eq(y_valid & ~y_last),
             ]
-            results.append(add.o.payload)
+            results.append(result)
 
         # ---- write-back ------------------------------------------------------------------
         push = y_valid & y_last

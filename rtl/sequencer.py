@@ -410,7 +410,7 @@ class Sequencer(wiring.Component):
 
         ep = self.eng.payload
         m.d.comb += [ep.m.eq(rows), ep.n.eq(cols), ep.k.eq(k), ep.batch.eq(batch),
-                     ep.accumulate.eq(dec.flags[0])]
+                     ep.accumulate.eq(dec.flags[0]), ep.integer.eq(dec.flags[1])]
         for lv, s in ((ep.c, 0), (ep.a, 1), (ep.b, 2)):
             m.d.comb += [lv.store.eq(dec.store[s]), lv.base.eq(base[s]),
                          lv.row_stride.eq(w[5 + 4 * s]), lv.col_stride.eq(w[6 + 4 * s]),

@@ -161,7 +161,8 @@ def compare(got, want, what):
 
 @cocotb.test()
 async def random_descriptors(dut):
-    """Random shapes, strides, transposes, batches and accumulate; every store word checked."""
+    """Random shapes, strides, transposes, batches, accumulate and FP32/integer mode; every
+    store word checked."""
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"])
     await tb.start()
@@ -173,7 +174,7 @@ async def random_descriptors(dut):
     total_cycles = total_ideal = total_model = 0
     for i in range(cfg["n_random"]):
         desc = random_descriptor(rng, sizes, max_mn=cfg["max_mn"], max_k=cfg["max_k"],
-                                 max_batch=3)
+                                 max_batch=3, integer="random")
         err, code, cycles = await tb.run(eng.encode_descriptor(desc))
         assert (err, code) == (0, ERROR_NONE), f"descriptor {i} {desc}: error code {code}"
         image = contract(desc, image)
@@ -183,7 +184,7 @@ async def random_descriptors(dut):
         total_ideal += eng.ideal_cycles(desc)
         total_model += eng.issue_cycles(desc)
         dut._log.info(f"descriptor {i}: {desc.batch}x{desc.m}x{desc.n}x{desc.k} "
-                      f"acc={desc.accumulate} cycles {cycles} model {eng.issue_cycles(desc)} "
+                      f"acc={desc.accumulate} int={desc.integer} cycles {cycles} model {eng.issue_cycles(desc)} "
                       f"ideal {eng.ideal_cycles(desc)}")
     dut._log.info(f"random sweep: {total_cycles} cycles, model {total_model}, "
                   f"ideal {total_ideal}")

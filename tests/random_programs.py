@@ -533,7 +533,7 @@ class ProgramGen:
         if None in (a, b, c):
             return None
         return Contract(Descriptor(m, n, k, a, b, c, accumulate=bool(rng.random() < 0.3),
-                                   batch=batch))
+                                   batch=batch, integer=bool(rng.random() < 0.25)))
 
     def _elementwise(self, h, special=False):
         rng = self.rng
@@ -897,7 +897,8 @@ def illegal_variants(sizes, special=True):
     c = base["contract"]
     add("contract.zero_k", mutate(c, lambda w: w.__setitem__(3, w[3] & 0xFFFF0000)))
     add("contract.zero_batch", mutate(c, lambda w: w.__setitem__(3, w[3] & 0xFFFF)))
-    add("contract.flags2", mutate(c, set_flags(2)))
+    add("contract.flags4", mutate(c, set_flags(4)))
+    add("contract.int.flags6", mutate(c, set_flags(6)))          # integer mode + undefined bit
     for name in ("add", "fill", "rsum") + (("exp",) if special else ()):
         add(f"{name}.imm_on_non_imm" if name != "fill" else "fill.step_unused",
             mutate(base[name], set_word(3, 1) if name != "fill" else set_step(1, 2)))

@@ -249,3 +249,30 @@ def test_best_orientation_and_cycle_model():
     small = Descriptor(3, 8, 4, View("s", 0, 4, 1), View("s", 0, 8, 1), View("s", 0, 8, 1))
     assert eng.issue_cycles(small) - eng.overhead_cycles == 4 * (eng.add_latency + 1)
     assert eng.best_orientation(d) is d
+
+
+def test_engine_integer_mode_random_descriptors_sim():
+    """Integer mode: sign-extended 16-bit operands (the high halves of the words are junk the
+    engine must ignore), wrapping int32 sums, accumulate; mixed with FP32 runs, random stalls."""
+    sizes = {"f": 128, "s": 64}
+    eng = ContractionEngine(lanes=4, stores=[StoreSpec(n, s) for n, s in sizes.items()])
+    rng = np.random.default_rng(12)
+    image = {n: rng.integers(0, 1 << 32, s, dtype=np.uint64).astype(np.uint32)
+             for n, s in sizes.items()}
+    # a wrap-around case: 8 products 0x7FFF * 0x7FFF overflow int32; the sum wraps mod 2**32
+    image["f"][:8] = 0x12347FFF
+    image["f"][8:16] = 0xABCD7FFF
+    descs = [Descriptor(1, 1, 8, View("f", 0, 8, 1), View("f", 8, 1, 1), View("s", 0, 1, 1),
+                        integer=True),
+             *[random_descriptor(rng, sizes, max_mn=6, max_k=5, max_batch=2, integer="random")
+               for _ in range(4)]]
+    descs.append(Descriptor(2, 2, 2, View("f", 100, 2, 1), View("f", 110, 2, 1),
+                            View("s", 40, 2, 1), integer=True, accumulate=True))
+    assert {d.integer for d in descs[1:5]} == {True, False}     # both modes, interleaved
+    expect = image
+    for desc, (got, err, code, _) in zip(descs, run_engine(eng, image, descs, stall_seed=3)):
+        expect = contract(desc, expect)
+        assert (err, code) == (0, ERROR_NONE)
+        for name in sizes:
+            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    assert int(expect["s"][0]) == (8 * 0x7FFF * 0x7FFF) & 0xFFFFFFFF

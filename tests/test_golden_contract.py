@@ -230,3 +230,33 @@ def test_tt_linear_step_store_mapping():
         validate(desc, sizes)
     with pytest.raises(ValueError, match="roles"):
         tt_linear_step(spec, 4, stores={"weights": "x"})
+
+
+def test_integer_mode_is_exact_wrapping_int32_of_sign_extended_halves():
+    rng = np.random.default_rng(21)
+    sizes = {"x": 200, "y": 120}
+    image = {n: rng.integers(0, 1 << 32, s, dtype=np.uint64).astype(np.uint32)
+             for n, s in sizes.items()}
+    for _ in range(20):
+        d = random_descriptor(rng, sizes, max_mn=5, max_k=6, max_batch=2, integer=True)
+        out = contract(d, image)
+
+        def word(v, b, i, j):
+            return int(image[v.store][v.base + b * v.batch_stride + i * v.row_stride
+                                      + j * v.col_stride])
+
+        def s16(w):
+            w &= 0xFFFF
+            return w - (1 << 16) if w & 0x8000 else w
+        for b in range(d.batch):
+            for i in range(d.m):
+                for j in range(d.n):
+                    acc = word(d.c, b, i, j) if d.accumulate else 0
+                    acc += sum(s16(word(d.a, b, i, kk)) * s16(word(d.b, b, kk, j))
+                               for kk in range(d.k))
+                    assert int(out[d.c.store][d.c.base + b * d.c.batch_stride + i * d.c.row_stride
+                                              + j * d.c.col_stride]) == acc % (1 << 32)
+        image = out
+    with pytest.raises(TypeError, match="integer must be a bool"):
+        Descriptor(1, 1, 1, View("x", 0, 1, 1), View("x", 1, 1, 1), View("y", 0, 1, 1),
+                   integer=1)

@@ -206,7 +206,7 @@ def test_decode_illegal_opcode():
     (lambda w: w.__setitem__(0, w[0] | 1 << 24), ERR_FIELD),           # reserved bits word 0
     (lambda w: w.__setitem__(0, w[0] | 1 << 22), ERR_FIELD),           # reserved step bits
     (lambda w: w.__setitem__(1, w[1] | 1 << 24), ERR_FIELD),           # reserved bits word 1
-    (lambda w: w.__setitem__(0, w[0] | 2 << 8), ERR_FIELD),            # undefined flag
+    (lambda w: w.__setitem__(0, w[0] | 4 << 8), ERR_FIELD),            # undefined flag (bit 2)
     (lambda w: w.__setitem__(1, w[1] | 9), ERR_STORE),                 # store id 9
     (lambda w: w.__setitem__(2, w[2] & 0xFFFF0000), ERR_DIM),          # m = 0
     (lambda w: w.__setitem__(3, w[3] & 0x0000FFFF), ERR_DIM),          # batch = 0
