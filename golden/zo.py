@@ -55,6 +55,7 @@ ZO_MODES = ("wp", "np", "mixed")
 SPARSE_MASKS = ("none", "random", "topk")
 
 ROUNDINGS = ("nearest", "stochastic")
+NP_DIMS = ("queries", "batch")
 
 _STREAM_WP, _STREAM_NP, _STREAM_MASK, _STREAM_ROUND = 0, 1, 2, 3
 
@@ -93,6 +94,8 @@ class ZOSettings:
     density: float = 1.0
     inplace: bool = False
     rounding: str = "stochastic"
+    layerwise: bool = False
+    np_dim: str = "queries"
     seed: int = 0
 
     def __post_init__(self):
@@ -113,6 +116,12 @@ class ZOSettings:
             raise ValueError(f"learning rate must be positive, not {self.lr!r}")
         if self.inplace and self.mode != "wp":
             raise ValueError("the in-place variant is defined for weight perturbation (wp) only")
+        if self.np_dim not in NP_DIMS:
+            raise ValueError(f"NP dim scaling must be one of {', '.join(NP_DIMS)}, not "
+                             f"{self.np_dim!r}")
+        if self.layerwise and self.inplace:
+            raise ValueError("the in-place variant perturbs every trainable layer at once; it "
+                             "is not defined with layerwise queries")
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"update rounding must be one of {', '.join(ROUNDINGS)}, not "
                              f"{self.rounding!r}")
@@ -201,8 +210,18 @@ def _pm(c, u):
     return fp32_mul(as_f32(c), i2f(u))
 
 
+def _groups(s, wp_nodes, np_nodes):
+    """The perturbation groups of a step: one group of every trainable layer (joint), or one
+    group per layer in network order (layerwise)."""
+    if not s.layerwise:
+        return [(list(wp_nodes), list(np_nodes))]
+    return [([i], []) if i in wp_nodes else ([], [i]) for i in sorted(wp_nodes + np_nodes)]
+
+
 def zo_step(q, x, labels, s, step):
-    """One ZO step of ``q`` (modified in place) on the int8 batch ``x``; returns a record."""
+    """One ZO step of ``q`` (modified in place) on the int8 batch ``x``; returns a record
+    (``loss`` = ``L0``, ``forwards`` = forward passes of the step including the unperturbed
+    one, ``macs`` = multiply-accumulates of those passes, partial passes counted as run)."""
     wp_nodes, np_nodes = _plan(q, s)
     nodes = q.cfg.nodes
     n = s.queries
@@ -210,6 +229,7 @@ def zo_step(q, x, labels, s, step):
     l0 = _losses(q, acts0, labels)
     L0 = qnn.mean_loss(l0)
     mseed = stream_seed(s.seed, step, 0, _STREAM_MASK)
+    batch = len(x)
 
     # WP tensors: (node, 'w'|'b', region offset, mask)
     tensors, offset = [], 0
@@ -225,46 +245,42 @@ def zo_step(q, x, labels, s, step):
                 mask = np.ones(arr.shape, bool)
             tensors.append((i, kind, offset, mask))
             offset += arr.size
-    d_wp = int(sum(t[3].sum() for t in tensors))
-    # NP regions: (node, region offset per sample, mask per element)
-    act_masks, d_np = {}, 0
+    # NP regions: mask per element, region base per node (sample b's entries start at b * d_np_total)
+    act_masks, act_base, d_np_total = {}, {}, 0
     for i in np_nodes:
         shape = nodes[i].shape
         if s.sparse == "topk":
             act_masks[i] = np.broadcast_to(_channel_topk(q, acts0, i, s.density), shape)
         elif s.sparse == "random":
-            idx = np.arange(int(np.prod(shape)), dtype=np.uint64) + np.uint64(offset + d_np)
+            idx = (np.arange(int(np.prod(shape)), dtype=np.uint64)
+                   + np.uint64(offset + sum(int(act_masks[j].sum()) for j in act_masks)))
             act_masks[i] = prng.bernoulli(mseed, idx, prng.threshold_of(s.density)).reshape(shape)
         else:
             act_masks[i] = np.ones(shape, bool)
-        d_np += int(act_masks[i].sum())
-    start = min(wp_nodes + np_nodes)
+        act_base[i] = d_np_total
+        d_np_total += int(np.prod(shape))
     g = {(t[0], t[1]): np.zeros(q.w[nodes[t[0]].name].shape if t[1] == "w"
                                 else q.b[nodes[t[0]].name].shape, np.float32) for t in tensors}
-    gy = {i: np.zeros((len(x), *nodes[i].shape), np.float32) for i in np_nodes}
-    batch = len(x)
+    gy = {i: np.zeros((batch, *nodes[i].shape), np.float32) for i in np_nodes}
 
-    def directions(qi):
-        sw = stream_seed(s.seed, step, qi, _STREAM_WP)
+    def directions(qseed, group_tensors, group_np):
+        sw = stream_seed(s.seed, step, qseed, _STREAM_WP)
         u = {}
-        for i, kind, off, mask in tensors:
+        for i, kind, off, mask in group_tensors:
             arr = q.w[nodes[i].name] if kind == "w" else q.b[nodes[i].name]
             r = prng.rademacher(sw, off + np.arange(arr.size, dtype=np.uint64))
             u[(i, kind)] = np.where(mask, r.reshape(arr.shape).astype(np.int64), 0)
-        sa = stream_seed(s.seed, step, qi, _STREAM_NP)
-        ua, base = {}, 0
-        for i in np_nodes:
+        sa = stream_seed(s.seed, step, qseed, _STREAM_NP)
+        ua = {}
+        for i in group_np:
             per = int(np.prod(nodes[i].shape))
             idx = (np.arange(batch, dtype=np.uint64)[:, None] * np.uint64(d_np_total)
-                   + np.uint64(base) + np.arange(per, dtype=np.uint64)[None, :])
+                   + np.uint64(act_base[i]) + np.arange(per, dtype=np.uint64)[None, :])
             r = prng.rademacher(sa, idx).reshape(batch, *nodes[i].shape).astype(np.int64)
             ua[i] = np.where(act_masks[i], r, 0)
-            base += per
         return u, ua
 
-    d_np_total = sum(int(np.prod(nodes[i].shape)) for i in np_nodes)
-
-    def run(u, ua, sign):
+    def run(u, ua, sign, start):
         w, b = dict(q.w), dict(q.b)
         for (i, kind), uu in u.items():
             nm = nodes[i].name
@@ -277,43 +293,60 @@ def zo_step(q, x, labels, s, step):
         acts = qnn.int_forward(q, x, perturb=pert or None, start=start, cache=acts0, w=w, b=b)
         return _losses(q, acts, labels)
 
-    coeffs = []
-    for qi in range(n):
-        u, ua = directions(qi)
-        lp = run(u, ua, +1)
-        if s.antithetic or s.inplace:
-            lm = run(u, ua, -1)
-            c = fp32_mul(fp32_sub(qnn.mean_loss(lp), qnn.mean_loss(lm)), np.float32(0.5))
-            cb = fp32_mul(fp32_sub(lp, lm), np.float32(0.5))
-        else:
-            c = fp32_sub(qnn.mean_loss(lp), L0)
-            cb = fp32_sub(lp, l0)
-        coeffs.append(float(c))
-        if s.inplace:
-            _apply_wp(q, tensors, {k: _pm(c, uu) for k, uu in u.items()}, s, n, d_wp, nodes,
-                      stream_seed(s.seed, step, qi, _STREAM_ROUND))
-            continue
-        for key, uu in u.items():
-            g[key] = fp32_add(g[key], _pm(c, uu))
-        for i, uu in ua.items():
-            gy[i] = fp32_add(gy[i], fp32_mul(cb.reshape(-1, *([1] * 3)), i2f(uu)))
+    coeffs, forwards, macs = [], 1, batch * q.cfg.macs
+    dims = {}   # node -> (WP dim scale, NP dim scale) of its group
+    for gi, (g_wp, g_np) in enumerate(_groups(s, wp_nodes, np_nodes)):
+        g_tensors = [t for t in tensors if t[0] in g_wp]
+        d_wp = int(sum(t[3].sum() for t in g_tensors))
+        d_np = int(sum(act_masks[i].sum() for i in g_np))
+        dim_wp = _dim_scale(n, d_wp)
+        dim_np = _dim_scale(n * batch if s.np_dim == "batch" else n, d_np)
+        for i in g_wp + g_np:
+            dims[i] = (dim_wp, dim_np)
+        start = min(g_wp + g_np)
+        part = batch * sum(nd.macs for nd in nodes[start:])
+        for qi in range(n):
+            u, ua = directions(gi * n + qi, g_tensors, g_np)
+            lp = run(u, ua, +1, start)
+            forwards, macs = forwards + 1, macs + part
+            if s.antithetic or s.inplace:
+                lm = run(u, ua, -1, start)
+                forwards, macs = forwards + 1, macs + part
+                c = fp32_mul(fp32_sub(qnn.mean_loss(lp), qnn.mean_loss(lm)), np.float32(0.5))
+                cb = fp32_mul(fp32_sub(lp, lm), np.float32(0.5))
+            else:
+                c = fp32_sub(qnn.mean_loss(lp), L0)
+                cb = fp32_sub(lp, l0)
+            coeffs.append(float(c))
+            if s.inplace:
+                _apply_wp(q, g_tensors, {k: _pm(c, uu) for k, uu in u.items()}, s, dims, nodes,
+                          stream_seed(s.seed, step, gi * n + qi, _STREAM_ROUND))
+                continue
+            for key, uu in u.items():
+                g[key] = fp32_add(g[key], _pm(c, uu))
+            for i, uu in ua.items():
+                gy[i] = fp32_add(gy[i], fp32_mul(cb.reshape(-1, *([1] * 3)), i2f(uu)))
     if not s.inplace:
-        rseed = stream_seed(s.seed, step, n, _STREAM_ROUND)
-        _apply_wp(q, tensors, g, s, n, d_wp, nodes, rseed)
+        rseed = stream_seed(s.seed, step, len(coeffs), _STREAM_ROUND)
+        _apply_wp(q, tensors, g, s, dims, nodes, rseed)
         for i in np_nodes:
-            _apply_np(q, i, acts0, x, gy[i], s, n, d_np, batch, rseed, offset + 2 * i * (1 << 20))
+            _apply_np(q, i, acts0, x, gy[i], s, dims[i][1], batch, rseed,
+                      offset + 2 * i * (1 << 20))
     return {"loss": float(L0), "coeff_rms": float(np.sqrt(np.mean(np.square(coeffs)))),
-            "d_wp": d_wp, "d_np": d_np}
+            "d_wp": int(sum(t[3].sum() for t in tensors)),
+            "d_np": int(sum(m.sum() for m in act_masks.values())),
+            "forwards": forwards, "macs": int(macs)}
 
 
 def _dim_scale(n, d):
     return n / (n + d - 1) if d else 0.0
 
 
-def _apply_wp(q, tensors, g, s, n, d, nodes, rseed):
-    dim = _dim_scale(s.queries, d)
+def _apply_wp(q, tensors, g, s, dims, nodes, rseed):
+    n = s.queries
     for i, kind, off, _ in tensors:
         nm = nodes[i].name
+        dim = dims[i][0]
         if kind == "w":
             sc, sig = q.s_w[nm], s.sigma_w
             k = as_f32((-s.lr * dim / (sig * n * sc ** 2)).astype(np.float32))
@@ -356,14 +389,14 @@ def np_local_grads(q, i, acts, x, dacc):
     return dw, db
 
 
-def _apply_np(q, i, acts0, x, gy, s, n, d, batch, rseed, off):
+def _apply_np(q, i, acts0, x, gy, s, dim, batch, rseed, off):
     node = q.cfg.nodes[i]
     nm = node.name
     y = acts0[i]
     lo = q.zp[i] if node.relu else -128
     live = (y > lo) & (y < 127)
     rescale = q.scale[node.inputs[0]] * q.s_w[nm] / q.scale[i]
-    k = as_f32((_dim_scale(s.queries, d) / (s.sigma_a * n * batch) * rescale).astype(np.float32))
+    k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
     dacc = np.where(live, fp32_mul(gy, k), np.float32(0))
     dw, db = np_local_grads(q, i, acts0, x, dacc)
     kw = as_f32((-s.lr / q.s_w[nm] ** 2).astype(np.float32))
