@@ -295,22 +295,141 @@ def _tt_forward(bld, layers, name, inst, spec, rows, x, y):
     """
     prog, merge_at, i, private, pooled, _ = layers.get(spec, rows)
     mm = prog.memory_map
-    target = {"x": bld.r(x), "y": bld.r(y)}
+    part = prog.instructions[:i]
+    if y is None:
+        # Z only (for a backward pass that needs Z, not Y): drop what writes Y
+        ry = mm["y"]
+        part = [s for s in part if not (s.views[0].store == ry.store
+                                        and ry.base <= s.views[0].base < ry.base + ry.size)]
+        target = {"x": bld.r(x)}
+    else:
+        target = {"x": bld.r(x), "y": bld.r(y)}
     for k in range(2 * spec.d):
         target[f"core{k + 1}"] = bld.r(f"{name}.core{k}")
         target[f"grad_core{k + 1}"] = bld.r(f"grad:{name}.core{k}")
     target["bias"] = bld.r(f"{name}.bias")
     target["grad_bias"] = bld.r(f"grad:{name}.bias")
-    used = _layer_regions(prog.instructions[:i], mm)
+    used = _layer_regions(part, mm)
     for rname, r in mm.items():
         if r.store == "scratch" and rname in used:
             target[rname] = bld.region(f"{inst}.f.{rname}", "scratch", r.shape)
-    fwd = _relocate(prog.instructions[:i], mm, target)
+    fwd = _relocate(part, mm, target)
     return {"prog": prog, "merge_at": merge_at, "cut": i, "private": set(private),
             "target": target, "inst": inst, "forward": fwd}
 
 
-def _tt_backward(bld, st, dy, dx):
+def _region_sets(ins, spans):
+    """``(reads, writes)``: names of the layer regions ``ins`` reads and writes (by base)."""
+    def name(v):
+        for st_, lo, hi, n in spans:
+            if st_ == v.store and lo <= v.base < hi:
+                return n
+        raise AssertionError(f"view {v} is in no region of the layer")
+    views = ins.views
+    reads = {name(v) for v in views[1:] if v is not None}
+    out = name(views[0])
+    acc = bool(getattr(getattr(ins, "desc", None), "accumulate", False)
+               or getattr(ins, "accumulate", False))
+    if acc:
+        reads.add(out)
+    return reads, {out}
+
+
+def _schedule(part, mm, free):
+    """Reorder the TT layer part ``part`` (layer-program views, no LOOP) so that fewer words
+    are live at once: a list schedule that, among the instructions whose inputs are ready,
+    runs the one that allocates the fewest words net of those it frees (its inputs read for
+    the last time; ``free`` names the inputs the rest of the model no longer needs: scratch
+    is always freed, parameters, gradients and ``dx`` never); ties keep the original order.
+
+    Only data dependencies (read after write, write after read, write after write on a
+    region) constrain the order, so every instruction reads the very words it read before:
+    the result is the same bit for bit. ``part`` is returned unchanged if it has a LOOP.
+    """
+    if any(isinstance(i, (Loop, EndLoop)) for i in part):
+        return part
+    spans = sorted((r.store, r.base, r.base + r.size, n) for n, r in mm.items())
+    rw = [_region_sets(i, spans) for i in part]
+    n = len(part)
+    deps = [set() for _ in range(n)]
+    for j in range(n):
+        rj, wj = rw[j]
+        for i in range(j):
+            ri, wi = rw[i]
+            if wi & (rj | wj) or ri & wj:
+                deps[j].add(i)
+    size = {k: (r.size if (r.store == "scratch" or k in free) else 0) for k, r in mm.items()}
+    size["dx"] = mm["dx"].size
+    readers = {}
+    for i, (r, _) in enumerate(rw):
+        for k in r:
+            readers[k] = readers.get(k, 0) + 1
+    def freeable(k):
+        return k != "dx" and k in size and (mm[k].store == "scratch" or k in free)
+
+    inputs = set()
+    for r, _ in rw:
+        inputs |= r
+    inputs = {k for k in inputs if not any(k in w for _, w in rw)}
+
+    def peak_of(order):
+        left = dict(readers)
+        live, top = set(inputs), 0
+        for j in order:
+            r, w = rw[j]
+            live |= w
+            top = max(top, sum(size.get(k, 0) for k in live))
+            for k in r:
+                left[k] -= 1
+                if left[k] == 0 and freeable(k):
+                    live.discard(k)
+        return top
+
+    def greedy():
+        left = dict(readers)
+        live, done, order = set(inputs), set(), []
+        while len(order) < n:
+            best = None
+            for j in range(n):
+                if j in done or not deps[j] <= done:
+                    continue
+                r, w = rw[j]
+                alloc = sum(size[k] for k in w if k not in live)
+                freed = sum(size[k] for k in r if left[k] == 1 and freeable(k))
+                if best is None or (alloc - freed, j) < best[0]:
+                    best = ((alloc - freed, j), j)
+            j = best[1]
+            done.add(j)
+            order.append(j)
+            r, w = rw[j]
+            live |= w
+            for k in r:
+                left[k] -= 1
+        return order
+
+    def lazy(sinks):
+        # each result's dependencies right before it (depth first): short lifetimes
+        seen, order = set(), []
+
+        def visit(j):
+            if j in seen:
+                return
+            seen.add(j)
+            for i in sorted(deps[j]):
+                visit(i)
+            order.append(j)
+        for j in sinks:
+            visit(j)
+        return order
+
+    read_later = [any(rw[j][1] & rw[k][0] for k in range(j + 1, n)) for j in range(n)]
+    sinks = [j for j in range(n) if not read_later[j]]
+    candidates = [list(range(n)), greedy(), lazy(sinks), lazy(sinks[::-1])]
+    order = min(candidates, key=peak_of)          # the first of the lowest peak
+    return [part[j] for j in order]
+
+
+def _tt_backward(bld, st, dy, dx, free=(), x=None):
     """Return the backward instructions of a TT layer instance from :func:`_tt_forward`.
 
     They start with the merges again (recomputed into fresh ``{inst}.b.*`` regions: they
@@ -320,8 +439,11 @@ def _tt_backward(bld, st, dy, dx):
     prog, mm = st["prog"], st["prog"].memory_map
     target = dict(st["target"])
     target.update({"dy": bld.r(dy), "dx": bld.r(dx), "target": bld.r(dy)})
+    if x is not None:
+        target["x"] = bld.r(x)              # the same input words, computed again
     ins = prog.instructions
-    part = [ins[n] for n in st["merge_at"]] + ins[st["cut"] + 1:-2]
+    part = _schedule([ins[n] for n in st["merge_at"]] + ins[st["cut"] + 1:-2], mm,
+                     set(free))
     used = _layer_regions(part, mm)
     for rname, r in mm.items():
         if r.store == "scratch" and rname not in st["private"] and rname in used:
@@ -1033,7 +1155,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         reg(f"{inst}.y", "act", (rows, width))
         mu = bld.col(tmp(f"{inst}.t.mu", "act", (rows,)))
         xh, rstd, y = bld.mat(f"{inst}.xhat"), bld.col(f"{inst}.rstd"), bld.mat(f"{inst}.y")
-        t = bld.mat(tmp(f"{inst}.t.sq", "act", (rows, width)))
+        t = y                                  # the squares live in y until y is written
         bld.rsum(rows, width, mu, x)
         bld.ew("scale", rows, 1, mu, mu, imm=inv(width))
         bld.ew("sub", rows, width, xh, x, mu)                    # xc
@@ -1049,50 +1171,144 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
 
     def ln_backward(ln, inst, dy, dx, rows, width):
         """dx = LN'(dy); dgamma, dbeta written to the grad store."""
+        # dx serves as the temporary until its value is written, x_hat's gradient holds
+        # x_hat * m2 once it is used up: one row block of temporaries
         xh, rstd = bld.mat(f"{inst}.xhat"), bld.col(f"{inst}.rstd")
-        tn = tmp(f"{inst}.d.t", "act", (rows, width))
-        t, dxh = bld.mat(tn), bld.mat(tmp(f"{inst}.d.xhat", "act", (rows, width)))
+        dxh = bld.mat(tmp(f"{inst}.d.xhat", "act", (rows, width)))
         m1 = bld.col(tmp(f"{inst}.d.m1", "act", (rows,)))
         m2 = bld.col(tmp(f"{inst}.d.m2", "act", (rows,)))
         gg, gb = bld.r(f"grad:{ln}.gamma"), bld.r(f"grad:{ln}.beta")
-        bld.ew("mul", rows, width, t, dy, xh)
-        bld.rsum(width, rows, View("grad", gg.base, 1, 0), bld.mat(tn, rs=1, cs=width))
+        bld.ew("mul", rows, width, dx, dy, xh)
+        bld.rsum(width, rows, View("grad", gg.base, 1, 0), View(dx.store, dx.base, 1, width))
         bld.rsum(width, rows, View("grad", gb.base, 1, 0),
                  View(dy.store, dy.base, 1, dy.row_stride))
         bld.ew("mul", rows, width, dxh, dy, bld.rowvec(f"{ln}.gamma"))
         bld.rsum(rows, width, m1, dxh)
         bld.ew("scale", rows, 1, m1, m1, imm=inv(width))
-        bld.ew("mul", rows, width, t, dxh, xh)
-        bld.rsum(rows, width, m2, t)
+        bld.ew("mul", rows, width, dx, dxh, xh)
+        bld.rsum(rows, width, m2, dx)
         bld.ew("scale", rows, 1, m2, m2, imm=inv(width))
         bld.ew("sub", rows, width, dx, dxh, m1)
-        bld.ew("mul", rows, width, t, xh, m2)
-        bld.ew("sub", rows, width, dx, dx, t)
+        bld.ew("mul", rows, width, dxh, xh, m2)
+        bld.ew("sub", rows, width, dx, dx, dxh)
         bld.ew("mul", rows, width, dx, dx, rstd)
 
     # ---- TT layers: one compile per shape, relocated per instance ---------------------
     ttl = _TTLayers(order)
 
-    def tt_fwd(name, inst, spec, rows, x):
-        """Emit TT layer ``name``'s forward pass reading ``x`` into a new ``{inst}.y``."""
-        y = tmp(f"{inst}.y", "act", (rows, spec.n_out))
+    def tt_fwd(name, inst, spec, rows, x, z_only=False):
+        """Emit TT layer ``name``'s forward pass reading ``x`` into a new ``{inst}.y``
+        (``z_only``: only what its backward pass reads, no ``Y``)."""
+        y = None if z_only else tmp(f"{inst}.y", "act", (rows, spec.n_out))
         st = _tt_forward(bld, ttl, name, inst, spec, rows, x, y)
         bld.ins.extend(st["forward"])
         st["y"] = y
         return st
 
-    def tt_bwd(st, dy, rows, n_in):
-        """Emit the backward pass of a TT layer instance; return its new ``dX`` region."""
+    def tt_bwd(st, dy, rows, n_in, free=(), x=None):
+        """Emit the backward pass of a TT layer instance; return its new ``dX`` region.
+        ``free``: layer inputs (``"x"``, ``"dy"``) nothing reads after it; ``x``: a region
+        holding the layer's input again (default: the one its forward pass read)."""
         dx = tmp(f"{st['inst']}.dx", "act", (rows, n_in))
-        bld.ins.extend(_tt_backward(bld, st, dy, dx))
+        bld.ins.extend(_tt_backward(bld, st, dy, dx, free, x))
         return dx
 
+    def tt_bwd_x_again(st, dy, n_in, again):
+        """:func:`tt_bwd` whose input ``X`` is LayerNorm output ``again = (LayerNorm,
+        instance)``, computed from the kept x_hat right before the first backward
+        instruction that reads it (not held through the steps before). Returns the ``dX``
+        and the ``X`` regions."""
+        x = tmp(f"{again[1]}.y.re", "act", (R, D))
+        dx = tmp(f"{st['inst']}.dx", "act", (R, n_in))
+        bwd = _tt_backward(bld, st, dy, dx, (), x)
+        xr = bld.r(x)
+        k = next((n for n, s_ in enumerate(bwd) for v in s_.views[1:]
+                  if v is not None and v.store == xr.store
+                  and xr.base <= v.base < xr.base + xr.size), len(bwd))
+        bld.ins.extend(bwd[:k])
+        ln_output(*again, y=x)
+        bld.ins.extend(bwd[k:])
+        return dx, x
+
+    def tt_rows_again(st, rows, tag, consume):
+        """Emit ``Y = Z R + b`` of TT layer instance ``st`` again from its kept ``Z``, a few
+        rows at a time: the merges ``R`` needs (fresh ``{inst}.{tag}.*`` regions), then one
+        LOOP whose body computes a chunk of rows into a small region and hands it to
+        ``consume(chunk view, chunk rows)`` (which may use LOOP increment 2). Each output
+        word is the same sum over the same products in the same order as in the layer's
+        own ``Y`` (a contraction's outputs do not depend on how many rows it has). Returns
+        False, emitting nothing, unless the layer's token steps are ``Z = X L``, ``Y = Z R``,
+        ``Y += b`` (the bi-directional flow). The chunk is one row."""
+        prog, mm = st["prog"], st["prog"].memory_map
+        ins, cut, merge_at = prog.instructions, st["cut"], st["merge_at"]
+        tok = [n for n in range(cut) if n not in merge_at]
+        if len(tok) != 3:
+            return False
+        zi, yi, bi = (ins[n] for n in tok)
+        y = mm["y"]
+
+        def in_y(v):
+            return v.store == y.store and y.base <= v.base < y.base + y.size
+        if not (isinstance(zi, Contract) and isinstance(yi, Contract) and in_y(yi.desc.c)
+                and isinstance(bi, Elementwise) and bi.op == "add" and in_y(bi.d)
+                and yi.desc.m == rows and not yi.desc.accumulate and yi.desc.batch == 1):
+            return False
+        spans = sorted((r.store, r.base, r.base + r.size, n) for n, r in mm.items())
+        za = _region_sets(Contract(dc_replace(yi.desc, b=yi.desc.a)), spans)[0]
+        if not za <= st["private"]:
+            return False                         # A is not the kept Z
+        need = _region_sets(yi, spans)[0] - st["private"]
+        keep = []
+        for n in reversed(merge_at):
+            r_, w_ = _region_sets(ins[n], spans)
+            if w_ & need:
+                keep.append(n)
+                need |= {k for k in r_ if mm[k].store == "scratch"}
+        keep.reverse()
+        target = dict(st["target"])
+        for n in keep:
+            (w_,) = _region_sets(ins[n], spans)[1]
+            target[w_] = bld.region(f"{st['inst']}.{tag}.{w_}", "scratch", mm[w_].shape)
+        bld.ins.extend(_relocate([ins[n] for n in keep], mm, target))
+        c = 1                                    # one row at a time: the least memory
+        n_out = y.shape[-1]
+        chunk = tmp(f"{st['inst']}.{tag}.rows", "act", (c, n_out))
+        target["y"] = bld.r(chunk)
+        yc, bc = _relocate([yi, bi], mm, target)
+        zrs = yc.desc.a.row_stride
+
+        def body():
+            bld.ins.append(dc_replace(yc, desc=dc_replace(yc.desc, m=c), step=(0, 1, 0)))
+            bld.ins.append(dc_replace(bc, rows=c))
+            consume(bld.mat(chunk), c)
+        bld.loop(rows // c, (c * zrs, c * n_out), body)
+        return True
+
     # ---- encoder block: attention half and FFN half ----------------------------------
-    def attn_forward(i, x, tag):
+    def ln_output(ln, inst, y=None):
+        """LayerNorm ``ln``'s output again from its kept ``{inst}.xhat`` (its last two
+        instructions on the same words): a kept x_hat stands for the output as well.
+        ``y``: the region to write (default a new one)."""
+        y = tmp(f"{inst}.y.re", "act", (R, D)) if y is None else y
+        yv = bld.mat(y)
+        bld.ew("mul", R, D, yv, bld.mat(f"{inst}.xhat"), bld.rowvec(f"{ln}.gamma"))
+        bld.ew("add", R, D, yv, yv, bld.rowvec(f"{ln}.beta"))
+        return y
+
+    def attn_forward(i, x, tag, full=True):
+        """The attention half of block ``i`` from input ``x`` (a region, or ``(LayerNorm,
+        instance)`` whose output is computed from its kept x_hat, here and again before the
+        Q/K/V backward passes): Q/K/V, softmax, context, O and, when ``full``, the residual
+        and LN1 (without: O's Z only, what the backward pass needs)."""
         e = f"enc{i}"
         p = e + tag
+        st = {}
+        if isinstance(x, tuple):
+            # (LayerNorm, instance): its output from the kept x_hat, now and again later
+            st["x_again"] = x
+            x = ln_output(*x)
         xv = bld.mat(x)
-        st = {"x": x}
+        st["x"] = x
         for p_ in ("q", "k", "v"):
             st[p_] = tt_fwd(f"{e}.{p_}", f"{p}.{p_}", cfg.attention, R, x)
         Pn = tmp(f"{p}.P", "act", (B, H, S, S))
@@ -1128,17 +1344,28 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
                          View("act", vr.base, D, 1, dh), View("act", ctx.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), av)
-        st["o"] = tt_fwd(f"{e}.o", f"{p}.o", cfg.attention, R, st["ctx"])
+        st["o"] = tt_fwd(f"{e}.o", f"{p}.o", cfg.attention, R, st["ctx"], z_only=not full)
+        if not full:
+            return st
         s1 = tmp(f"{p}.sum1", "act", (R, D))
         bld.ew("add", R, D, bld.mat(s1), xv, bld.mat(st["o"]["y"]))
         st["ln1"] = f"{p}.ln1"
         st["x1"] = ln_forward(f"{e}.ln1", f"{p}.ln1", bld.mat(s1), R, D)
         return st
 
-    def ffn_forward(i, x1, tag):
+    def ffn_forward(i, x1, tag, full=True):
+        """The FFN half of block ``i`` from ``x1`` (a region, or ``(LayerNorm, instance)``
+        whose output is computed from its kept x_hat, here and again right before FFN1's
+        backward pass): FFN1, GELU, FFN2 and, when ``full``, the residual and LN2
+        (without: FFN2's Z)."""
         e = f"enc{i}"
         p = e + tag
-        st = {"x1": x1}
+        st = {"p": p}
+        if isinstance(x1, tuple):
+            # (LayerNorm, instance): its output from the kept x_hat, now and again later
+            st["x1_again"] = x1
+            x1 = ln_output(*x1)
+        st["x1"] = x1
         st["ffn1"] = tt_fwd(f"{e}.ffn1", f"{p}.ffn1", cfg.ffn1, R, x1)
         if recompute == "none":
             st["g"] = tmp(f"{p}.gelu", "act", (R, F))
@@ -1146,40 +1373,47 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
             # G over H in place: the backward pass computes H again where it needs it
             st["g"] = st["ffn1"]["y"]
         bld.ew("gelu", R, F, bld.mat(st["g"]), bld.mat(st["ffn1"]["y"]))
-        st["ffn2"] = tt_fwd(f"{e}.ffn2", f"{p}.ffn2", cfg.ffn2, R, st["g"])
+        st["ffn2"] = tt_fwd(f"{e}.ffn2", f"{p}.ffn2", cfg.ffn2, R, st["g"], z_only=not full)
+        if not full:
+            return st
         s2 = tmp(f"{p}.sum2", "act", (R, D))
         bld.ew("add", R, D, bld.mat(s2), bld.mat(x1), bld.mat(st["ffn2"]["y"]))
         st["ln2"] = f"{p}.ln2"
         st["out"] = ln_forward(f"{e}.ln2", f"{p}.ln2", bld.mat(s2), R, D)
         return st
 
-    def ffn_backward(i, st, dout):
-        """Backward of the FFN half from ``dout`` (gradient of LN2's output); returns the
-        gradient of its input ``x1`` (FFN path + residual)."""
-        e = f"enc{i}"
-        p = st["ln2"].rsplit(".", 1)[0]
-        dy2 = tmp(f"{p}.ffn2.dy", "act", (R, D))
-        ln_backward(f"{e}.ln2", st["ln2"], bld.mat(dout), bld.mat(dy2), R, D)
-        dg = tt_bwd(st["ffn2"], dy2, R, F)                       # dG
-        if recompute != "none":
-            # H = FFN1(x1) again (merges, Z, Y: a small share of the layer's MACs) instead
-            # of holding it through FFN2's backward pass beside its input G and dG
+    def ffn_backward(i, st, dy2):
+        """Backward of the FFN half from ``dy2`` (gradient of its residual sum, LN2's input);
+        returns the gradient of its input ``x1`` (FFN path + residual)."""
+        e, p = f"enc{i}", st["p"]
+        # G (FFN2's input) is not read after FFN2's backward pass when H is computed again
+        dg = tt_bwd(st["ffn2"], dy2, R, F, free=("x",) if recompute != "none" else ())
+        dgv = bld.mat(dg)
+
+        def dh(hv, rows):
+            # dH = dG * gelu'(H): gelu' written over H (nothing reads H after this)
+            bld.ew("gelu_grad", rows, F, hv, hv)
+            bld.ew("mul", rows, F, dgv, dgv, hv, step=(2, 2, 0))
+        if recompute == "none":
+            dh(bld.mat(st["ffn1"]["y"]), R)
+        elif not tt_rows_again(st["ffn1"], R, "h", dh):
+            # H = FFN1(x1) again (merges, Z, Y) instead of holding it through FFN2's
+            # backward pass beside its input G and dG
             st["ffn1"] = tt_fwd(f"{e}.ffn1", f"{p}.h.ffn1", cfg.ffn1, R, st["x1"])
-        # dH = dG * gelu'(H): gelu' written over H (nothing reads H after this)
-        h = bld.mat(st["ffn1"]["y"])
-        bld.ew("gelu_grad", R, F, h, h)
-        bld.ew("mul", R, F, bld.mat(dg), bld.mat(dg), h)
-        dx1 = tt_bwd(st["ffn1"], dg, R, D)
+            dh(bld.mat(st["ffn1"]["y"]), R)
+        # FFN1's input again right before its backward pass when it comes from a kept
+        # x_hat, instead of holding it through FFN2's backward pass
+        if "x1_again" in st:
+            dx1, _ = tt_bwd_x_again(st["ffn1"], dg, D, st["x1_again"])
+        else:
+            dx1 = tt_bwd(st["ffn1"], dg, R, D)
         bld.ew("add", R, D, bld.mat(dx1), bld.mat(dx1), bld.mat(dy2))
         return dx1
 
-    def attn_backward(i, st, dx1):
-        """Backward of the attention half from ``dx1`` (gradient of LN1's output); returns
-        the gradient of the block input."""
-        e = f"enc{i}"
-        p = st["ln1"].rsplit(".", 1)[0]
-        doy = tmp(f"{p}.o.dy", "act", (R, D))
-        ln_backward(f"{e}.ln1", st["ln1"], bld.mat(dx1), bld.mat(doy), R, D)
+    def attn_backward(i, st, doy):
+        """Backward of the attention half from ``doy`` (gradient of its residual sum, LN1's
+        input); returns the gradient of the block input."""
+        p = st["P"].rsplit(".", 1)[0]
         dctx = tt_bwd(st["o"], doy, R, D)
         q, k_, v = (bld.r(st[p_]["y"]) for p_ in ("q", "k", "v"))
         dys = {p_: tmp(f"{p}.{p_}.dy", "act", (R, D)) for p_ in ("q", "k", "v")}
@@ -1215,13 +1449,16 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
                          View("act", q.base, D, 1, dh), View("act", dk.base, D, 1, dh),
                          batch=H, step=(2, 1, 2))
         bld.loop(B, (HS2, S * D), att_back2)
-        dxs = {p_: tt_bwd(st[p_], dys[p_], R, D) for p_ in ("q", "k", "v")}
-        # residual: dx = dxq + dxk + dxv + dS1
-        d0 = bld.mat(dxs["q"])
-        bld.ew("add", R, D, d0, d0, bld.mat(dxs["k"]))
-        bld.ew("add", R, D, d0, d0, bld.mat(dxs["v"]))
+        # residual: dx = ((dxq + dxk) + dxv) + dS1, each sum as soon as its terms exist
+        if "x_again" in st:
+            dxq, xa = tt_bwd_x_again(st["q"], dys["q"], D, st["x_again"])
+        else:
+            dxq, xa = tt_bwd(st["q"], dys["q"], R, D), None
+        d0 = bld.mat(dxq)
+        bld.ew("add", R, D, d0, d0, bld.mat(tt_bwd(st["k"], dys["k"], R, D, x=xa)))
+        bld.ew("add", R, D, d0, d0, bld.mat(tt_bwd(st["v"], dys["v"], R, D, x=xa)))
         bld.ew("add", R, D, d0, d0, bld.mat(doy))
-        return dxs["q"]
+        return dxq
 
     # ---- TTM tables: groups of rows through the chain of core slices ----------------
     # table -> (spec, rows it produces, the host's digit lists): the token rows of the grid,
@@ -1389,22 +1626,42 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     bld.ew("tanh_grad", B, D, bld.mat(pdy), bld.mat(pooled))
     bld.ew("mul", B, D, bld.mat(pdy), bld.mat(pdy), bld.mat(dpooled))
     pdx = tt_bwd(pool, pdy, B, D)
-    # gradient of the last hidden state: zero except the [CLS] rows
-    dtop = tmp("dtop", "act", (R, D))
-    bld.ew("fill", R, D, bld.mat(dtop), imm=0)
-    bld.ew("copy", B, D, bld.mat(dtop, rs=S * D), bld.mat(pdx))
-    dx = dtop
+    def top_gradient():
+        # gradient of the last hidden state: zero except the [CLS] rows (emitted right
+        # before the last block's LN2 backward reads it)
+        dtop = tmp("dtop", "act", (R, D))
+        bld.ew("fill", R, D, bld.mat(dtop), imm=0)
+        bld.ew("copy", B, D, bld.mat(dtop, rs=S * D), bld.mat(pdx))
+        return dtop
+
+    def ln_grad(ln, inst, dout):
+        """LayerNorm backward of ``ln`` (instance ``inst``'s x_hat) into a new region."""
+        d = tmp(f"{inst}.dx", "act", (R, D))
+        ln_backward(ln, inst, bld.mat(dout), bld.mat(d), R, D)
+        return d
+
+    dx = None
     for i in reversed(range(cfg.n_layers)):
+        e = f"enc{i}"
         x_in, a, f = kept[i]
+        if recompute != "none":
+            # the block input from the kept x_hat of the LayerNorm before it
+            x_in = ("emb.ln", "emb.ln") if i == 0 else (f"enc{i - 1}.ln2",) * 2
+        dout = top_gradient() if dx is None else dx
+        # LN2 backward from its x_hat kept in the forward pass (recompute none, sub-layer
+        # and layer all keep it: it is the block output)
+        dy2 = ln_grad(f"{e}.ln2", f"{e}.ln2", dout)
         if recompute == "layer":
-            a = attn_forward(i, x_in, ".re")
-            f = ffn_forward(i, a["x1"], ".re")
-        elif recompute == "sublayer":
-            f = ffn_forward(i, a["x1"], ".re")
-        dx1 = ffn_backward(i, f, dx)
-        if recompute == "sublayer":
-            a = attn_forward(i, x_in, ".re")
-        dx = attn_backward(i, a, dx1)
+            # the attention half once more, to LN1: only its x_hat stays (below)
+            a = attn_forward(i, x_in, ".ln1")
+        if recompute != "none":
+            ln1 = a["ln1"]
+            f = ffn_forward(i, (f"{e}.ln1", ln1), ".re", full=False)
+        dx1 = ffn_backward(i, f, dy2)
+        doy = ln_grad(f"{e}.ln1", a["ln1"], dx1)
+        if recompute != "none":
+            a = attn_forward(i, x_in, ".re", full=False)
+        dx = attn_backward(i, a, doy)
     # embedding LayerNorm, position, segment and TTM gradients
     dsn = tmp("emb.dsum", "act", (R, D))
     ds = bld.mat(dsn)

@@ -222,10 +222,10 @@ def test_region_classes_follow_the_program():
               "grad:enc0.q.core0": "gradients"}
     for r, c in expect.items():
         assert cls["none"][r] == c, r
-    # with sub-layer recomputation the forward pass keeps only the sub-layer inputs
-    for r in ("enc0.q.y", "enc0.P", "enc0.ln1.xhat", "enc0.re.P", "enc0.re.q.y"):
+    # with sub-layer recomputation the forward pass keeps only the LayerNorms' x_hat
+    for r in ("enc0.q.y", "enc0.P", "enc0.ln1.y", "emb.ln.y", "enc0.re.P", "enc0.re.q.y"):
         assert cls["sublayer"][r] == "scratch", r
-    for r in ("enc0.ln1.y", "emb.ln.y", "emb.ln.xhat"):
+    for r in ("enc0.ln1.xhat", "enc0.ln2.xhat", "emb.ln.xhat"):
         assert cls["sublayer"][r] == "activations", r
 
 
@@ -276,13 +276,13 @@ def test_estimate_is_labelled_and_its_error_reported(reports, name):
         assert e["error"] == e["estimate"] - e["compiled"]
         assert e["relative"] == pytest.approx(e["error"] / e["compiled"])
     # the planner counts the parameters exactly; it counts full-size gradients (the compiled
-    # step fuses the update) and leaves out the compiled step's shared backward buffers, TTM
-    # intermediates and forward temporaries: measured -49% (paper-l1-r10) .. +4% (paper-l3)
-    # on the total (docs/memory-accounting.md); beyond +-75% one of the two has changed
+    # step fuses the update) and every phase's temporaries without the compiler's liveness
+    # allocation and schedule: measured +37% (paper-l1-r10) .. +75% (paper-l3) on the total
+    # against the step without recomputation (docs/memory-accounting.md); outside -50% ..
+    # +100% one of the two has changed
     assert est["error"]["parameters"]["error"] == 0
     assert est["error"]["gradients"]["error"] > 0
-    assert est["error"]["scratch"]["error"] < 0
-    assert abs(est["error"]["total"]["relative"]) < 0.75
+    assert -0.5 < est["error"]["total"]["relative"] < 1.0
     assert rep["memory_ratio"] == pytest.approx(rep["dense_training_bytes"] / on["total"])
 
 

@@ -323,7 +323,8 @@ def test_memory_options_are_bit_identical(dataset, variant):
             np.testing.assert_array_equal(ga, gb, str((kw, s)))
             for k in pa:
                 np.testing.assert_array_equal(pa[k], pb[k], str((kw, s, k)))
-    assert macs["none"] == st_ref.macs < macs["sublayer"] == macs["layer"]
+    # recomputation costs MACs; "layer" runs the attention half twice
+    assert macs["none"] == st_ref.macs < macs["sublayer"] < macs["layer"]
 
 
 def test_liveness_allocation_shares_words_only_between_disjoint_lifetimes():
@@ -355,11 +356,12 @@ def test_liveness_allocation_shares_words_only_between_disjoint_lifetimes():
     assert cm.store_sizes["scratch"] * 2 < ref.store_sizes["scratch"]
 
 
-def test_recompute_keeps_only_the_sublayer_inputs():
-    """With recompute="sublayer" the regions live across the end of the forward pass are,
-    besides the pooler and head (their backward pass follows at once) and the host's, the
-    embedding LayerNorm's and per encoder block its input and LN1 output; with "layer" only
-    the block inputs; with "none" far more."""
+def test_recompute_keeps_only_the_layernorm_inputs():
+    """What is live across the end of the forward pass, besides the pooler and head (their
+    backward pass follows at once) and the host's: with recompute="sublayer" the x_hat and
+    1/sigma of the embedding LayerNorm and of each block's LN1 and LN2 (a kept x_hat gives
+    the LayerNorm's output again, and its backward pass needs nothing else); with "layer"
+    only the embedding's and each block's LN2; with "none" far more."""
     from ttrain.golden.memory import region_layer
     cfg = C.get_config("tiny").with_(n_layers=2)
     kept = {}
@@ -370,9 +372,9 @@ def test_recompute_keeps_only_the_sublayer_inputs():
                    for n, (a, b) in cm.liveness[s]["intervals"].items()
                    if a < fwd_end <= b and region_layer(n) not in ("pooler", "head",
                                                                   "sample_io")}
-    assert kept["sublayer"] == {"emb.ln.xhat", "emb.ln.rstd", "emb.ln.y", "enc0.ln1.y",
-                                "enc0.ln2.y", "enc1.ln1.y"}
-    assert kept["layer"] == {"emb.ln.xhat", "emb.ln.rstd", "emb.ln.y", "enc0.ln2.y"}
+    ln = lambda names: {f"{n}.{t}" for n in names for t in ("xhat", "rstd")}  # noqa: E731
+    assert kept["sublayer"] == ln(["emb.ln", "enc0.ln1", "enc0.ln2", "enc1.ln1", "enc1.ln2"])
+    assert kept["layer"] == ln(["emb.ln", "enc0.ln2", "enc1.ln2"])
     assert kept["sublayer"] < kept["none"]
     assert any(".f.F:" in n for n in kept["none"])          # Z = X L of the TT layers
 
