@@ -17,13 +17,20 @@ Data layout and flow (``docs/model-compiler.md`` has the full table):
 * **TTM embedding**: the host writes the token's mixed-radix digits (most significant first)
   as one index list per core; core ``k`` lives in the param store as ``(v_k, r_k, e_k,
   r_{k+1})`` so each digit selects one contiguous slice, fetched by ``GATHER``; a chain of
-  batched ``CONTRACT`` (batch = rows) multiplies the slices; backward runs the chain back and
-  ``SCATTER_ADD`` accumulates the slice gradients into the core gradients (sparse);
+  batched ``CONTRACT`` multiplies the slices, in a ``LOOP`` over groups of ``ttm_group`` rows;
+  backward runs the chain again per group and back, and ``SCATTER_ADD`` accumulates the slice
+  gradients into the core gradients (sparse, rows in order);
 * position rows are added per sequence (``LOOP``), segment rows by ``GATHER``/``SCATTER_ADD``;
+  with ``cfg.pos_embedding`` / ``cfg.seg_embedding`` they are TTM tables too (the same chain
+  over the positions' / segment ids' digits);
 * TT-linear layers are :func:`~ttrain.golden.compiler.compile_tt_linear` programs (the planner's
-  order, bi-directional by default) relocated into the model's stores: forward (merges, ``Y``,
-  bias) where the layer runs, backward (``dZ``, core gradients, ``dX``, bias gradient) where its
-  gradient arrives; their intermediates keep private scratch regions for the whole step;
+  order, bi-directional by default) relocated into the model's stores, one instance per use:
+  forward (merges, ``Y``, bias) where the layer runs, backward (the merges again, ``dZ``, core
+  gradients, ``dX``, bias gradient; scheduled for the lowest live peak) where its gradient
+  arrives; only ``Z = X L`` is kept from the forward instance;
+* every value has its own region; the act and scratch stores are allocated by liveness, and
+  activations are recomputed per sub-layer or layer from kept LayerNorm ``x_hat``
+  (``compile_model``'s ``allocate`` and ``recompute``; ``docs/model-compiler.md``);
 * attention per sequence (``LOOP`` over ``b``): ``Q K^T`` and ``P V`` as ``CONTRACT`` batched
   over heads; scale, key mask, softmax (``rmax``, ``sub``, ``exp``, ``rsum``, ``recip``,
   ``mul``) on the whole score block;
@@ -57,7 +64,8 @@ from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Pr
 from .layers import MASK_VALUE
 from .tt import token_digits
 
-__all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config"]
+__all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config",
+           "RECOMPUTE", "ALLOCATORS"]
 
 
 def _is_ttm_core(name):
@@ -210,12 +218,10 @@ class _TTLayers:
     ``add`` (Y += bias), ``sub`` (dY = Y - target), backward steps, ``rsum`` (bias gradient),
     ``barrier``, ``end``. The loss ``sub`` is cut. Forward steps that read only cores and other
     merges are the **merges** (e.g. the bi-directional flow's left and right halves); the
-    others touch the tokens. Only what the
-    token steps write (``Z = X L``, ``Y``) stays private to the layer for the whole step; the
-    merges and everything the backward part alone writes live in one scratch pool that every
-    layer reuses, and the merges are **recomputed** right before the layer's backward part
-    (they depend on the cores only, so the words are the same): memory of one layer's
-    intermediates instead of all layers', for the merges' MACs once more.
+    others touch the tokens. What the token steps write (``Z = X L``) is the layer's
+    *private* state, kept from a forward instance to its backward part (:func:`_tt_forward`,
+    :func:`_tt_backward`); the merges are **recomputed** right before the backward part
+    (they depend on the cores only, so the words are the same).
     """
 
     def __init__(self, order):
@@ -852,6 +858,13 @@ class CompiledModel:
     fused_update : bool
         The UPDATEs run inside the backward pass and the grad store is allocated by liveness
         (``grad:*`` regions overlap: a gradient region is meaningful only while it is live).
+    recompute, ttm_group, allocate : str, int, str
+        The memory options it was compiled with (``ttm_group``: the token table's rows per
+        group, the grid rows when all at once).
+    liveness : dict
+        ``{store: {"peak", "live_sum", "at", "intervals"}}`` for the act and scratch stores
+        (:func:`_allocate`): with ``allocate="liveness"`` act/scratch regions overlap in the
+        memory map, and a region is meaningful only inside its interval.
     """
     cfg: ModelConfig
     program: Program
@@ -875,6 +888,17 @@ class CompiledModel:
     @property
     def store_sizes(self):
         return dict(self.program.store_sizes)
+
+    def region_at(self, store, addr, pc):
+        """Name of the region holding word ``addr`` of ``store`` at instruction ``pc`` (the
+        live one, where regions share words), or None."""
+        iv = self.liveness.get(store, {}).get("intervals", {})
+        for name, r in self.memory_map.items():
+            if r.store == store and r.base <= addr < r.base + r.size:
+                a, b = iv.get(name, (0, len(self.program.instructions)))
+                if a <= pc <= b:
+                    return name
+        return None
 
     # ----------------------------------------------------------------------------------
     # host side: images in and out

@@ -429,3 +429,16 @@ def test_ttm_tables_are_bit_identical_across_memory_options(dataset):
             np.testing.assert_array_equal(ga, gb)
             for k in pa:
                 np.testing.assert_array_equal(pa[k], pb[k], k)
+
+
+def test_region_at_names_the_live_region():
+    """Where regions share words, the name of a word is the region live at that instruction."""
+    cm = compile_model(C.get_config("tiny"))
+    mm, iv = cm.memory_map, cm.liveness["act"]["intervals"]
+    shared = [(a, b) for a in mm for b in mm if a < b and mm[a].store == mm[b].store == "act"
+              and mm[a].base == mm[b].base]
+    assert shared
+    for a, b in shared[:20]:
+        for n in (a, b):
+            assert cm.region_at("act", mm[n].base, iv[n][0]) == n
+    assert cm.region_at("act", cm.store_sizes["act"] + 5, 0) is None
