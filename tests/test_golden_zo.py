@@ -236,6 +236,68 @@ def test_inplace_variant_applies_each_query_and_keeps_no_gradient(digits_model):
     assert all(np.array_equal(q2.w[k], q.w[k]) for k in q.w if k != "fc4")
 
 
+def test_layerwise_queries_perturb_one_layer_each_and_equal_joint_for_one_layer(digits_model):
+    _, q, _ = digits_model
+    data = digits.load_digits_c("solarize")
+    xb, yb = qnn.quantize_input(data.train.images[:20]), data.train.labels[:20]
+    # One trainable layer: the layerwise step is the joint step, bit for bit.
+    for mode, layers in (("np", ("conv1",)), ("wp", ("fc4",))):
+        a, b = q.copy(), q.copy()
+        ra = zo.zo_step(a, xb, yb, zo.ZOSettings(mode=mode, queries=3, lr=0.3, layers=layers), 2)
+        rb = zo.zo_step(b, xb, yb, zo.ZOSettings(mode=mode, queries=3, lr=0.3, layers=layers,
+                                                 layerwise=True), 2)
+        assert all(np.array_equal(a.w[k], b.w[k]) and np.array_equal(a.b[k], b.b[k])
+                   for k in q.w)
+        assert ra == rb and any(not np.array_equal(a.w[k], q.w[k]) for k in q.w)
+    # Four layers: n queries per layer, each re-running the net from its layer only.
+    macs = [n.macs for n in q.cfg.nodes]
+    starts = [i for i, n in enumerate(q.cfg.nodes) if n.kind == "conv"]
+    joint = zo.zo_step(q.copy(), xb, yb, zo.ZOSettings(mode="np", queries=3, lr=0.3), 0)
+    lw = zo.zo_step(q.copy(), xb, yb, zo.ZOSettings(mode="np", queries=3, lr=0.3,
+                                                    layerwise=True), 0)
+    assert joint["forwards"] == 1 + 3 and lw["forwards"] == 1 + 3 * len(starts)
+    assert joint["macs"] == 20 * (sum(macs) + 3 * sum(macs))
+    assert lw["macs"] == 20 * (sum(macs) + 3 * sum(sum(macs[i:]) for i in starts))
+    anti = zo.zo_step(q.copy(), xb, yb, zo.ZOSettings(mode="mixed", queries=3, lr=0.3,
+                                                      layerwise=True, antithetic=True), 0)
+    assert anti["forwards"] == 1 + 2 * 3 * len(starts)
+
+
+def test_layerwise_np_directions_touch_only_their_layer(digits_model, monkeypatch):
+    _, q, _ = digits_model
+    data = digits.load_digits_c("contrast")
+    xb, yb = qnn.quantize_input(data.train.images[:8]), data.train.labels[:8]
+    seen = []
+    real = qnn.int_forward
+
+    def spy(q_, x, *, perturb=None, start=0, cache=None, w=None, b=None):
+        if perturb is not None:
+            seen.append((start, sorted(perturb)))
+        return real(q_, x, perturb=perturb, start=start, cache=cache, w=w, b=b)
+
+    monkeypatch.setattr(qnn, "int_forward", spy)
+    zo.zo_step(q.copy(), xb, yb, zo.ZOSettings(mode="np", queries=2, lr=0.1, layerwise=True), 0)
+    convs = [i for i, n in enumerate(q.cfg.nodes) if n.kind == "conv"]
+    assert seen == [(i, [i]) for i in convs for _ in range(2)]
+
+
+def test_np_dim_scaling_over_batch_times_queries_moves_further(digits_model):
+    _, q, _ = digits_model
+    data = digits.load_digits_c("gaussian_noise")
+    xb, yb = qnn.quantize_input(data.train.images[:50]), data.train.labels[:50]
+    ste = qnn.ste_backward(q, xb, qnn.int_forward(q, xb), yb)["conv1"][0]
+    steps = {}
+    for dim in zo.NP_DIMS:
+        q2 = q.copy()
+        zo.zo_step(q2, xb, yb, zo.ZOSettings(mode="np", lr=0.05, queries=40, layers=("conv1",),
+                                             rounding="nearest", np_dim=dim), 0)
+        steps[dim] = (q2.w["conv1"] - q.w["conv1"]).astype(float)
+    # d = 512 outputs per sample: n/(n+d-1) = 0.07, Bn/(Bn+d-1) = 0.80 -> about 11x the step.
+    ratio = np.abs(steps["batch"]).sum() / max(np.abs(steps["queries"]).sum(), 1)
+    assert ratio > 5
+    assert _cos(steps["batch"], -ste) > 0.25     # a random step has cosine ~0 +- 0.02
+
+
 @pytest.mark.parametrize("kw, needle", [
     ({"mode": "sgd"}, "ZO mode must be one of"),
     ({"queries": 0}, "queries must be a positive integer"),
@@ -244,6 +306,8 @@ def test_inplace_variant_applies_each_query_and_keeps_no_gradient(digits_model):
     ({"lr": 0}, "learning rate must be positive"),
     ({"inplace": True, "mode": "np"}, "in-place variant"),
     ({"rounding": "up"}, "update rounding must be one of"),
+    ({"np_dim": "all"}, "NP dim scaling must be one of"),
+    ({"layerwise": True, "inplace": True}, "not defined with layerwise"),
 ])
 def test_settings_are_checked(kw, needle):
     with pytest.raises(ValueError) as exc:
