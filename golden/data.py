@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["PAD", "UNK", "CLS", "SPECIAL_TOKENS", "SPLITS", "RawSplit", "Dataset",
-           "load_dataset", "build_dataset", "generate_dataset", "build_vocab", "first_intent"]
+           "load_dataset", "build_dataset", "generate_dataset", "build_vocab", "first_intent",
+           "LABEL_NOISE"]
 
 PAD, UNK, CLS = 0, 1, 2
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]")
@@ -494,7 +495,11 @@ def _render(template, rng):
     return tuple(words), tuple(tags)
 
 
-def generate_dataset(seed=0, *, n_train=1200, n_dev=200, n_test=200, label_noise=0.05,
+#: Default fraction of flipped intent labels of :func:`generate_dataset`.
+LABEL_NOISE = 0.05
+
+
+def generate_dataset(seed=0, *, n_train=1200, n_dev=200, n_test=200, label_noise=LABEL_NOISE,
                      seq_len=8, vocab_size=128):
     """Return a seeded, generated ATIS-like intent + slot data set.
 

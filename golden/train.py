@@ -45,7 +45,7 @@ from .data import UNK, Dataset
 __all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
            "unk_probabilities", "SCHEDULES", "check_config_fits", "check_out_dir",
-           "write_atomically"]
+           "write_atomically", "initial_params"]
 
 SCHEDULES = ("constant", "linear")
 CHECKPOINT_FORMAT = 1
@@ -529,6 +529,47 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         return _train(*args)
 
 
+def initial_params(cfg, seed):
+    """Return the initial parameters of a run: :func:`ttrain.golden.model.init_params` with
+    ``default_rng(seed)``, then ``cfg.extra["init_scale"]`` applied.
+
+    ``init_scale`` maps a parameter name, or the prefix of a TT/TTM tensor's cores
+    (``"emb.pos"`` for ``emb.pos`` or ``emb.pos.core0 ...``), to a factor: a dense tensor is
+    multiplied by it (0 allowed: e.g. position and segment tables that start at zero and are
+    learnt), a tensor of ``k`` cores has each core multiplied by ``factor ** (1 / k)`` (so the
+    dense equivalent scales by the factor; it must be positive, since all-zero cores get zero
+    gradients and would never train). The chip trains whatever parameters the host writes
+    into its param store, so this is initialization, not a change of the training step.
+    """
+    from . import model
+    params = model.init_params(cfg, np.random.default_rng(seed))
+    scales = cfg.extra.get("init_scale") or {}
+    if not isinstance(scales, dict):
+        raise ValueError(f"config {cfg.name!r}: extra['init_scale'] must be a dict of parameter "
+                         f"name -> factor, got {type(scales).__name__}")
+    for name, factor in scales.items():
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+                or not math.isfinite(factor) or factor < 0:
+            raise ValueError(f"config {cfg.name!r}: init_scale[{name!r}] must be a finite "
+                             f"number >= 0, got {factor!r}")
+        if name in params:
+            params[name] *= params[name].dtype.type(factor)
+            continue
+        cores = [k for k in params if k.startswith(f"{name}.core")]
+        if not cores:
+            raise ValueError(f"config {cfg.name!r}: init_scale names {name!r}, which is neither "
+                             f"a parameter nor a tensor of cores of this model (e.g. "
+                             f"{', '.join(sorted(params)[:3])})")
+        if factor == 0:
+            raise ValueError(f"config {cfg.name!r}: init_scale[{name!r}] = 0 would zero all "
+                             f"{len(cores)} cores of a TT/TTM tensor, whose gradients are then "
+                             f"0 forever: give a positive factor")
+        per_core = float(factor) ** (1.0 / len(cores))
+        for k in cores:
+            params[k] *= params[k].dtype.type(per_core)
+    return params
+
+
 def _check_init(cfg, params, init):
     """Raise ValueError unless ``init`` has exactly the parameter names and shapes of ``params``."""
     missing = sorted(set(params) - set(init))
@@ -619,7 +660,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         check_out_dir(out_dir)           # now, not after the whole run
 
     t0 = time.perf_counter()
-    params = model.init_params(cfg, np.random.default_rng(seed))
+    params = initial_params(cfg, seed)
     if init is not None:
         _check_init(cfg, params, init)
         params = {k: np.array(init[k], dtype=v.dtype) for k, v in params.items()}
