@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)  ## create the virtual environment and install ttrain into it
 
-demo: $(STAMP)  ## main job: train tiny on the simulated accelerator, every step bit-exact (~5-10 min)
-	$(VENV)/bin/ttrain demo --config $(CONFIG) --json build/demo.json
+demo: $(STAMP)  ## main job: watch the demo preset learn on the simulated accelerator, bit-exact (<10 min)
+	$(VENV)/bin/ttrain demo --config demo --json build/demo.json --plot build/demo-loss.png
 
 test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
 	$(PY) -m pytest -n 2 -q --durations=10 tests

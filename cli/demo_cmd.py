@@ -194,16 +194,16 @@ def intro(cfg, cm, dataset, *, lanes, per_session, steps, lr, notes=()):
     n_real = dataset.n_intents - 1                 # UNK is never a label of the generated set
     print("ttrain demo: a neural network learning on the simulated accelerator.")
     print(f"  The accelerator's RTL (Amaranth -> Verilog -> Verilator, {lanes} lanes) runs whole "
-          f"training steps -- forward,\n  backward and SGD update of a tensor-train transformer "
-          f"-- from its on-chip memory, one sentence\n  per step. After every step the host "
-          f"checks the chip's loss and logits bit for bit against the golden\n  interpreter, "
-          f"and after every {per_session} steps every word of every store: the parameters are "
-          f"the chip's.")
+          f"training\n  steps -- forward, backward and SGD update of a tensor-train transformer "
+          f"-- from its\n  on-chip memory, one sentence per step. After every step the host "
+          f"checks the chip's loss\n  and logits bit for bit against the golden interpreter, "
+          f"after every {per_session} steps every word\n  of every store: the parameters below "
+          f"are the chip's.")
     print(f"  Task: {dataset.name}, {n_real} intents (chance {1 / n_real:.0%}), "
-          f"{dataset.size('train')} training / {dataset.size('test')} test sentences of up to "
-          f"{cfg.seq_len - 1} words, {LABEL_NOISE:.0%} of the labels flipped.")
+          f"{dataset.size('train')} training and\n  {dataset.size('test')} test sentences of "
+          f"up to {cfg.seq_len - 1} words, {LABEL_NOISE:.0%} of the labels flipped.")
     print("  Host-only: the test accuracy (the host's float32 forward pass on the chip's "
-          "parameters); the chip only trains.")
+          "parameters).")
     for note in notes:
         print(f"note: {note}")
     n = {k: hi - lo for k, (lo, hi) in cm.sections.items()}
@@ -213,8 +213,8 @@ def intro(cfg, cm, dataset, *, lanes, per_session, steps, lr, notes=()):
     sched = (f"{schedule} from {lr:g}" + (f" after {warmup:.0%} warm-up" if warmup else "")
              if schedule != "constant" else f"constant {lr:g}")
     print(f"model: {cfg.name}, {M.num_params(cfg):,} parameters; one training step = "
-          f"{len(cm.program.instructions)} instructions ({split}; activations kept, not "
-          f"recomputed); {steps} steps at batch 1, learning rate {sched} (sample data)")
+          f"{len(cm.program.instructions)} instructions\n  ({split}; activations kept, not "
+          f"recomputed);\n  {steps} steps at batch 1, learning rate {sched} (sample data)")
 
 
 def train_demo(cm, build, dataset, *, steps, lr, seed=0, per_session=40, lanes=4, plot=None,
@@ -254,7 +254,8 @@ def train_demo(cm, build, dataset, *, steps, lr, seed=0, per_session=40, lanes=4
     before = evaluate(cfg, chip.params(), dataset, "test")
     sessions = [{"step": 0, "test_acc": before["intent_acc"], "test_loss": before["loss"]}]
     words = sum(int(v) for v in build.config["store_sizes"].values())
-    log(f"\nbefore training: test accuracy {before['intent_acc']:.1%} with the chip's initial "
+    log("")
+    log(f"before training: test accuracy {before['intent_acc']:.1%} with the chip's initial "
         f"parameters (chance {chance:.0%})")
     log(f"{'steps':>11}  {'lr':>7}  {'mean loss':>9}  {'test acc':>8}  checked against the "
         f"golden interpreter")
@@ -296,7 +297,8 @@ def train_demo(cm, build, dataset, *, steps, lr, seed=0, per_session=40, lanes=4
     after = sessions[-1]
     window = min(25, steps)
     smooth = moving_average([r["loss_chip"] for r in rows], window)
-    log(f"\nafter {steps} steps on the chip: test accuracy {before['intent_acc']:.1%} -> "
+    log("")
+    log(f"after {steps} steps on the chip: test accuracy {before['intent_acc']:.1%} -> "
         f"{after['test_acc']:.1%} (chance {chance:.0%}); loss, mean of {window} steps: "
         f"{smooth[window - 1]:.3f} (steps 1-{window}) -> {smooth[-1]:.3f} (last {window})")
     if plot is not None:
