@@ -81,13 +81,15 @@ def _demo_schedule_run(name, seed=0):
 
 
 def test_the_demo_preset_learns_the_builtin_task_in_its_steps():
-    """What `make demo` shows, on the fast path: from chance to well above it, the loss down;
-    `tiny` on the same schedule does not get there (why: docs/demo.md)."""
+    """What `make demo` shows, on the fast path: from chance to over twice chance, the loss
+    below what any input-blind prediction gets; `tiny` on the same schedule does not get
+    there (why: docs/demo.md)."""
     before, after, losses, ds = _demo_schedule_run("demo")
     chance = 1 / (ds.n_intents - 1)
     assert before < 1.5 * chance
     assert after > 2 * chance
-    assert np.mean(losses[-50:]) < np.mean(losses[:50]) - 0.2
+    # below the loss of the best input-blind prediction (the uniform label prior, ln 7)
+    assert np.mean(losses[-50:]) < min(np.log(ds.n_intents - 1), np.mean(losses[:50]))
     _, tiny_after, _, _ = _demo_schedule_run("tiny")
     assert tiny_after < after
 
