@@ -23,9 +23,6 @@ MAX_STEPS = 2000
 #: A session writes the image once and checks it whole at its end; the ROM of
 #: :func:`ttrain.platforms.host.chip.build_model_top` holds 256 steps of sample words.
 MAX_PER_SESSION = 200
-#: The demo's step keeps every activation for the backward pass (no recomputation): ~20% fewer
-#: MACs, so more steps per minute of simulation; ``ttrain plan --recompute`` shows the memory.
-RECOMPUTE = "none"
 
 
 def register(sub):
@@ -168,7 +165,7 @@ def run(args):
     dataset = generate_dataset(seed=0, seq_len=base.seq_len, vocab_size=base.vocab)
     cfg, notes = chip_config(base, dataset)
     lr = cfg.lr if args.lr is None else args.lr
-    cm = compile_model(cfg, lr=lr, recompute=RECOMPUTE)
+    cm = compile_model(cfg, lr=lr)
     intro(cfg, cm, dataset, lanes=args.lanes, per_session=args.per_session, steps=steps, lr=lr,
           notes=notes)
     print(f"building the accelerator ({args.lanes} lanes, special-function unit) under "
@@ -213,8 +210,7 @@ def intro(cfg, cm, dataset, *, lanes, per_session, steps, lr, notes=()):
     sched = (f"{schedule} from {lr:g}" + (f" after {warmup:.0%} warm-up" if warmup else "")
              if schedule != "constant" else f"constant {lr:g}")
     print(f"model: {cfg.name}, {M.num_params(cfg):,} parameters; one training step = "
-          f"{len(cm.program.instructions)} instructions\n  ({split}; activations kept, not "
-          f"recomputed);\n  {steps} steps at batch 1, learning rate {sched} (sample data)")
+          f"{len(cm.program.instructions)} instructions\n  ({split});\n  {steps} steps at batch 1, learning rate {sched} (sample data)")
 
 
 def train_demo(cm, build, dataset, *, steps, lr, seed=0, per_session=40, lanes=4, plot=None,
