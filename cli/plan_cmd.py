@@ -30,19 +30,20 @@ def register(sub):
     p.add_argument("--config", required=True, metavar="NAME", help="preset name")
     p.add_argument("--batch", type=int, metavar="N",
                    help="sentences per step (default: the config's); B = N x seq_len tokens")
-    p.add_argument("--order", choices=ORDER_NAMES + ("best",), default="bidirectional",
-                   help="order the compiled step (and the estimate and the `entries` list) "
-                        "uses (default: bidirectional, the flow the accelerator runs; "
+    p.add_argument("--order", choices=ORDER_NAMES + ("best",), default=None,
+                   help="order of every TT layer of the compiled step, the estimate and the "
+                        "`entries` list (default: the compiler's auto choice per layer kind "
+                        "for the step, the bidirectional flow for the planner's figures; "
                         "`best` compiles each layer's planner-best order)")
     p.add_argument("--no-fused-update", dest="fused_update", action="store_false",
                    help="memory of the step compiled with one UPDATE at its end (gradients of "
                         "every tensor held at once) instead of the default fused update")
-    p.add_argument("--recompute", choices=RECOMPUTE, default="sublayer",
+    p.add_argument("--recompute", choices=RECOMPUTE, default="layer",
                    help="activation recomputation of the compiled step: none (the backward "
-                        "pass reads what the forward pass kept), sublayer (default: keep each "
-                        "attention/FFN half's input, run the half again before its backward "
-                        "pass) or layer (keep each encoder block's input); the table of all "
-                        "three is printed either way")
+                        "pass reads what the forward pass kept), sublayer (keep each "
+                        "attention/FFN half's LayerNorm x_hat, run the half again before its "
+                        "backward pass) or layer (default: keep each encoder block's output "
+                        "x_hat only); the table of all three is printed either way")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--steps", action="store_true",
                    help="with --json: include every contraction step of every order")
@@ -60,7 +61,8 @@ def _pct(x):
 def format_report(rep):
     """Return the human-readable text of a report from :func:`plan_report`."""
     out = [f"config {rep['config']}: batch {rep['batch']} x seq {rep['seq_len']} = "
-           f"{rep['tokens']} tokens per step; memory and entries use order {rep['order']}",
+           f"{rep['tokens']} tokens per step; the planner's figures and entries use order "
+           f"{rep['order']}",
            "", "MACs per training step (forward + backward), per TT layer:"]
     head = (f"{'layer':<10} {'N_in x N_out':>12} {'B':>3} {'bidirectional':>14} "
             f"{'left_to_right':>14} {'dp_best':>12} {'dense':>12}  best")
@@ -82,7 +84,8 @@ def format_report(rep):
             f"SGD update MACs: TT {rep['update_macs']['tt']:,}, "
             f"dense {rep['update_macs']['dense']:,}"]
     comp, est = rep["compiled"], rep["estimate"]
-    out += ["", f"On-chip memory of the compiled training step (MB; order {comp['order']}, "
+    orders = ", ".join(f"{k} {v}" for k, v in comp["order"].items())
+    out += ["", f"On-chip memory of the compiled training step (MB; TT orders {orders}, "
             f"fused update {'on' if comp['fused_update'] else 'off'}, recompute "
             f"{comp['recompute']}, {comp['allocate']} allocation; the memory map of "
             f"golden/model_compiler.py, each store rounded to whole rows of {comp['banks']} "

@@ -283,7 +283,8 @@ def _descriptor(m, n, k, a, b, c, batch=1, accumulate=False):
 
 
 def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale=1.0,
-                      update=True, pad=True, reuse_scratch=False, sample_loop=False):
+                      update=True, pad=True, reuse_scratch=False, sample_loop=False,
+                      tree=None):
     """Compile one training step of a TT-linear layer with bias.
 
     Parameters
@@ -307,6 +308,10 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
         Smaller scratch store (close to the planner's ``peak_live_words``), but later writes
         then depend on earlier reads (write-after-read) and the memory-map entries of dead
         tensors overlap live ones: read intermediates back only with ``False`` (the default).
+    tree : planner tree, optional
+        The contraction tree to follow instead of ``order``'s for ``batch`` (e.g.
+        ``dp_best_tree(spec, other_batch)[0]``, so programs for several batch sizes follow
+        one tree); ``order`` then only names it.
     sample_loop : bool
         Run the batch-dependent steps (those that carry the token index ``b``; for the
         bi-directional flow ``x_l``, ``z_r``, bias, loss, ``dz``, ``dr``, ``dx``, ``dl``) as one
@@ -333,9 +338,10 @@ def compile_tt_linear(spec, batch, *, lr=0.01, order="bidirectional", loss_scale
     d = spec.d
     if order == "best":
         order = plan_layer(spec, batch).best
-    tree = {"bidirectional": lambda: bidirectional_tree(d),
-            "left_to_right": lambda: left_to_right_tree(d),
-            "dp_best": lambda: dp_best_tree(spec, batch)}[order]()
+    if tree is None:
+        tree = {"bidirectional": lambda: bidirectional_tree(d),
+                "left_to_right": lambda: left_to_right_tree(d),
+                "dp_best": lambda: dp_best_tree(spec, batch)}[order]()
     if isinstance(tree, tuple):
         tree = tree[0]
     plan = order_plan(spec, batch, tree, order)

@@ -293,8 +293,8 @@ def _region_classes(cm):
     for name, r in cm.memory_map.items():
         if r.store == "param":
             out[name] = "parameters"
-        elif r.store == "grad":
-            out[name] = "gradients"
+        elif r.store == "grad" or name.startswith("grad:"):
+            out[name] = "gradients"            # (the TTM cores' may be in the act store)
         elif name.startswith(_SAMPLE_IO):
             out[name] = "sample_io"
         else:
@@ -360,7 +360,7 @@ def compiled_memory(cm):
         c = classes[name]
         regions[c][name] = r.size
         part = layers.setdefault(region_layer(name), {k: 0 for k in REGION_CLASSES})
-        if r.store == "grad" or counted(name, r):
+        if c == "gradients" or counted(name, r):
             part[c] += r.size
         if r.store != "grad" and counted(name, r):
             sc = store_classes[r.store]

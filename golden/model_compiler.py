@@ -56,7 +56,8 @@ from math import prod, sqrt
 import numpy as np
 
 from . import model as M
-from .compiler import _Alloc, _descriptor, compile_tt_linear
+from .compiler import ORDERS, _Alloc, _descriptor, compile_tt_linear
+from .planner import dp_best_tree, plan_layer
 from .config import ModelConfig
 from .contract import View
 from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
@@ -65,7 +66,7 @@ from .layers import MASK_VALUE
 from .tt import token_digits
 
 __all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config",
-           "RECOMPUTE", "ALLOCATORS"]
+           "RECOMPUTE", "ALLOCATORS", "LAYER_KINDS", "AUTO_FFN_ORDER"]
 
 
 def _is_ttm_core(name):
@@ -224,14 +225,26 @@ class _TTLayers:
     (they depend on the cores only, so the words are the same).
     """
 
-    def __init__(self, order):
+    def __init__(self, order, plan_rows=None):
         self.order = order
+        self.plan_rows = plan_rows or {}
         self.cache = {}
 
-    def get(self, spec, rows):
-        key = (spec, rows)
+    def get(self, spec, rows, kind="attention"):
+        order = self.order.get(kind, "bidirectional") if isinstance(self.order, dict) \
+            else self.order
+        key = (spec, rows, order)
         if key not in self.cache:
-            layer = compile_tt_linear(spec, rows, order=self.order, update=False, pad=False)
+            # a rows-dependent order (dp_best, best) is planned for the full grid's rows, so
+            # the programs for fewer positions follow the same tree (the same sums)
+            plan = self.plan_rows.get(kind, rows)
+            tree = None
+            if order == "best":
+                order = plan_layer(spec, plan).best
+            if order == "dp_best":
+                tree = dp_best_tree(spec, plan)[0]
+            layer = compile_tt_linear(spec, rows, order=order, update=False, pad=False,
+                                      tree=tree)
             prog = layer.program
             ins, mm = prog.instructions, prog.memory_map
             yb = mm["y"].base
@@ -250,7 +263,7 @@ class _TTLayers:
             token_regions, merges = set(), []
             for n, st in enumerate(ins[:i]):
                 if isinstance(st, (Loop, EndLoop)):
-                    raise ValueError(f"order {self.order!r} needs a LOOP in the forward part of "
+                    raise ValueError(f"order {order!r} needs a LOOP in the forward part of "
                                      f"the TT layer {spec}; the model compiler cannot split it "
                                      f"into merges and token steps: use order='bidirectional'")
                 reads = [v for v in st.views[1:] if v is not None]
@@ -299,7 +312,9 @@ def _tt_forward(bld, layers, name, inst, spec, rows, x, y):
     share). Returns the state :func:`_tt_backward` needs, with the instructions under
     ``"forward"`` (not yet emitted).
     """
-    prog, merge_at, i, private, pooled, _ = layers.get(spec, rows)
+    kind = "pooler" if name == "pooler" else name.rsplit(".", 1)[-1]
+    kind = kind if kind in ("ffn1", "ffn2", "pooler") else "attention"
+    prog, merge_at, i, private, pooled, _ = layers.get(spec, rows, kind)
     mm = prog.memory_map
     part = prog.instructions[:i]
     if y is None:
@@ -342,7 +357,7 @@ def _region_sets(ins, spans):
 
 
 def _schedule(part, mm, free):
-    """Reorder the TT layer part ``part`` (layer-program views, no LOOP) so that fewer words
+    """Reorder the TT layer part ``part`` (layer-program views) so that fewer words
     are live at once: a list schedule that, among the instructions whose inputs are ready,
     runs the one that allocates the fewest words net of those it frees (its inputs read for
     the last time; ``free`` names the inputs the rest of the model no longer needs: scratch
@@ -350,13 +365,31 @@ def _schedule(part, mm, free):
 
     Only data dependencies (read after write, write after read, write after write on a
     region) constrain the order, so every instruction reads the very words it read before:
-    the result is the same bit for bit. ``part`` is returned unchanged if it has a LOOP.
+    the result is the same bit for bit. A LOOP .. ENDLOOP block moves as one unit.
     """
-    if any(isinstance(i, (Loop, EndLoop)) for i in part):
-        return part
+    # units: one instruction, or a LOOP .. ENDLOOP block (moved as a whole)
+    units, cur = [], None
+    for ins in part:
+        if isinstance(ins, Loop):
+            cur = [ins]
+        elif cur is not None:
+            cur.append(ins)
+            if isinstance(ins, EndLoop):
+                units.append(cur)
+                cur = None
+        else:
+            units.append([ins])
     spans = sorted((r.store, r.base, r.base + r.size, n) for n, r in mm.items())
-    rw = [_region_sets(i, spans) for i in part]
-    n = len(part)
+    rw = []
+    for u in units:
+        r, w = set(), set()
+        for ins in u:
+            if not isinstance(ins, (Loop, EndLoop)):
+                r_, w_ = _region_sets(ins, spans)
+                r |= r_
+                w |= w_
+        rw.append((r, w))
+    n = len(units)
     deps = [set() for _ in range(n)]
     for j in range(n):
         rj, wj = rw[j]
@@ -432,7 +465,7 @@ def _schedule(part, mm, free):
     sinks = [j for j in range(n) if not read_later[j]]
     candidates = [list(range(n)), greedy(), lazy(sinks), lazy(sinks[::-1])]
     order = min(candidates, key=peak_of)          # the first of the lowest peak
-    return [part[j] for j in order]
+    return [ins for j in order for ins in units[j]]
 
 
 def _tt_backward(bld, st, dy, dx, free=(), x=None):
@@ -718,11 +751,19 @@ def _fuse_updates(instrs, regions, names):
             last_at.append(i)
         if isinstance(ins, EndLoop):
             loop = None
+    # a gradient outside the grad store (compile_model(ttm_grads_in_act=True)) is in the
+    # act store: it gets its UPDATE here, its words from the act store's allocation
     spans = {"param": [], "grad": []}
+    grad_spans = {}
     for n in names:
-        for store, key in (("param", n), ("grad", "grad:" + n)):
-            r = regions[key]
-            spans[store].append((r.base, r.base + r.size - 1, n))
+        r = regions[n]
+        spans["param"].append((r.base, r.base + r.size - 1, n))
+        g = regions["grad:" + n]
+        grad_spans.setdefault(g.store, []).append((g.base, g.base + g.size - 1, n))
+    for st_, lst in grad_spans.items():
+        spans.setdefault(st_, []).extend(lst)
+    is_grad = {(st_, n) for st_, lst in grad_spans.items() for _, _, n in lst}
+    in_grad = [n for n in names if regions["grad:" + n].store == "grad"]
     for lst in spans.values():
         lst.sort()
     starts = {s: [lo for lo, _, _ in lst] for s, lst in spans.items()}
@@ -756,15 +797,16 @@ def _fuse_updates(instrs, regions, names):
             if store not in spans:
                 continue
             for n in touched(store, lo, hi):
-                last[n] = max(last.get(n, -1), last_at[i])
-                if store == "grad":
+                if store == "param" or (store, n) in is_grad:
+                    last[n] = max(last.get(n, -1), last_at[i])
+                if (store, n) in is_grad:
                     first[n] = min(first.get(n, len(instrs)), first_at[i])
     missing = [n for n in names if n not in first]
     if missing:
         raise AssertionError(f"parameters without a gradient in the step: {missing}")
 
     # liveness allocation of the grad store: [first touch, UPDATE after the last touch]
-    order = sorted(names, key=lambda n: (first[n], regions[n].base))
+    order = sorted(in_grad, key=lambda n: (first[n], regions[n].base))
     holes, top, live, new_base = [], 0, [], {}
 
     def release(upto):
@@ -805,7 +847,7 @@ def _fuse_updates(instrs, regions, names):
         new_base[n] = base
         live.append((last[n], base, size))
 
-    old = sorted((regions["grad:" + n].base, regions["grad:" + n].size, n) for n in names)
+    old = sorted((regions["grad:" + n].base, regions["grad:" + n].size, n) for n in in_grad)
     old_starts = [b for b, _, _ in old]
 
     def move(v):
@@ -815,7 +857,7 @@ def _fuse_updates(instrs, regions, names):
         return dc_replace(v, base=new_base[n] + v.base - b)
 
     out_regions = dict(regions)
-    for n in names:
+    for n in in_grad:
         out_regions["grad:" + n] = dc_replace(regions["grad:" + n], base=new_base[n])
 
     # UPDATEs after each last touch; contiguous runs share one
@@ -829,13 +871,19 @@ def _fuse_updates(instrs, regions, names):
         for_now = sorted(due.get(i, ()), key=lambda n: regions[n].base)
         runs = []
         for n in for_now:
-            p, g = regions[n], new_base[n]
-            if runs and runs[-1][0] + runs[-1][2] == p.base and runs[-1][1] + runs[-1][2] == g:
-                runs[-1][2] += p.size
+            p, gr = regions[n], regions["grad:" + n]
+            if gr.store != "grad":
+                # its own UPDATE: the act store's allocator moves the region by itself
+                runs.append([p.base, gr.store, gr.base, p.size, False])
+                continue
+            g = new_base[n]
+            if runs and runs[-1][4] and runs[-1][0] + runs[-1][3] == p.base \
+                    and runs[-1][2] + runs[-1][3] == g:
+                runs[-1][3] += p.size
             else:
-                runs.append([p.base, g, p.size])
-        for pb, gb, count in runs:
-            out.append(Update(View("param", pb), View("grad", gb), count, one))
+                runs.append([p.base, "grad", g, p.size, True])
+        for pb, gs, gb, count, _ in runs:
+            out.append(Update(View("param", pb), View(gs, gb), count, one))
     return out, out_regions, high
 
 
@@ -861,6 +909,8 @@ class CompiledModel:
     recompute, ttm_group, allocate : str, int, str
         The memory options it was compiled with (``ttm_group``: the token table's rows per
         group, the grid rows when all at once).
+    order : dict
+        ``{layer kind: order}`` of its TT layers.
     liveness : dict
         ``{store: {"peak", "live_sum", "at", "intervals"}}`` for the act and scratch stores
         (:func:`_allocate`): with ``allocate="liveness"`` act/scratch regions overlap in the
@@ -877,6 +927,7 @@ class CompiledModel:
     ttm_group: int = 0
     allocate: str = "bump"
     liveness: dict = field(default_factory=dict)
+    order: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.positions = self.positions or self.cfg.seq_len
@@ -1049,8 +1100,34 @@ def _check_choice(name, value, choices):
     return value
 
 
-def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_update=True,
-                  recompute="sublayer", ttm_group=1, allocate="liveness"):
+#: TT layer kinds an ``order`` dict of :func:`compile_model` names.
+LAYER_KINDS = ("attention", "ffn1", "ffn2", "pooler")
+#: What ``order="auto"`` tries for the FFN layers besides the bi-directional flow.
+AUTO_FFN_ORDER = {"ffn1": "dp_best", "ffn2": "dp_best"}
+
+
+def _check_order(order):
+    if isinstance(order, str):
+        if order not in ORDERS + ("auto",):
+            raise ValueError(f"order must be one of {', '.join(ORDERS + ('auto',))} or a dict "
+                             f"{{layer kind: order}}, got {order!r}")
+        return order
+    if isinstance(order, dict):
+        bad = [k for k in order if k not in LAYER_KINDS]
+        if bad:
+            raise ValueError(f"order dict keys must be layer kinds {', '.join(LAYER_KINDS)}, "
+                             f"got {bad}")
+        for v in order.values():
+            if v not in ORDERS:
+                raise ValueError(f"order dict values must be one of {', '.join(ORDERS)}, got "
+                                 f"{v!r}")
+        return dict(order)
+    raise ValueError(f"order must be a string or a dict {{layer kind: order}}, got {order!r}")
+
+
+def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=True,
+                  recompute="layer", ttm_group=1, allocate="liveness",
+                  ttm_grads_in_act=True):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
 
     Every option below changes where words live and how often they are computed, never a
@@ -1068,8 +1145,17 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         scaled by it, so every gradient in the grad store is ``lr * g`` and the UPDATE
         subtracts it with rate 1.0 (``fp32_mul(1.0, x) = x``). A schedule changes one word
         per sentence per step, never the program.
-    order : str
-        TT contraction order for every TT layer (:data:`ttrain.golden.compiler.ORDERS`).
+    order : str or dict
+        TT contraction order: one of :data:`ttrain.golden.compiler.ORDERS` for every TT layer,
+        a dict ``{kind: order}`` over :data:`LAYER_KINDS` (missing kinds: bi-directional),
+        or ``"auto"`` (default): the bi-directional flow everywhere, or with the FFN layers
+        in :data:`AUTO_FFN_ORDER` (the planner's cheapest order, which materialises no
+        ``N x r`` merge of their 3072-wide side) when that step needs fewer words in all
+        (decided on the full grid whatever ``positions`` is, so all programs of ``cfg``
+        compute the same function); a tie keeps the bi-directional flow.
+        ``CompiledModel.order`` is the dict used. The
+        order changes the rounding of the TT layers' sums (another program), the other
+        memory options below do not.
     positions : int, optional
         Grid positions per sentence (default ``cfg.seq_len``). A program for ``P <
         seq_len`` positions takes batches whose real tokens all lie in the first ``P``
@@ -1083,14 +1169,18 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         (:func:`_fuse_updates`). ``False``: gradients keep the parameters' layout and one
         UPDATE over the whole param store ends the step.
     recompute : str
-        Activation recomputation (:data:`RECOMPUTE`). ``"none"``: the backward pass reads
-        what the forward pass wrote. ``"sublayer"`` (default): the forward pass keeps only
-        each sub-layer's input (the encoder block's input and its attention half's output
-        ``LN1``); right before the backward pass of a sub-layer (attention half: Q/K/V,
-        softmax, O, LN1; FFN half: FFN1, GELU, FFN2, LN2) its forward pass runs again from
-        that input. ``"layer"``: only each encoder block's input is kept; the whole block
-        runs again before its backward pass. Recomputation runs the same instructions on the
-        same words, so it yields the same words; it costs the recomputed forward MACs.
+        Activation recomputation (:data:`RECOMPUTE`); the checkpoint is a LayerNorm's
+        ``x_hat`` and ``1/sigma`` (its output is its last two instructions on the kept
+        ``x_hat``, the same words, and its backward pass needs nothing else). ``"none"``: the
+        backward pass reads what the forward pass wrote. ``"sublayer"``: the embedding
+        LayerNorm's and each block's LN1 and LN2 ``x_hat`` are kept; the backward pass of a
+        block runs LN2 backward, the FFN half again (without FFN2's ``Y``), its backward,
+        LN1 backward, the attention half again (without O's ``Y``), its backward.
+        ``"layer"`` (default): only the LN2 ``x_hat`` (the block output) is kept, the
+        attention half runs once more up to LN1 first (the last block keeps its LN1 ``x_hat``
+        instead: its backward pass follows at once); for one block it is ``"sublayer"``.
+        Recomputation runs the same instructions on the same words, so it yields the same
+        words; it costs the recomputed forward MACs (``ttrain plan`` reports them).
     ttm_group : int or None
         Tokens per group of the TTM embedding (default 1: token by token). The embedding's
         chain of core slices runs in a LOOP over groups of this many rows (the largest
@@ -1098,6 +1188,14 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         per group before the group's gradients (SCATTER_ADD into the core gradients, in row
         order as before), so only one group's prefix products are ever held. ``None``: all
         rows at once, the prefix products of every token kept for the backward pass.
+    ttm_grads_in_act : bool
+        With the fused update (else ignored): the TTM tables' core gradients live in the act
+        store instead of the grad store (default True). They accumulate over the whole
+        token loop at the end of the backward pass, when the act store is nearly empty, so
+        the act store's liveness allocation holds them in words it has anyway and the grad
+        store only needs the other gradients in flight. Each is filled with +0.0 right
+        before its accumulation (the grad store's words are +0.0 there), gets its own
+        UPDATE (which clears it), and so holds the same words.
     allocate : str
         Act and scratch store allocation (:data:`ALLOCATORS`). ``"liveness"`` (default):
         :func:`_allocate`, regions share words when their live intervals do not
@@ -1111,6 +1209,26 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig (golden.config.get_config), not "
                         f"{type(cfg).__name__}")
+    order = _check_order(order)
+    if order == "auto":
+        # decided on the full grid, so every positions= program of cfg computes the same
+        # function (the host picks them per batch)
+        kw = dict(lr=lr, fused_update=fused_update, recompute=recompute,
+                  ttm_group=ttm_group, allocate=allocate, ttm_grads_in_act=ttm_grads_in_act)
+        best = compile_model(cfg, order={}, **kw)
+        try:
+            other = compile_model(cfg, order=dict(AUTO_FFN_ORDER), **kw)
+        except ValueError:
+            other = None
+        total = lambda cm: sum(cm.store_sizes.values())        # noqa: E731
+        if other is not None and total(other) < total(best):
+            best = other
+        if positions is None or positions == cfg.seq_len:
+            return best
+        return compile_model(cfg, order=best.order, positions=positions, **kw)
+    if isinstance(order, str):
+        order = {k: order for k in LAYER_KINDS}
+    order = {k: order.get(k, "bidirectional") for k in LAYER_KINDS}
     why = model_unsupported(cfg)
     if why:
         raise ValueError(f"config {cfg.name!r} cannot be compiled to one on-chip step: {why}")
@@ -1142,10 +1260,13 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         if _is_ttm_core(name):
             shape = (shape[1], shape[0], shape[2], shape[3])
         reg(name, "param", shape)
+    act_grads = bool(ttm_grads_in_act and fused_update)
     for name, shape in shapes.items():
+        store = "grad"
         if _is_ttm_core(name):
             shape = (shape[1], shape[0], shape[2], shape[3])
-        reg("grad:" + name, "grad", shape)
+            store = "act" if act_grads else "grad"
+        reg("grad:" + name, store, shape)
     n_params = sum(prod(s) for s in shapes.values())
 
     # ---- sample inputs and outputs --------------------------------------------------
@@ -1218,7 +1339,8 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         bld.ew("mul", rows, width, dx, dx, rstd)
 
     # ---- TT layers: one compile per shape, relocated per instance ---------------------
-    ttl = _TTLayers(order)
+    full = cfg.batch * cfg.seq_len
+    ttl = _TTLayers(order, {"attention": full, "ffn1": full, "ffn2": full, "pooler": B})
 
     def tt_fwd(name, inst, spec, rows, x, z_only=False):
         """Emit TT layer ``name``'s forward pass reading ``x`` into a new ``{inst}.y``
@@ -1255,32 +1377,43 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         return dx, x
 
     def tt_rows_again(st, rows, tag, consume):
-        """Emit ``Y = Z R + b`` of TT layer instance ``st`` again from its kept ``Z``, a few
-        rows at a time: the merges ``R`` needs (fresh ``{inst}.{tag}.*`` regions), then one
-        LOOP whose body computes a chunk of rows into a small region and hands it to
-        ``consume(chunk view, chunk rows)`` (which may use LOOP increment 2). Each output
-        word is the same sum over the same products in the same order as in the layer's
-        own ``Y`` (a contraction's outputs do not depend on how many rows it has). Returns
-        False, emitting nothing, unless the layer's token steps are ``Z = X L``, ``Y = Z R``,
-        ``Y += b`` (the bi-directional flow). The chunk is one row."""
+        """Emit ``Y`` of TT layer instance ``st`` again, one row at a time, from its kept
+        token intermediates: the merges ``Y``'s contraction reads (fresh ``{inst}.{tag}.*``
+        regions), then one LOOP whose body computes a row of ``Y`` (+ bias) into a small
+        region and hands it to ``consume(row view, 1)`` (which may use LOOP increment 2).
+        The row's contraction is the layer's own restricted to the dimension that carries
+        the row index (a contraction's outputs do not depend on how many others it
+        computes, nor on its orientation), so every word is the same. Returns False,
+        emitting nothing, when the layer's forward token part is not: steps writing kept
+        (private) regions, then one contraction writing ``Y``, then ``Y += bias``."""
         prog, mm = st["prog"], st["prog"].memory_map
         ins, cut, merge_at = prog.instructions, st["cut"], st["merge_at"]
         tok = [n for n in range(cut) if n not in merge_at]
-        if len(tok) != 3:
+        if len(tok) < 2:
             return False
-        zi, yi, bi = (ins[n] for n in tok)
+        yi, bi = ins[tok[-2]], ins[tok[-1]]
         y = mm["y"]
-
-        def in_y(v):
-            return v.store == y.store and y.base <= v.base < y.base + y.size
-        if not (isinstance(zi, Contract) and isinstance(yi, Contract) and in_y(yi.desc.c)
-                and isinstance(bi, Elementwise) and bi.op == "add" and in_y(bi.d)
-                and yi.desc.m == rows and not yi.desc.accumulate and yi.desc.batch == 1):
-            return False
+        n_out = y.shape[-1]
         spans = sorted((r.store, r.base, r.base + r.size, n) for n, r in mm.items())
-        za = _region_sets(Contract(dc_replace(yi.desc, b=yi.desc.a)), spans)[0]
-        if not za <= st["private"]:
-            return False                         # A is not the kept Z
+        if not (isinstance(yi, Contract) and isinstance(bi, Elementwise) and bi.op == "add"
+                and not yi.desc.accumulate
+                and _region_sets(yi, spans)[1] == {"y"} == _region_sets(bi, spans)[1]
+                and all(_region_sets(ins[n], spans)[1] <= st["private"] for n in tok[:-2])):
+            return False
+        d = yi.desc
+        # the dimension of C that carries the row: index // q is the row
+        dims = {"m": (d.m, d.c.row_stride), "n": (d.n, d.c.col_stride),
+                "batch": (d.batch, d.c.batch_stride)}
+        carry = None
+        for name, (size, stride) in dims.items():
+            if size % rows or stride * (size // rows) != n_out:
+                continue
+            others = sum((sz - 1) * st_ for nm, (sz, st_) in dims.items() if nm != name)
+            if others + (size // rows - 1) * stride < n_out:
+                carry = name
+        if carry is None or d.c.base != y.base:
+            return False
+        q = dims[carry][0] // rows
         need = _region_sets(yi, spans)[0] - st["private"]
         keep = []
         for n in reversed(merge_at):
@@ -1294,18 +1427,30 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
             (w_,) = _region_sets(ins[n], spans)[1]
             target[w_] = bld.region(f"{st['inst']}.{tag}.{w_}", "scratch", mm[w_].shape)
         bld.ins.extend(_relocate([ins[n] for n in keep], mm, target))
-        c = 1                                    # one row at a time: the least memory
-        n_out = y.shape[-1]
-        chunk = tmp(f"{st['inst']}.{tag}.rows", "act", (c, n_out))
+        chunk = tmp(f"{st['inst']}.{tag}.row", "act", (1, n_out))
         target["y"] = bld.r(chunk)
         yc, bc = _relocate([yi, bi], mm, target)
-        zrs = yc.desc.a.row_stride
+        dc = yc.desc
+        if carry == "m":
+            dr = dc_replace(dc, m=q)
+            inc, steps = q * dc.a.row_stride, (0, 1, 0)
+        elif carry == "n":
+            dr = dc_replace(dc, n=q)
+            inc, steps = q * dc.b.col_stride, (0, 0, 1)
+        else:
+            if dc.a.batch_stride and dc.b.batch_stride:
+                return False                     # both operands step: two increments
+            dr = dc_replace(dc, batch=q)
+            inc = q * (dc.a.batch_stride or dc.b.batch_stride)
+            steps = (0, 1, 0) if dc.a.batch_stride else (0, 0, 1)
+        if dr.m > dr.n:                          # the engine's orientation (same words)
+            dr, steps = dr.transposed(), (steps[0], steps[2], steps[1])
 
         def body():
-            bld.ins.append(dc_replace(yc, desc=dc_replace(yc.desc, m=c), step=(0, 1, 0)))
-            bld.ins.append(dc_replace(bc, rows=c))
-            consume(bld.mat(chunk), c)
-        bld.loop(rows // c, (c * zrs, c * n_out), body)
+            bld.ins.append(Contract(dr, steps))
+            bld.ins.append(dc_replace(bc, rows=1))
+            consume(bld.mat(chunk), 1)
+        bld.loop(rows, (inc, n_out), body)
         return True
 
     # ---- encoder block: attention half and FFN half ----------------------------------
@@ -1563,6 +1708,13 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
                                   View("act", bld.r(f"{digits}{k}").base, 1, 0),
                                   step=(0, 0, 1)))
 
+        if act_grads:
+            # the gradients start from +0.0 (in the grad store: the UPDATE's clearing)
+            for k in range(spec.d):
+                c = spec.core_shapes[k]
+                bld.ew("fill", c[1], sizes_[k], bld.mat(f"grad:emb.{table}.core{k}",
+                                                        rs=sizes_[k]), imm=0)
+
         def body():
             sl, Pn = chain(table, "b", g, None)
             dP, dstep = drows, 2                 # dP_{d-1}: the group's rows of drows
@@ -1675,8 +1827,10 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
         # LN2 backward from its x_hat kept in the forward pass (recompute none, sub-layer
         # and layer all keep it: it is the block output)
         dy2 = ln_grad(f"{e}.ln2", f"{e}.ln2", dout)
-        if recompute == "layer":
-            # the attention half once more, to LN1: only its x_hat stays (below)
+        if recompute == "layer" and i < cfg.n_layers - 1:
+            # the attention half once more, to LN1: only its x_hat stays (below). The last
+            # block keeps its LN1 x_hat from the forward pass instead: its backward pass
+            # follows at once, so that x_hat is live at its peak either way.
             a = attn_forward(i, x_in, ".ln1")
         if recompute != "none":
             ln1 = a["ln1"]
@@ -1729,7 +1883,7 @@ def compile_model(cfg, *, lr=None, order="bidirectional", positions=None, fused_
     program = Program(bld.ins, sizes, regions)
     return CompiledModel(cfg, program, float(lr), R, sections, S, bool(fused_update),
                          recompute=recompute, ttm_group=group_of(R), allocate=allocate,
-                         liveness=liveness)
+                         liveness=liveness, order=order)
 
 
 def chip_model_config(cfg, dataset=None):

@@ -181,14 +181,16 @@ def fits_u50(store_sizes, banks, styles, reserve=None):
 
 # ---- ttrain plan: the compiled memory map beside the dense baseline ------------------------
 
-def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None,
-                fused_update=True, recompute="sublayer"):
+def plan_report(name, batch=None, order=None, steps=False, banks=None,
+                fused_update=True, recompute="layer"):
     """Return the ``ttrain plan`` report of preset ``name`` as a JSON-ready dict.
 
     MACs per contraction order come from the planner (``golden/planner.py``). Memory comes
     from the compiled training step as the chip runs it
-    (``golden.model_compiler.compile_model`` of ``chip_model_config(cfg)``, ``order`` if the
-    model compiler takes it, else the bi-directional flow), with every store rounded to whole
+    (``golden.model_compiler.compile_model`` of ``chip_model_config(cfg)``; its default
+    ``order="auto"`` when ``order`` is None, else ``order`` for every TT layer if the model
+    compiler takes it, else the bi-directional flow; the planner's figures and ``entries``
+    use ``order``, the bi-directional flow by default), with every store rounded to whole
     rows of ``banks`` words exactly as :func:`ttrain.platforms.hw.hw_config` sizes the chip
     (``banks`` defaults to :data:`~ttrain.platforms.hw.DEFAULT_LANES`, the ``ttrain
     resources`` default): ``onchip_bytes`` (per region class, ``padding`` = the rounding,
@@ -199,7 +201,7 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     ``fused_update``: compile with the fused SGD update (default, as the chip runs) or with
     one UPDATE at the end of the step (gradients in the parameters' layout). ``recompute``:
     the activation recomputation the step is compiled with (``golden.model_compiler.
-    RECOMPUTE``; default ``"sublayer"``, the compiler's default); ``recompute_table`` has
+    RECOMPUTE``; default ``"layer"``, the compiler's default); ``recompute_table`` has
     every setting's on-chip bytes (rounded as above), ratio and compiled MACs
     (``golden.memory.program_macs``) with the overhead against ``"none"``.
     """
@@ -220,24 +222,26 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     check_banks(banks)
     mm = model_macs(cfg)
     plans = {(p.spec, p.tokens): p for _, p in mm["layers"]}
-    mem = memory_report(cfg, order=order, plans=plans)
+    plan_order = "bidirectional" if order is None else order
+    mem = memory_report(cfg, order=plan_order, plans=plans)
 
     # ---- the compiled step, as the chip allocates it
     if recompute not in RECOMPUTE:
         raise ValueError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got "
                          f"{recompute!r}")
     chip_cfg, notes = chip_model_config(cfg)
-    compiled_order = order if order in ORDERS else "bidirectional"
+    compiled_order = "auto" if order is None else (order if order in ORDERS
+                                                   else "bidirectional")
     try:
         cm = compile_model(chip_cfg, order=compiled_order, fused_update=fused_update,
                            recompute=recompute)
     except ValueError as e:
-        if compiled_order == "bidirectional":
+        if compiled_order == "auto":
             raise
         notes.append(f"the model compiler does not take order {order!r} ({e}); the memory "
-                     f"map is the bidirectional flow's")
-        compiled_order = "bidirectional"
+                     f"map is its default order's")
         cm = compile_model(chip_cfg, fused_update=fused_update, recompute=recompute)
+    compiled_order = cm.order
     comp = compiled_memory(cm)
     W = WORD_BYTES
 
@@ -248,6 +252,7 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     dense_total = mem.dense_training_bytes
     table = []
     for r in RECOMPUTE:
+        # the same TT orders for every setting: the MACs compare like for like
         c = cm if r == recompute else compile_model(chip_cfg, order=compiled_order,
                                                    fused_update=fused_update, recompute=r)
         w = chip_words(c)
@@ -282,7 +287,7 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
 
     layers, entries = [], []
     for (lname, lp), lm in zip(mm["layers"], mem.layers):
-        chosen = lp.best if order == "best" else order
+        chosen = lp.best if plan_order == "best" else plan_order
         macs = {o: lp.orders[o].macs for o in ORDER_NAMES}
         macs["dense"] = lp.dense.macs
         layer = {"name": lname, "shape": lm["shape"], "in_modes": lm["in_modes"],
@@ -306,7 +311,7 @@ def plan_report(name, batch=None, order="bidirectional", steps=False, banks=None
     entry_total = sum(e["macs"] for e in entries)
     return {
         "config": cfg.name, "batch": cfg.batch, "seq_len": cfg.seq_len, "tokens": cfg.tokens,
-        "order": order,
+        "order": plan_order,
         "objective": mm["layers"][0][1].objective,
         "onchip_bytes": onchip, "dense_bytes": mem.dense,
         "dense_training_bytes": dense_total, "memory_ratio": dense_total / onchip["total"],

@@ -189,7 +189,9 @@ def test_short_program_rejects_longer_batches_and_bad_positions(dataset):
 
 def _run_both(cfg, batches, lrs, seed):
     """Run the unfused and the fused program side by side; return both images per step."""
-    a, b = compile_model(cfg, fused_update=False), compile_model(cfg, fused_update=True)
+    # (the TTM gradients in the grad store in both, so the act stores are comparable)
+    a = compile_model(cfg, fused_update=False, order="bidirectional")
+    b = compile_model(cfg, fused_update=True, ttm_grads_in_act=False, order="bidirectional")
     params = M.init_params(cfg, np.random.default_rng(seed))
     ia, ib = a.initial_image(params), b.initial_image(params)
     out = []
@@ -246,7 +248,8 @@ def test_fused_update_structure():
     pass; the grad store is far smaller and the other stores keep their sizes."""
     from ttrain.golden.interpreter import dynamic_stream
     cfg = C.get_config("tiny").with_(batch=2, n_layers=2)
-    cm, ref = compile_model(cfg), compile_model(cfg, fused_update=False)
+    cm = compile_model(cfg, ttm_grads_in_act=False, order="bidirectional")
+    ref = compile_model(cfg, fused_update=False, order="bidirectional")
     prog, mm = cm.program, cm.memory_map
     assert check_program(prog, prog.store_sizes)[0] == 0
     assert cm.sections["update"][1] - cm.sections["update"][0] == 1        # the END alone
@@ -307,15 +310,18 @@ def test_memory_options_are_bit_identical(dataset, variant):
         batches = _batches(dataset, 2, 3) + [_batches(dataset, 3, 2)[2]]
         lrs = [0.1, 0.05, 0.1]
     params = M.init_params(cfg, np.random.default_rng(5))
-    ref = compile_model(cfg, recompute="none", ttm_group=None, allocate="bump")
+    # the TT orders fixed (order="auto" picks them by the memory the other options need)
+    order = {"ffn1": "dp_best", "ffn2": "dp_best"} if variant != "tiny" else "bidirectional"
+    ref = compile_model(cfg, order=order, recompute="none", ttm_group=None, allocate="bump",
+                        ttm_grads_in_act=False)
     want, st_ref = _run(ref, params, batches, lrs)
-    variants = [dict(recompute=r, ttm_group=g, allocate=a)
-                for r in ("none", "sublayer", "layer") for g, a in ((1, "liveness"),
-                                                                  (4, "bump"),
-                                                                  (None, "liveness"))]
+    variants = [dict(recompute=r, ttm_group=g, allocate=a, ttm_grads_in_act=t)
+                for r in ("none", "sublayer", "layer") for g, a, t in ((1, "liveness", True),
+                                                                     (4, "bump", False),
+                                                                     (None, "liveness", True))]
     macs = {}
     for kw in variants:
-        cm = compile_model(cfg, **kw)
+        cm = compile_model(cfg, order=order, **kw)
         got, st = _run(cm, params, batches, lrs)
         macs[kw["recompute"]] = st.macs
         for s, ((la, ga, pa), (lb, gb, pb)) in enumerate(zip(want, got)):
@@ -323,8 +329,10 @@ def test_memory_options_are_bit_identical(dataset, variant):
             np.testing.assert_array_equal(ga, gb, str((kw, s)))
             for k in pa:
                 np.testing.assert_array_equal(pa[k], pb[k], str((kw, s, k)))
-    # recomputation costs MACs; "layer" runs the attention half twice
-    assert macs["none"] == st_ref.macs < macs["sublayer"] < macs["layer"]
+    # recomputation costs MACs; "layer" runs the attention half of all but the last block
+    # twice (one block: it is "sublayer")
+    assert macs["none"] == st_ref.macs < macs["sublayer"] <= macs["layer"]
+    assert (macs["sublayer"] < macs["layer"]) == (cfg.n_layers > 1)
 
 
 def test_liveness_allocation_shares_words_only_between_disjoint_lifetimes():
@@ -361,7 +369,8 @@ def test_recompute_keeps_only_the_layernorm_inputs():
     backward pass follows at once) and the host's: with recompute="sublayer" the x_hat and
     1/sigma of the embedding LayerNorm and of each block's LN1 and LN2 (a kept x_hat gives
     the LayerNorm's output again, and its backward pass needs nothing else); with "layer"
-    only the embedding's and each block's LN2; with "none" far more."""
+    only the embedding's and each block's LN2 (and the last block's LN1); with "none" far
+    more."""
     from ttrain.golden.memory import region_layer
     cfg = C.get_config("tiny").with_(n_layers=2)
     kept = {}
@@ -374,7 +383,8 @@ def test_recompute_keeps_only_the_layernorm_inputs():
                                                                   "sample_io")}
     ln = lambda names: {f"{n}.{t}" for n in names for t in ("xhat", "rstd")}  # noqa: E731
     assert kept["sublayer"] == ln(["emb.ln", "enc0.ln1", "enc0.ln2", "enc1.ln1", "enc1.ln2"])
-    assert kept["layer"] == ln(["emb.ln", "enc0.ln2", "enc1.ln2"])
+    # the last block keeps its LN1 x_hat: its backward pass follows at once
+    assert kept["layer"] == ln(["emb.ln", "enc0.ln2", "enc1.ln1", "enc1.ln2"])
     assert kept["sublayer"] < kept["none"]
     assert any(".f.F:" in n for n in kept["none"])          # Z = X L of the TT layers
 
@@ -420,10 +430,11 @@ def test_ttm_tables_are_bit_identical_across_memory_options(dataset):
     cfg = C.get_config("tiny").with_(batch=2, pos_embedding=TTM_POS, seg_embedding=TTM_SEG)
     params = M.init_params(cfg, np.random.default_rng(2))
     batches, lrs = _batches(dataset, 2, 2), [0.05, 0.1]
-    want, _ = _run(compile_model(cfg, recompute="none", ttm_group=None, allocate="bump"),
+    want, _ = _run(compile_model(cfg, order="dp_best", recompute="none", ttm_group=None,
+                                 allocate="bump", ttm_grads_in_act=False),
                    params, batches, lrs)
-    for kw in (dict(), dict(recompute="layer", ttm_group=2)):
-        got, _ = _run(compile_model(cfg, **kw), params, batches, lrs)
+    for kw in (dict(), dict(recompute="sublayer", ttm_group=2)):
+        got, _ = _run(compile_model(cfg, order="dp_best", **kw), params, batches, lrs)
         for (la, ga, pa), (lb, gb, pb) in zip(want, got):
             assert la == lb
             np.testing.assert_array_equal(ga, gb)
@@ -442,3 +453,48 @@ def test_region_at_names_the_live_region():
         for n in (a, b):
             assert cm.region_at("act", mm[n].base, iv[n][0]) == n
     assert cm.region_at("act", cm.store_sizes["act"] + 5, 0) is None
+
+
+def test_ttm_gradients_in_the_act_store():
+    """With the fused update the TTM cores' gradients live in the act store (filled with
+    +0.0 before the token loop, one UPDATE each): the grad store shrinks to the other
+    gradients in flight and every word of the step is the same as with them in the grad
+    store."""
+    cfg = C.get_config("tiny").with_(batch=2, pos_embedding=TTM_POS)
+    a = compile_model(cfg, ttm_grads_in_act=False, order="bidirectional")
+    b = compile_model(cfg, order="bidirectional")
+    ttm = [n for n in M.param_shapes(cfg) if ".core" in n and n.startswith("emb.")]
+    assert ttm and all(b.memory_map["grad:" + n].store == "act" for n in ttm)
+    assert all(a.memory_map["grad:" + n].store == "grad" for n in ttm)
+    assert b.store_sizes["grad"] < a.store_sizes["grad"]
+    ups = [i for i in b.program.instructions if isinstance(i, Update) and i.grad.store == "act"]
+    assert len(ups) == len(ttm)
+    ds = D.generate_dataset(3, n_train=12, n_dev=4, n_test=4)
+    batches = _batches(ds, 2, 2)
+    params = M.init_params(cfg, np.random.default_rng(8))
+    (ra, _), (rb, _) = (_run(c, params, batches, [0.05, 0.1]) for c in (a, b))
+    for (la, ga, pa), (lb, gb, pb) in zip(ra, rb):
+        assert la == lb
+        np.testing.assert_array_equal(ga, gb)
+        for k in pa:
+            np.testing.assert_array_equal(pa[k], pb[k], k)
+    # without the fused update the gradients keep the parameters' layout in the grad store
+    c = compile_model(cfg, fused_update=False)
+    assert all(c.memory_map["grad:" + n].store == "grad" for n in ttm)
+
+
+def test_auto_order_takes_the_smaller_step():
+    """order="auto" compiles the bi-directional flow and the FFN layers in dp_best and keeps
+    the one with fewer words (a tie keeps the bi-directional flow)."""
+    for name in ("tiny", "paper-l1"):
+        cfg = C.get_config(name)
+        auto = compile_model(cfg)
+        bi = compile_model(cfg, order="bidirectional")
+        ffn = compile_model(cfg, order={"ffn1": "dp_best", "ffn2": "dp_best"})
+        tot = {k: sum(c.store_sizes.values()) for k, c in (("bi", bi), ("ffn", ffn))}
+        want = ffn if tot["ffn"] < tot["bi"] else bi
+        assert auto.order == want.order and auto.store_sizes == want.store_sizes
+    assert compile_model(C.get_config("paper-l1")).order["ffn1"] == "dp_best"
+    for bad in ("fastest", {"ffn3": "dp_best"}, {"ffn1": "auto"}, 3):
+        with pytest.raises(ValueError, match="order"):
+            compile_model(C.get_config("tiny"), order=bad)
