@@ -40,6 +40,7 @@ from .contract import (Descriptor, View, ERROR_NONE, ERROR_STORE, ERROR_DIM, ERR
                        view_addresses)
 from .numerics import fp32_add, fp32_max, fp32_mul, fp32_sub, fp32_sum
 from .special import FUNCTION_CODES, fp32_special
+from . import quant as _quant
 
 __all__ = [
     "WORDS", "STORE_IDS", "STORE_NAMES", "OPCODES", "MNEMONICS", "ERROR_CODES", "ISAError",
@@ -551,6 +552,9 @@ class Elementwise(Instruction):
         _int("Elementwise.imm", self.imm)
         if not spec.imm and self.imm:
             raise ValueError(f"Elementwise {self.op} takes no immediate; leave imm at 0")
+        if spec.imm_rule is not None and spec.imm_rule[1](self.imm):
+            raise ISAError(ERR_FIELD, f"Elementwise {self.op}: {spec.imm_rule[0]}, not "
+                                      f"{self.imm}")
         object.__setattr__(self, "step", _steps(self.step, used=nsrc + 1))
 
     @property
@@ -579,6 +583,9 @@ class Elementwise(Instruction):
                  *_unused_rules(range(spec.sources + 1, 3))]
         if not spec.imm:
             rules.append((ERR_FIELD, "word 3 (immediate) must be zero", lambda f: f.w[3] != 0))
+        elif spec.imm_rule is not None:
+            msg, pred = spec.imm_rule
+            rules.append((ERR_FIELD, msg, lambda f: pred(f.w[3])))
         return rules + _slot_rules(used) + [
             (ERR_DIM, "rows and cols must be non-zero", lambda f: (f.rows == 0) | (f.cols == 0))]
 
@@ -589,7 +596,9 @@ class Elementwise(Instruction):
             s += f" a={_fmt_view(self.a, st[1])}"
         if self.b is not None:
             s += f" b={_fmt_view(self.b, st[2])}"
-        if self.spec.imm:
+        if self.spec.imm and self.spec.int_imm:
+            s += f" imm={_fmt_imm(self.imm)}"
+        elif self.spec.imm:
             s += f" imm={_fmt_imm(self.imm)}  # {bits_f32(self.imm)!r}"
         return s
 
@@ -995,6 +1004,12 @@ class OpSpec:
         Flag bit 0 means ``accumulate`` (the assembler's ``acc``).
     integer : bool
         Flag bit 1 selects the integer mode (the assembler's ``int``).
+    imm_rule : tuple or None
+        ``(message, predicate)``: the immediate of an elementwise op is illegal
+        (``ERR_FIELD``) where ``predicate(word3)`` holds (it must work on ints and Amaranth
+        values, like every rule).
+    int_imm : bool
+        The immediate is an integer (disassembled as hex only), not FP32 bits.
     requires : str or None
         A unit the hardware must have for the opcode to be legal (``"special"``: the
         special-function unit; without it the opcode is ``ERR_OPCODE``).
@@ -1012,6 +1027,8 @@ class OpSpec:
     integer: bool = False
     requires: str = None
     semantics: object = None
+    imm_rule: tuple = None
+    int_imm: bool = False
 
     @property
     def rules(self):
@@ -1048,9 +1065,42 @@ def _special(name):
     return lambda a, b, imm: _f32_words(fp32_special(name, _words_f32(a)))
 
 
-def _elementwise(mnemonic, opcode, sources, semantics, imm=False, requires=None):
+def _elementwise(mnemonic, opcode, sources, semantics, imm=False, requires=None,
+                 imm_rule=None, int_imm=False):
     return OpSpec(mnemonic, opcode, Elementwise, "vector", sources=sources, imm=imm,
-                  requires=requires, semantics=semantics)
+                  requires=requires, semantics=semantics, imm_rule=imm_rule, int_imm=int_imm)
+
+
+# Integer elementwise ops (the quantized rules; golden.quant): words are two's complement
+# int32 values.
+def _s32(words):
+    w = np.asarray(words, dtype=np.int64)
+    return w - ((w & 0x80000000) << 1)
+
+
+def _w32(values):
+    return (np.asarray(values, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
+
+
+def _i2f(a, b, imm):
+    return _f32_words(_quant.i2f(_s32(a)))
+
+
+def _f2i(a, b, imm):
+    return _w32(_quant.f2i(_words_f32(a), 32, "floor" if imm else "nearest"))
+
+
+def _iadd(a, b, imm):
+    return _w32(np.clip(_s32(a) + _s32(b), -(1 << (imm - 1)), (1 << (imm - 1)) - 1))
+
+
+def _requant(a, b, imm):
+    b = np.asarray(b, dtype=np.int64)
+    m, shift = b & 0x7FFF, (b >> 15) & 0x3F
+    lo = (imm & 0xFFFF) - ((imm & 0x8000) << 1)
+    hi = (imm >> 16) - ((imm & 0x80000000) >> 15)
+    q = _quant.round_shift(_s32(a) * m, shift, _quant.REQUANT_ROUNDING)
+    return _w32(np.minimum(np.maximum(q, lo), hi))
 
 
 #: Every opcode, in opcode order within each group. Unassigned opcodes are ``ERR_OPCODE``
@@ -1069,6 +1119,17 @@ OPS = (
     _elementwise("copy", 0x15, 1, lambda a, b, imm: a),
     _elementwise("fill", 0x16, 0, lambda a, b, imm: np.uint32(imm), imm=True),
     _elementwise("max", 0x17, 2, _fp2(fp32_max)),          # IEEE maximum: NaN wins, +0 > -0
+    # integer ops (int32 words): conversions, saturating add, requantization
+    _elementwise("i2f", 0x18, 1, _i2f),                      # int32 -> FP32, nearest even
+    _elementwise("f2i", 0x19, 1, _f2i, imm=True, int_imm=True,   # FP32 -> int32, saturating
+                 imm_rule=("f2i immediate must be 0 (nearest even) or 1 (floor)",
+                           lambda v: v > 1)),
+    _elementwise("iadd", 0x1A, 2, _iadd, imm=True, int_imm=True,  # saturate to imm bits
+                 imm_rule=("iadd immediate (saturation width) must be in 1..32",
+                           lambda v: (v == 0) | (v > 32))),
+    # requant: d = clamp(round_half_up(a * m >> shift), lo, hi); b = m[14:0] | shift[20:15]
+    # per element (a per-channel row broadcast), imm = lo[15:0] | hi[31:16] (signed)
+    _elementwise("requant", 0x1B, 2, _requant, imm=True, int_imm=True),
     OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
     OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
     OpSpec("gather", 0x28, Gather, "vector"),

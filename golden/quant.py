@@ -37,9 +37,9 @@ import math
 
 import numpy as np
 
-from .numerics import Rounding, as_f32, requantize, wrap
+from .numerics import Rounding, as_f32, requantize, round_shift, wrap
 
-__all__ = ["MULT_BITS", "REQUANT_ROUNDING", "quantize_multiplier", "multiplier_value",
+__all__ = ["MULT_BITS", "REQUANT_ROUNDING", "round_shift", "quantize_multiplier", "multiplier_value",
            "int_contract", "acc_bound", "requant", "i2f", "f2i", "check_int8"]
 
 #: Width of the unsigned requantization multiplier (fits a DSP48E2 18-bit port with sign).
@@ -171,14 +171,19 @@ def i2f(x):
     return np.asarray(arr.astype(np.int64).astype(np.float64).astype(np.float32))
 
 
-def f2i(x, bits=32):
-    """Convert binary32 values to ``bits``-bit signed integers (round half even, saturate).
+def f2i(x, bits=32, mode="nearest"):
+    """Convert binary32 values to ``bits``-bit signed integers, saturating.
 
-    NaN converts to 0; ``±inf`` and out-of-range values saturate. Returns ``int64``.
+    ``mode`` ``"nearest"`` rounds half to even, ``"floor"`` toward -inf. NaN converts to 0;
+    ``±inf`` and out-of-range values saturate. Returns ``int64``.
     """
-    f = as_f32(x).astype(np.float64)
+    if mode not in ("nearest", "floor"):
+        raise ValueError(f"f2i mode must be 'nearest' or 'floor', not {mode!r}")
+    with np.errstate(invalid="ignore"):      # a signalling NaN warns when widened
+        f = as_f32(x).astype(np.float64)
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     f = np.where(np.isnan(f), 0.0, f)
     f = np.clip(f, lo, hi)                     # float64 holds every int32 bound exactly
-    return np.rint(f).astype(np.int64)         # rint = round half even, exact on float64
+    f = np.rint(f) if mode == "nearest" else np.floor(f)   # exact on float64
+    return f.astype(np.int64)
 

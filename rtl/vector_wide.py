@@ -2,7 +2,8 @@
 
 :class:`WideVectorUnit` executes the same decoded instructions as
 :class:`~ttrain.testbench.vector_ref.VectorUnit` (:data:`~ttrain.rtl.command.VectorCommand`: elementwise
-``add sub mul scale addi copy fill``, reductions ``rsum``/``rmax`` with ``accumulate``,
+``add sub mul scale addi copy fill max`` and the integer ``i2f f2i iadd requant``
+(:mod:`ttrain.rtl.intops`), reductions ``rsum``/``rmax`` with ``accumulate``,
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
 keeps one read beat and one write beat in flight per cycle. With ``special=True`` it also runs
@@ -24,6 +25,7 @@ from .fp32 import FP32Add, FP32Compare, FP32Mul, latency_of
 from .port import StorePortSignature
 from .special import SpecialFunctionUnit
 from .command import VectorCommand
+from . import intops
 
 __all__ = ["WideVectorUnit"]
 
@@ -323,6 +325,7 @@ class WideVectorUnit(wiring.Component):
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
+        int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"]
         m.d.comb += is_red.eq(is_sum | is_max)
         views = [c.v0, c.v1, c.v2]
 
@@ -765,7 +768,14 @@ class WideVectorUnit(wiring.Component):
             m.submodules[f"emax{w}"] = emax
             m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
                          emax.i.payload.b.eq(y6)]
-            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max, x6)))
+            # integer ops: combinational on the stage-6 operands, carried like a product
+            i_i2f = intops.i2f(m, x6, name=f"i2f{w}")
+            i_f2i = intops.f2i(m, x6, c.imm[0], name=f"f2i{w}")
+            i_add = intops.iadd(m, x6, y6, c.imm, name=f"iadd{w}")
+            i_rq = intops.requant(m, x6, y6, c.imm, name=f"requant{w}")
+            int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add, i_rq)))
+            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max,
+                                                          Mux(int_op, int6, x6))))
             with m.If(is_red):
                 m.d.comb += [add.i.valid.eq(red_fire & is_sum),
                              add.i.payload.a.eq(Mux(fresh, NEG_ZERO, acc_g[w])),

@@ -51,6 +51,7 @@ from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP
 from ..golden.numerics import NEG_ZERO
 from ..rtl.command import VectorCommand, VectorView
 from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
+from ..rtl import intops
 
 __all__ = ["VectorUnit"]
 
@@ -141,7 +142,8 @@ class VectorUnit(wiring.Component):
         is_gather = op == GATHER_OPS["gather"]
         is_scatter = op == GATHER_OPS["scatter_add"]
         is_idx = is_gather | is_scatter
-        two_src = ew["add"] | ew["sub"] | ew["mul"] | ew["max"]
+        two_src = ew["add"] | ew["sub"] | ew["mul"] | ew["max"] | ew["iadd"] | ew["requant"]
+        int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"]
         use_add = ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter
         use_mul = ew["mul"] | ew["scale"]
         use_cmp = is_max | ew["max"]                 # rmax, and elementwise max
@@ -201,6 +203,10 @@ class VectorUnit(wiring.Component):
             m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
         with m.Else():
             m.d.comb += [unit_a.eq(x), unit_b.eq(y)]
+        i_i2f = intops.i2f(m, x)
+        i_f2i = intops.f2i(m, x, c.imm[0])
+        i_add = intops.iadd(m, x, y, c.imm)
+        i_rq = intops.requant(m, x, y, c.imm)
         unit_valid = Mux(use_cmp, cmp.o.valid, Mux(mul_now, mul.o.valid, add.o.valid))
         unit_out = Mux(use_cmp, cmp.o.payload.max, Mux(mul_now, mul.o.payload, add.o.payload))
 
@@ -288,6 +294,8 @@ class VectorUnit(wiring.Component):
                     pass
                 with m.Elif(two_src | is_scatter | is_upd):
                     m.next = "RDY"
+                with m.Elif(int_op):
+                    m.next = "INT"
                 with m.Elif(is_max & (j == 0) & ~c.flags[0]):
                     # rmax starts from a[i, 0] itself
                     m.d.sync += acc.eq(self.rd_data)
@@ -304,7 +312,14 @@ class VectorUnit(wiring.Component):
             with m.State("RD3"):
                 with m.If(rvalid):
                     m.d.sync += y.eq(self.rd_data)
-                    m.next = "EXEC"
+                    with m.If(int_op):
+                        m.next = "INT"
+                    with m.Else():
+                        m.next = "EXEC"
+            with m.State("INT"):                   # integer ops (rtl.intops), combinational
+                m.d.sync += res.eq(Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i,
+                                                           Mux(ew["iadd"], i_add, i_rq))))
+                m.next = "WRITE"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),
                              cmp.i.valid.eq(use_cmp)]

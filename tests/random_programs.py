@@ -57,6 +57,17 @@ PLAIN_OPS = sorted(n for n in ELEMENTWISE_OPS if n not in SPECIAL_OPS)
 ILLEGAL_OPCODES = [op for op in (0x00, 0x05, 0x09, 0x0F, 0x17, 0x1F, 0x22, 0x2A, 0x31, 0x3F,
                                  0x48, 0x7F, 0x80, 0xFF) if op not in MNEMONICS]
 
+def _requant_imm(rng):
+    lo = int(rng.integers(-300, 1))
+    hi = int(rng.integers(-1, 300)) if rng.random() < 0.8 else 32767
+    return (lo & 0xFFFF) | (hi & 0xFFFF) << 16
+
+
+#: Integer ops' legal immediates: rounding mode, saturation width, requant clamp bounds.
+_INT_IMM = {"f2i": lambda rng: int(rng.integers(0, 2)),
+            "iadd": lambda rng: int(rng.choice([8, 9, 16, 32, int(rng.integers(1, 33))])),
+            "requant": _requant_imm}
+
 __all__ = ["STORES", "ProgramGen", "rich_words", "mul_pairs", "add_pairs", "subnormal_words",
            "rounding_class", "hazards", "unit_of", "issue_war_program", "illegal_variants",
            "check_legal", "neg_zero_cells"]
@@ -549,7 +560,9 @@ class ProgramGen:
         if d is None or None in srcs:
             return None
         imm = 0
-        if op in _IMM:
+        if op in _INT_IMM:
+            imm = _INT_IMM[op](rng)
+        elif op in _IMM:
             imm = int(rich_words(rng, 1, special=0.5)[0])
         srcs += [None] * (2 - len(srcs))
         return Elementwise(op, rows, cols, d, srcs[0], srcs[1], imm)

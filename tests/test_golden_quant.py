@@ -88,3 +88,32 @@ def test_i2f_is_exact_below_2_24_and_rounds_half_even_above():
     assert got.dtype == np.float32
     assert got.astype(np.float64).tolist() == [0, 1, -7, 1 << 24, 1 << 24, (1 << 24) + 4,
                                                -(1 << 31)]
+
+
+def test_isa_integer_ops_are_the_quant_definitions():
+    """The ISA table's i2f/f2i/iadd/requant words equal golden.quant and exact integers."""
+    from ttrain.golden.isa import SPEC, ISAError, Elementwise
+    from ttrain.golden.contract import View
+    rng = np.random.default_rng(8)
+    ints = rng.integers(-2 ** 31, 2 ** 31, 400)
+    words = (ints & 0xFFFFFFFF).astype(np.uint32)
+    sem = {k: SPEC[k].semantics for k in ("i2f", "f2i", "iadd", "requant")}
+    assert np.array_equal(sem["i2f"](words, None, 0).view(np.float32), i2f(ints))
+    fl = rng.normal(0, 1e5, 400).astype(np.float32)
+    for mode, imm in (("nearest", 0), ("floor", 1)):
+        got = sem["f2i"](fl.view(np.uint32), None, imm).view(np.int32)
+        assert got.tolist() == f2i(fl, mode=mode).tolist()
+    b = rng.permutation(ints)
+    for bits in (8, 32):
+        got = sem["iadd"](words, (b & 0xFFFFFFFF).astype(np.uint32), bits).view(np.int32)
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        assert got.tolist() == [min(max(int(x) + int(y), lo), hi) for x, y in zip(ints, b)]
+    m, s = rng.integers(1 << 14, 1 << 15, 400), rng.integers(0, 40, 400)
+    got = sem["requant"](words, (m | s << 15).astype(np.uint32),
+                         (-77 & 0xFFFF) | 90 << 16).view(np.int32)
+    want = [min(max(math.floor(Fraction(int(x) * int(mm), 1 << int(ss)) + Fraction(1, 2)), -77),
+                90) for x, mm, ss in zip(ints, m, s)]
+    assert got.tolist() == want
+    with pytest.raises(ISAError, match="saturation width"):
+        Elementwise("iadd", 1, 1, View("act", 0, 1, 1), View("act", 0, 1, 1),
+                    View("act", 1, 1, 1), imm=0)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from random_programs import _INT_IMM
 from test_fp32_sim import random_pairs
 from ttrain.golden.contract import View
 from ttrain.golden.interpreter import check_program, run
@@ -271,6 +272,8 @@ def random_elementwise(rng):
     if srcs and rng.random() < 0.3:          # in place
         srcs[int(rng.integers(len(srcs)))] = d
     imm = int(rng.choice(_IMMS)) if SPEC[op].imm else 0
+    if op in _INT_IMM:
+        imm = _INT_IMM[op](rng)
     if op == "fill" and rng.random() < 0.5:
         imm = int(rng.integers(1 << 32))
     a, b = (srcs + [None, None])[:2]
@@ -480,7 +483,8 @@ def test_in_place_and_repeated_scatter_indices_match_golden():
     v = View("act", 3, 9, 1)
     vt = View("act", 100, 1, 9)                           # the same words, transposed
     instrs = [Elementwise(op, 4, 9, v, v, View("scratch", 7, 9, 1) if _NSRC[op] == 2 else None,
-                          f32_bits(-1.5) if op in ("scale", "addi") else 0)
+                          f32_bits(-1.5) if op in ("scale", "addi")
+                          else _INT_IMM[op](rng) if op in _INT_IMM else 0)
               for op in EW_OPS if _NSRC[op]]
     instrs += [Elementwise("sub", 9, 4, vt, View("scratch", 0, 1, 9), vt),
                Elementwise("mul", 4, 9, v, v, v),
