@@ -17,18 +17,26 @@ flow):
      changes only its own loss, so each sample has its own difference).
 
    Both may run in the same query (the *mixed* mode: WP for early layers, NP for late ones).
+   **Layerwise** queries (``layerwise=True``, the authors' layer-wise estimator): each
+   trainable layer in network order gets its own ``n`` queries (query index ``layer * n +
+   q``) that perturb that layer alone and re-run the net from it (earlier outputs cached), so
+   each layer's estimate carries only its own ``d`` of noise.
    The estimate accumulates in FP32 from ``+0``: ``g <- fp32_add(g, fp32_mul(c, u))``, query
    by query. Because ``u`` is replayed from its seed, the chip needs no gradient buffer: the
    update pass regenerates each element's ``u_q`` and sums ``c_q u_q`` in the same order,
    bit-identical to the buffered sum (only the ``n`` coefficients are stored).
 3. Scale by ``1 / (sigma n)`` and the "dim" factor ``n / (n + d - 1)`` (``d`` the perturbed
-   entries). NP then takes each layer's *local* gradient (no back-propagation across layers):
+   entries of the query group: all trainable layers, or one layer when layerwise; NP with
+   ``np_dim="batch"`` uses ``B n / (B n + d - 1)``, ``d`` per sample, as the authors' code:
+   the B samples' perturbations are independent, so the layer's weight gradient averages B n
+   one-sample estimates). NP then takes each layer's *local* gradient (no back-propagation across layers):
    ``dacc = G_y * k_c`` on the not-clamped outputs (``k_c`` folds the ZO scale, ``1/B`` and
    the rescale ``s_x s_w[c] / s_y``), ``dq_w = sum_m (x - z_x) dacc`` and ``dq_b = sum_m dacc``
    (FP32 contractions in index order of ``m = (sample, row, column)``).
 4. Integer update with quantization-aware scaling (``algorithms.md`` §4): ``theta <- sat(theta
    + f2i(fp32_mul(g, k)))`` with the per-channel FP32 constant ``k = -lr * scale / s^2``
-   (``s = s_w[c]`` for weights, ``s_x s_w[c]`` for biases): int8 weights, int32 biases.
+   (``s = s_w[c]`` for weights, ``s_x s_w[c]`` for biases): int8 weights, int32 biases;
+   ``lr`` of a layer is ``lr`` times its factor in ``layer_lr`` (per-layer rates, data).
 
 Options: sparse training (only the chosen layers; inside them a **random** element mask drawn
 per step from the PRNG, or a **top-k** mask of the output channels with the largest mean
@@ -75,11 +83,14 @@ def _round_update(v, s, seed, offset):
 
 @dataclass(frozen=True)
 class ZOSettings:
-    """Settings of the ZO rule (the defaults are the digits experiments' choices).
+    """Settings of the ZO rule (the digits table's runs are :data:`ttrain.golden.adapt.ZO_RUNS`).
 
     ``layers``: trainable convolution node names (None: all). ``np_layers``: in ``mixed``
     mode, how many of the last trainable layers use NP (the others WP); in ``np`` mode every
-    trainable layer uses NP.
+    trainable layer uses NP. ``layerwise``: ``queries`` queries per trainable layer, each
+    perturbing that layer alone (else every query perturbs all of them). ``np_dim``: the NP
+    dim factor over ``queries`` (``n / (n + d - 1)``) or ``batch`` x queries. ``layer_lr``:
+    ``(layer name, factor)`` pairs multiplying ``lr`` for those layers.
     """
     mode: str = "wp"
     queries: int = 20
@@ -96,7 +107,12 @@ class ZOSettings:
     rounding: str = "stochastic"
     layerwise: bool = False
     np_dim: str = "queries"
+    layer_lr: tuple = ()
     seed: int = 0
+
+    def layer_rate(self, name):
+        """Learning rate of layer ``name``: ``lr`` times its factor in ``layer_lr``."""
+        return self.lr * dict(self.layer_lr).get(name, 1.0)
 
     def __post_init__(self):
         if self.mode not in ZO_MODES:
@@ -116,6 +132,15 @@ class ZOSettings:
             raise ValueError(f"learning rate must be positive, not {self.lr!r}")
         if self.inplace and self.mode != "wp":
             raise ValueError("the in-place variant is defined for weight perturbation (wp) only")
+        try:
+            factors = dict(self.layer_lr)
+        except (TypeError, ValueError):
+            factors = None
+        if factors is None or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                      and not isinstance(v, bool) and v >= 0
+                                      for k, v in factors.items()):
+            raise ValueError("layer_lr must be (layer name, non-negative factor) pairs, not "
+                             f"{self.layer_lr!r}")
         if self.np_dim not in NP_DIMS:
             raise ValueError(f"NP dim scaling must be one of {', '.join(NP_DIMS)}, not "
                              f"{self.np_dim!r}")
@@ -349,12 +374,12 @@ def _apply_wp(q, tensors, g, s, dims, nodes, rseed):
         dim = dims[i][0]
         if kind == "w":
             sc, sig = q.s_w[nm], s.sigma_w
-            k = as_f32((-s.lr * dim / (sig * n * sc ** 2)).astype(np.float32))
+            k = as_f32((-s.layer_rate(nm) * dim / (sig * n * sc ** 2)).astype(np.float32))
             step = _round_update(fp32_mul(g[(i, kind)], k), s, rseed, off)
             q.w[nm] = np.clip(q.w[nm] + step, -128, 127)
         else:
             sc, sig = q.bias_scale(i), s.sigma_b
-            k = as_f32((-s.lr * dim / (sig * n * sc ** 2)).astype(np.float32))
+            k = as_f32((-s.layer_rate(nm) * dim / (sig * n * sc ** 2)).astype(np.float32))
             step = _round_update(fp32_mul(g[(i, kind)], k), s, rseed, off)
             q.b[nm] = np.clip(q.b[nm] + step,
                               -(1 << 31), (1 << 31) - 1)
@@ -399,8 +424,8 @@ def _apply_np(q, i, acts0, x, gy, s, dim, batch, rseed, off):
     k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
     dacc = np.where(live, fp32_mul(gy, k), np.float32(0))
     dw, db = np_local_grads(q, i, acts0, x, dacc)
-    kw = as_f32((-s.lr / q.s_w[nm] ** 2).astype(np.float32))
-    kb = as_f32((-s.lr / q.bias_scale(i) ** 2).astype(np.float32))
+    kw = as_f32((-s.layer_rate(nm) / q.s_w[nm] ** 2).astype(np.float32))
+    kb = as_f32((-s.layer_rate(nm) / q.bias_scale(i) ** 2).astype(np.float32))
     q.w[nm] = np.clip(q.w[nm] + _round_update(fp32_mul(dw, kw), s, rseed, off), -128, 127)
     q.b[nm] = np.clip(q.b[nm] + _round_update(fp32_mul(db, kb), s, rseed, off + (1 << 20)),
                       -(1 << 31), (1 << 31) - 1)

@@ -298,6 +298,23 @@ def test_np_dim_scaling_over_batch_times_queries_moves_further(digits_model):
     assert _cos(steps["batch"], -ste) > 0.25     # a random step has cosine ~0 +- 0.02
 
 
+def test_layer_learning_rates_scale_only_their_layer(digits_model):
+    _, q, _ = digits_model
+    data = digits.load_digits_c("translate")
+    xb, yb = qnn.quantize_input(data.train.images[:20]), data.train.labels[:20]
+    base = dict(mode="np", queries=3, layerwise=True, np_dim="batch")
+    ref, frozen, halved = q.copy(), q.copy(), q.copy()
+    zo.zo_step(ref, xb, yb, zo.ZOSettings(lr=0.1, **base), 1)
+    zo.zo_step(frozen, xb, yb, zo.ZOSettings(lr=0.1, layer_lr=(("conv0", 0.0),), **base), 1)
+    zo.zo_step(halved, xb, yb, zo.ZOSettings(lr=0.2, layer_lr=tuple((n, 0.5) for n in q.w),
+                                             **base), 1)
+    assert np.array_equal(frozen.w["conv0"], q.w["conv0"])
+    assert not np.array_equal(ref.w["conv0"], q.w["conv0"])
+    assert all(np.array_equal(frozen.w[k], ref.w[k]) for k in q.w if k != "conv0")
+    assert all(np.array_equal(halved.w[k], ref.w[k]) and np.array_equal(halved.b[k], ref.b[k])
+               for k in q.w)
+
+
 @pytest.mark.parametrize("kw, needle", [
     ({"mode": "sgd"}, "ZO mode must be one of"),
     ({"queries": 0}, "queries must be a positive integer"),
@@ -307,6 +324,8 @@ def test_np_dim_scaling_over_batch_times_queries_moves_further(digits_model):
     ({"inplace": True, "mode": "np"}, "in-place variant"),
     ({"rounding": "up"}, "update rounding must be one of"),
     ({"np_dim": "all"}, "NP dim scaling must be one of"),
+    ({"layer_lr": (("fc4", -1.0),)}, "layer_lr must be"),
+    ({"layer_lr": ("fc4",)}, "layer_lr must be"),
     ({"layerwise": True, "inplace": True}, "not defined with layerwise"),
 ])
 def test_settings_are_checked(kw, needle):
