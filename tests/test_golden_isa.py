@@ -46,6 +46,8 @@ def random_instr(rng, kind):
         st = rstep(rng)
         st = tuple(s if i <= nsrc else 0 for i, s in enumerate(st))
         imm = int(rng.integers(0, 2**32)) if SPEC[kind].imm else 0
+        while SPEC[kind].imm_rule is not None and SPEC[kind].imm_rule[1](imm):
+            imm = int(rng.integers(0, 40))             # a legal immediate of a checked op
         return Elementwise(kind, rdim(rng), rdim(rng), rview(rng),
                            rview(rng) if nsrc >= 1 else None, rview(rng) if nsrc >= 2 else None,
                            imm, st)
