@@ -20,6 +20,7 @@ def _units():
     """Return ``{unit: (description, factory(args) -> (component, module name, extra files))}``."""
     from .rtl.fp32 import FP32Add, FP32Compare, FP32Mul
     from .rtl.store import BankedStore, ram_verilog_path
+    from .rtl.prng import PRNGUnit
     from .rtl.update import IntUpdatePipeline, RegionSweeper, UpdatePipeline
 
     def depth(args):
@@ -49,16 +50,18 @@ def _units():
         "sweeper": ("region sweeper: SGD over a parameter/gradient region (--depth words)",
                     lambda a: (RegionSweeper(param_depth=depth(a)),
                                f"ttrain_sweeper_d{depth(a)}", [])),
+        "prng": ("counter-based PRNG unit, draw(seed, index) on --lanes lanes (latency 15)",
+                 lambda a: (PRNGUnit(lanes=a.lanes), f"ttrain_prng_l{a.lanes}", [])),
     }
 
 
 UNIT_NAMES = ["fp32_mul", "fp32_add", "fp32_compare", "store", "engine", "update", "update_int",
-              "sweeper"]
+              "sweeper", "prng"]
 
 # The sizing flags each unit takes (the others are rejected, not silently ignored).
 UNIT_FLAGS = {"fp32_mul": (), "fp32_add": (), "fp32_compare": (),
               "store": ("lanes", "depth", "style"), "engine": ("lanes", "depth"), "update": (),
-              "update_int": (), "sweeper": ("depth",)}
+              "update_int": (), "sweeper": ("depth",), "prng": ("lanes",)}
 DEFAULTS = {"lanes": 8, "depth": 4096, "style": "block"}
 
 
@@ -160,7 +163,7 @@ def register(sub):
     p.add_argument("--out", default="build/verilog", metavar="DIR",
                    help="output directory (default build/verilog)")
     p.add_argument("--lanes", type=int, metavar="P",
-                   help="engine lanes / store banks, a power of two (store, engine; default 8)")
+                   help="engine lanes / store banks, a power of two (store, engine, prng; default 8)")
     p.add_argument("--depth", type=int, metavar="WORDS",
                    help="store depth in words (store, engine, sweeper; default 4096)")
     p.add_argument("--style", choices=["block", "ultra", "auto"],
