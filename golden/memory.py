@@ -257,8 +257,8 @@ def region_layer(name):
 
     ``grad:`` is dropped; ``enc{i}.*`` -> ``enc{i}``; ``emb.*`` -> ``embedding``; ``pooler*``,
     ``pin``, ``pooled`` -> ``pooler``; ``intent.*``, ``ce.*``, ``probs``, ``dlogits``,
-    ``dpooled`` -> ``head``; ``in.*``, ``loss``, ``logits`` -> ``sample_io``; the buffers every
-    layer reuses (``bwd.*``, ``t.*``, ``tt.pool``) -> ``shared``.
+    ``dpooled`` -> ``head``; ``in.*``, ``loss``, ``logits`` -> ``sample_io``; anything else
+    (``dtop``, the gradient into the last block) -> ``shared``.
     """
     n = name[5:] if name.startswith("grad:") else name
     first = n.split(".", 1)[0]

@@ -278,14 +278,8 @@ class _TTLayers:
                         token_regions.add(region_of(out).base)
                 else:
                     merges.append(n)
-            private, pooled, pool = [], {}, 0
-            for name, r in scratch.items():
-                if r.base in token_regions:
-                    private.append(name)
-                else:
-                    pooled[name] = pool
-                    pool += r.size
-            self.cache[key] = (prog, merges, i, private, pooled, pool)
+            private = [name for name, r in scratch.items() if r.base in token_regions]
+            self.cache[key] = (prog, merges, i, private)
         return self.cache[key]
 
 
@@ -314,7 +308,7 @@ def _tt_forward(bld, layers, name, inst, spec, rows, x, y):
     """
     kind = "pooler" if name == "pooler" else name.rsplit(".", 1)[-1]
     kind = kind if kind in ("ffn1", "ffn2", "pooler") else "attention"
-    prog, merge_at, i, private, pooled, _ = layers.get(spec, rows, kind)
+    prog, merge_at, i, private = layers.get(spec, rows, kind)
     mm = prog.memory_map
     part = prog.instructions[:i]
     if y is None:
