@@ -52,7 +52,7 @@ __all__ = [
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
-    "OP_UPDATE",
+    "OP_UPDATE", "Random", "RANDOM_OPS", "ALL_UNITS",
 ]
 
 #: 32-bit words per instruction (512 bits).
@@ -969,6 +969,134 @@ class Update(Instruction):
         stats.updated += n
 
 
+@dataclass(frozen=True)
+class Random(Instruction):
+    """PRNG ops: regenerate a Rademacher or uniform stream over a ``rows x cols`` range.
+
+    ``u[r, c] = prng.rademacher(seed, imm + r * cols + c)`` (and ``w = prng.draw(...)``) with
+    ``seed`` the word at slot 2 (a one-word view, read once) and the element index counted
+    densely over the instruction's range from the immediate (the region's offset in its
+    stream). Perturbations are regenerated, never stored (``docs/quantized-training.md``):
+
+    * ``perturb8``  ``d = clamp(a + sigma * u, -128, 127)`` (int32 words; ``sigma`` = flags,
+      1..255): a weight copy perturbed for one ZO query (the original ``a`` is kept);
+    * ``perturb32`` the same, saturating to int32 (biases);
+    * ``raccum``    ``d = fp32_add(d, fp32_mul(a, i2f(u)))``: the ZO estimate ``g += c u``
+      (``a`` usually a broadcast coefficient; ``d`` is read and written);
+    * ``runif``     ``d = fp32_add(a, fp32_mul(i2f(w >> 8), 2**-24))``: adds a uniform draw in
+      [0, 1) (stochastic rounding before ``f2i`` floor).
+
+    Slots: 0 = d, 1 = a, 2 = the seed word. They need the PRNG unit (``requires="prng"``):
+    the vector units do not have it on the instruction path yet, so golden and RTL decode
+    reject them with ``ERR_OPCODE`` unless the unit is listed (``decode_error(units=...)``).
+    """
+    CLASS = "elementwise"
+    op: str
+    rows: int
+    cols: int
+    d: View
+    a: View
+    seed: View
+    imm: int = 0
+    sigma: int = 0
+    step: tuple = (0, 0, 0)
+
+    def __post_init__(self):
+        spec = SPEC.get(self.op)
+        if spec is None or spec.kind is not Random:
+            raise ValueError(f"Random.op must be one of {sorted(RANDOM_OPS)}, not {self.op!r}")
+        _int("Random.rows", self.rows, 1, MAX_DIM, ERR_DIM)
+        _int("Random.cols", self.cols, 1, MAX_DIM, ERR_DIM)
+        for name in ("d", "a", "seed"):
+            _check_view(f"Random.{name}", getattr(self, name))
+        _int("Random.imm", self.imm)
+        if self.op.startswith("perturb"):
+            _int("Random.sigma", self.sigma, 1, 255, ERR_FIELD)
+        elif self.sigma:
+            raise ValueError(f"Random {self.op} takes no sigma; leave it at 0")
+        object.__setattr__(self, "step", _steps(self.step))
+
+    @property
+    def mnemonic(self):
+        return self.op
+
+    @property
+    def views(self):
+        return (self.d, self.a, self.seed)
+
+    def encode_fields(self, w):
+        w[2] = self.rows | self.cols << 16
+        w[3] = self.imm
+        return self.sigma
+
+    @classmethod
+    def from_fields(cls, spec, f):
+        return cls(spec.mnemonic, f.rows, f.cols, f.view(0), f.view(1), f.view(2), f.w[3],
+                   f.flags, tuple(f.step))
+
+    @classmethod
+    def rules(cls, spec):
+        if spec.mnemonic.startswith("perturb"):
+            flag = [(ERR_FIELD, "flags hold sigma, 1..255", lambda f: f.flags == 0)]
+        else:
+            flag = [(ERR_FIELD, "flags must be zero", lambda f: f.flags != 0)]
+        return flag + _slot_rules(range(3)) + [
+            (ERR_DIM, "rows and cols must be non-zero", lambda f: (f.rows == 0) | (f.cols == 0))]
+
+    def text(self):
+        st = self.step
+        s = (f"{self.op} rows={self.rows} cols={self.cols} d={_fmt_view(self.d, st[0])} "
+             f"a={_fmt_view(self.a, st[1])} seed={_fmt_view(self.seed, st[2])} "
+             f"imm={_fmt_imm(self.imm)}")
+        return s + (f" sigma={self.sigma}" if self.sigma else "")
+
+    @classmethod
+    def parse(cls, spec, p):
+        rows, cols = p.take("rows"), p.take("cols")
+        (d, s0), (a, s1), (sd, s2) = p.view("d"), p.view("a"), p.view("seed")
+        imm = p.imm("imm")
+        sigma = p.take("sigma") if spec.mnemonic.startswith("perturb") else 0
+        return cls(spec.mnemonic, rows, cols, d, a, sd, imm, sigma, (s0, s1, s2))
+
+    def stepped(self, inc, t):
+        st = self.step
+        if not any(st) or t == 0:
+            return self
+        return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t),
+                       seed=_shift(self.seed, st[2], inc, t))
+
+    def check(self, sizes, max_dim=None):
+        r, c = self.rows, self.cols
+        _check_range(self.d, r, c, sizes, 0, self.op)
+        _check_range(self.a, r, c, sizes, 1, self.op)
+        _check_range(self.seed, 1, 1, sizes, 2, self.op)
+        _check_write(self.d, r, c, [(self.a, r, c, True), (self.seed, 1, 1, False)], self.op)
+
+    def execute(self, image, stats):
+        from . import prng
+        r, c = self.rows, self.cols
+        seed = int(image[self.seed.store][self.seed.base])
+        idx = (np.uint64(self.imm) + np.arange(r * c, dtype=np.uint64)) % np.uint64(1 << 32)
+        a = image[self.a.store][_addresses(self.a, r, c)]
+        dst = _addresses(self.d, r, c)
+        if self.op in ("perturb8", "perturb32"):
+            u = prng.rademacher(seed, idx).reshape(r, c).astype(np.int64)
+            bits = 8 if self.op == "perturb8" else 32
+            out = _w32(np.clip(_s32(a) + self.sigma * u, -(1 << (bits - 1)),
+                               (1 << (bits - 1)) - 1))
+        elif self.op == "raccum":
+            u = prng.rademacher(seed, idx).reshape(r, c)
+            old = image[self.d.store][dst]
+            out = _f32_words(fp32_add(_words_f32(old),
+                                      fp32_mul(_words_f32(a), _quant.i2f(u.astype(np.int64)))))
+        else:
+            w = (prng.draw(seed, idx) >> np.uint32(8)).reshape(r, c).astype(np.int64)
+            out = _f32_words(fp32_add(_words_f32(a),
+                                      fp32_mul(_quant.i2f(w), np.float32(2.0 ** -24))))
+        image[self.d.store][dst] = np.asarray(out, dtype=np.uint32)
+        stats.elementwise += r * c
+
+
 def _none_of(value, codes):
     """``value`` equals none of ``codes`` (a bool in golden, a 1-bit value in the RTL)."""
     out = True
@@ -1135,6 +1263,11 @@ OPS = (
     OpSpec("gather", 0x28, Gather, "vector"),
     OpSpec("scatter_add", 0x29, Gather, "vector"),
     OpSpec("update", 0x30, Update, "update"),
+    # PRNG ops (need the PRNG unit on the instruction path; golden.prng)
+    OpSpec("perturb8", 0x38, Random, "vector", requires="prng"),
+    OpSpec("perturb32", 0x39, Random, "vector", requires="prng"),
+    OpSpec("raccum", 0x3A, Random, "vector", requires="prng"),
+    OpSpec("runif", 0x3B, Random, "vector", requires="prng"),
     # unary special functions: 0x40 + golden.special's function code (0x47 = log)
     *(_elementwise(name, 0x40 + code, 1, _special(name), requires="special")
       for name, code in sorted(FUNCTION_CODES.items(), key=lambda kv: kv[1])),
@@ -1156,6 +1289,10 @@ ELEMENTWISE_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Elementwise}
 SPECIAL_OPS = {s.mnemonic: s.opcode for s in OPS if s.requires == "special"}
 #: Row reductions (``sum``, ``max`` -> opcode; mnemonics ``rsum``, ``rmax``).
 REDUCE_OPS = {s.mnemonic[1:]: s.opcode for s in OPS if s.kind is Reduce}
+#: Every optional unit an opcode can require (``OpSpec.requires``).
+ALL_UNITS = ("special", "prng")
+#: PRNG ops (mnemonic -> opcode), which need the PRNG unit.
+RANDOM_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Random}
 #: Gather/scatter ops (mnemonic -> opcode).
 GATHER_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Gather}
 OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = (OPCODES[k] for k in ("end", "barrier", "loop",
@@ -1213,7 +1350,9 @@ def decode_error(f, *, units=("special",)):
                            "them")
     spec = SPEC_BY_OPCODE.get(f.op)
     if spec is None or (spec.requires and spec.requires not in units):
-        why = (f"needs the {spec.requires}-function unit" if spec is not None else
+        unit = {"special": "special-function unit", "prng": "PRNG unit"}[spec.requires] \
+            if spec is not None else ""
+        why = (f"needs the {unit}" if spec is not None else
                "is not assigned (0x48..0x7f are reserved for more special functions)")
         return ERR_OPCODE, f"opcode {f.op:#04x} {why}"
     for code, text, rule in spec.rules:
@@ -1222,8 +1361,8 @@ def decode_error(f, *, units=("special",)):
     return ERR_NONE, ""
 
 
-def decode(words, pc=None):
-    """Decode one instruction from :data:`WORDS` words.
+def decode(words, pc=None, *, units=("special",)):
+    """Decode one instruction from :data:`WORDS` words (for hardware with ``units``).
 
     Raises :class:`ISAError` with the code of the first legality rule the word breaks
     (:func:`decode_error`): :data:`ERR_OPCODE` for an unassigned opcode, :data:`ERR_FIELD` for
@@ -1234,7 +1373,7 @@ def decode(words, pc=None):
     if len(w) != WORDS:
         raise ValueError(f"an instruction is {WORDS} words, got {len(w)}")
     f = Fields(w)
-    code, text = decode_error(f)
+    code, text = decode_error(f, units=units)
     if code:
         raise ISAError(code, text, pc)
     spec = SPEC_BY_OPCODE[f.op]
@@ -1257,12 +1396,12 @@ def encode_program(instrs):
     return out
 
 
-def decode_program(words):
+def decode_program(words, *, units=("special",)):
     """Decode a flat word list (a multiple of :data:`WORDS` long) into instructions."""
     w = _as_words(words)
     if len(w) % WORDS:
         raise ValueError(f"a program is a multiple of {WORDS} words, got {len(w)}")
-    return [decode(w[i:i + WORDS], pc=i // WORDS) for i in range(0, len(w), WORDS)]
+    return [decode(w[i:i + WORDS], pc=i // WORDS, units=units) for i in range(0, len(w), WORDS)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1311,12 +1450,13 @@ def _parse_imm(text, lineno):
 
 
 
-def disassemble(words):
+def disassemble(words, *, units=ALL_UNITS):
     """Return the assembly text (one instruction per line) of a flat word list.
 
-    Raises :class:`ISAError` if any instruction is malformed.
+    Raises :class:`ISAError` if any instruction is malformed (every optional unit's opcodes
+    are known by default: the text of a word does not depend on the hardware).
     """
-    return "\n".join(i.text() for i in decode_program(words)) + "\n"
+    return "\n".join(i.text() for i in decode_program(words, units=units)) + "\n"
 
 
 class _Line:

@@ -323,6 +323,9 @@ class ContractionEngine(wiring.Component):
     ports : int
         Store ports for other units (``port0`` ..), served at all times, busy or not, at a
         lower priority than the engine's own fetchers and writer (see :mod:`ttrain.rtl.port`).
+    integer : bool
+        Build the integer mode (default). Without it an integer descriptor runs as FP32: only
+        for reuse in FP32-only designs and for measuring the mode's cost.
 
     Members
     -------
@@ -345,7 +348,7 @@ class ContractionEngine(wiring.Component):
     """
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
-                 mul_unit=None, add_unit=None, ports=0):
+                 mul_unit=None, add_unit=None, ports=0, integer=True):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -369,6 +372,7 @@ class ContractionEngine(wiring.Component):
             raise ValueError(f"ports must be an integer in 0..8 (store ports for the vector "
                              f"and update units), not {ports!r}")
         self._ports = ports
+        self._integer = bool(integer)
         self._mul_unit = mul_unit or FP32Mul
         self._add_unit = add_unit or FP32Add
         self._mul_latency = latency_of(self._mul_unit)
@@ -761,7 +765,7 @@ class ContractionEngine(wiring.Component):
         # pipeline, the interleaved accumulator slots and the write-back are shared; the mode
         # only selects which sum is written to the accumulator. One extra DSP48E2 per lane
         # (the product), the adder in carry logic (docs/contraction-engine.md).
-        int_on = d.integer
+        int_on = d.integer if self._integer else Const(0, 1)
         results = []
         for p in range(P):
             mul = m.submodules[f"mul{p}"] = self._mul_unit()
@@ -772,14 +776,17 @@ class ContractionEngine(wiring.Component):
             init = Mux(acc_on, fc.r_data[32 * p:32 * (p + 1)], Mux(int_on, 0, NEG_ZERO))
             acc_in = Mux(x_first, init, acc_rd.data)
             b_word = s1_b[32 * p:32 * (p + 1)]
-            iprod = Signal(signed(32), name=f"iprod{p}")
-            m.d.comb += iprod.eq(s1_a[:16].as_signed() * b_word[:16].as_signed())
-            iprod_x = delay(iprod, self._mul_latency, f"iprodx{p}")
-            isum = Signal(32, name=f"isum{p}")
-            m.d.comb += isum.eq(iprod_x + acc_in)
-            isum_y = delay(isum, self._add_latency, f"isumy{p}")
             result = Signal(32, name=f"result{p}")
-            m.d.comb += result.eq(Mux(int_on, isum_y, add.o.payload))
+            if self._integer:
+                iprod = Signal(signed(32), name=f"iprod{p}")
+                m.d.comb += iprod.eq(s1_a[:16].as_signed() * b_word[:16].as_signed())
+                iprod_x = delay(iprod, self._mul_latency, f"iprodx{p}")
+                isum = Signal(32, name=f"isum{p}")
+                m.d.comb += isum.eq(iprod_x + acc_in)
+                isum_y = delay(isum, self._add_latency, f"isumy{p}")
+                m.d.comb += result.eq(Mux(int_on, isum_y, add.o.payload))
+            else:
+                m.d.comb += result.eq(add.o.payload)
             m.d.comb += [
                 mul.i.valid.eq(s1_valid), mul.i.payload.a.eq(s1_a),
                 mul.i.payload.b.eq(b_word),

@@ -8,7 +8,7 @@ from ttrain.golden.isa import (
     ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_OPCODE, ERR_STORE, ELEMENTWISE_OPS,
     GATHER_OPS, MNEMONICS, OPCODES, SPEC, SPECIAL_OPS, STORE_IDS, WORDS, Barrier, Contract,
     Elementwise, End, EndLoop, Gather, ISAError, Loop, Program, Reduce, Region, Update,
-    assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
+    ALL_UNITS, RANDOM_OPS, Random, assemble, bits_f32, decode, decode_program, disassemble, encode, encode_program, f32_bits)
 
 STORES = sorted(STORE_IDS)
 
@@ -58,6 +58,10 @@ def random_instr(rng, kind):
     if kind in GATHER_OPS:
         return Gather(kind, rdim(rng), rdim(rng), int(rng.integers(1, 2**32)), rview(rng),
                       rview(rng), rview(rng, cs=0), rstep(rng))
+    if kind in RANDOM_OPS:
+        sigma = int(rng.integers(1, 256)) if kind.startswith("perturb") else 0
+        return Random(kind, rdim(rng), rdim(rng), rview(rng), rview(rng), rview(rng),
+                      int(rng.integers(0, 2**32)), sigma, rstep(rng))
     if kind == "update":
         st = rstep(rng)[:2] + (0,)
         return Update(rview(rng, cs=1, rs=0), rview(rng, cs=1, rs=0),
@@ -74,7 +78,7 @@ def test_round_trip_every_opcode(kind):
         assert len(words) == WORDS
         assert all(0 <= w < 2**32 for w in words)
         assert words[0] & 0xFF == OPCODES[kind]
-        assert decode(words) == ins
+        assert decode(words, units=ALL_UNITS) == ins
         text = disassemble(words)
         assert text.split()[0] == kind
         assert assemble(text) == words
@@ -84,7 +88,7 @@ def test_program_round_trip_and_text():
     rng = np.random.default_rng(5)
     instrs = [random_instr(rng, k) for k in sorted(OPCODES) for _ in range(3)]
     words = encode_program(instrs)
-    assert decode_program(words) == instrs
+    assert decode_program(words, units=ALL_UNITS) == instrs
     assert assemble(disassemble(words)) == words
 
 
@@ -289,10 +293,58 @@ def test_no_bit_is_silently_ignored():
             w = list(words)
             w[bit // 32] ^= 1 << (bit % 32)
             try:
-                got = decode(w)
+                got = decode(w, units=ALL_UNITS)
             except ISAError:
                 rejected += 1
                 continue
             accepted += 1
             assert encode(got) == w, (kind, bit)
     assert rejected and accepted
+
+
+def test_prng_ops_regenerate_the_golden_streams_and_need_the_unit():
+    """perturb8/perturb32/raccum/runif follow golden.prng at dense indices from imm; without the
+    PRNG unit (the default decode, as the RTL decoder) they are ERR_OPCODE."""
+    from ttrain.golden import prng
+    from ttrain.golden.interpreter import Stats
+    rng = np.random.default_rng(9)
+    image = {s: rng.integers(0, 1 << 32, 64, dtype=np.uint64).astype(np.uint32) for s in STORES}
+    image["param"][0] = seed = 12345
+    image["act"][:12] = (rng.integers(-128, 128, 12) & 0xFFFFFFFF).astype(np.uint32)
+    image["act"][20] = np.float32(0.25).view(np.uint32)
+    image["grad"][:12] = np.float32(rng.normal(size=12)).view(np.uint32)
+    idx = 1000 + np.arange(12, dtype=np.uint64)
+    u = prng.rademacher(seed, idx).astype(np.int64)
+    seed_v = View("param", 0, 1, 1)
+    a = image["act"][:12].astype(np.int64)
+    a = a - ((a & 0x80000000) << 1)
+    cases = [
+        (Random("perturb8", 3, 4, View("scratch", 0, 4, 1), View("act", 0, 4, 1), seed_v, 1000,
+                5), np.clip(a + 5 * u, -128, 127)),
+        (Random("perturb32", 3, 4, View("scratch", 0, 4, 1), View("act", 0, 4, 1), seed_v,
+                1000, 200), a + 200 * u),
+    ]
+    for ins, want in cases:
+        out = {k: v.copy() for k, v in image.items()}
+        ins.execute(out, Stats())
+        got = out["scratch"][:12].astype(np.int64)
+        assert (got - ((got & 0x80000000) << 1)).tolist() == want.tolist()
+        assert np.array_equal(out["act"], image["act"])            # the original is kept
+    out = {k: v.copy() for k, v in image.items()}
+    Random("raccum", 3, 4, View("grad", 0, 4, 1), View("act", 20, 0, 0), seed_v, 1000).execute(
+        out, Stats())
+    want = image["grad"][:12].view(np.float32) + np.float32(0.25) * u.astype(np.float32)
+    assert np.array_equal(out["grad"][:12].view(np.float32), want)
+    out = {k: v.copy() for k, v in image.items()}
+    Random("runif", 3, 4, View("grad", 0, 4, 1), View("grad", 0, 4, 1), seed_v, 1000).execute(
+        out, Stats())
+    r = (prng.draw(seed, idx) >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    assert np.array_equal(out["grad"][:12].view(np.float32), image["grad"][:12].view(np.float32) + r)
+    words = encode(cases[0][0])
+    with pytest.raises(ISAError) as e:
+        decode(words)
+    assert e.value.code == ERR_OPCODE and "PRNG unit" in str(e.value)
+    assert decode(words, units=ALL_UNITS) == cases[0][0]
+    with pytest.raises(ISAError) as e:                                # sigma 0 is malformed
+        decode([words[0] & ~0xFF00] + list(words[1:]), units=ALL_UNITS)
+    assert e.value.code == ERR_FIELD
