@@ -125,7 +125,7 @@ def plot_demo(rows, sessions, path, *, title, chance, window=25):
     acc.set_ylim(0, 100)
     lines = ax.get_legend_handles_labels()
     more = acc.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right", fontsize=8)
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right", fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     from .golden.train import write_atomically
