@@ -348,7 +348,7 @@ PRESETS = {
         pooler=TTSpec((4, 8), (8, 4), (1, 4, 16, 4, 1)),
         lr=0.07, epochs=1,
         extra={"schedule": "linear", "init_scale": {"emb.pos": 0.0, "emb.seg": 0.0},
-               "demo_steps": 200},
+               "demo_steps": 150},
         description="make demo: learns the built-in task in a few hundred batch-1 steps on chip",
     ),
     # Tuned on ATIS with plain SGD (docs/training.md): one encoder layer (two overfit), 512 TTM
