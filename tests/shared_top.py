@@ -1,7 +1,8 @@
 """One Verilator build of the accelerator top shared by the top-level test files.
 
 ``tests/test_top_verilator.py`` (compiled layer programs, illegal programs, special functions)
-and ``tests/test_model_verilator.py`` (whole-model training steps) run on the same 4-lane build
+, ``tests/test_model_verilator.py`` (whole-model training steps) and ``tests/test_cnn_verilator.py``
+(the int8 CNN forward pass) run on the same 4-lane build
 with the special-function unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
@@ -9,7 +10,11 @@ one build instead of two saves several CPU minutes of the suite (the build lock 
 
 import functools
 
+import numpy as np
+
 from ttrain.golden import config as C
+from ttrain.golden import qnn
+from ttrain.golden.cnn_compiler import compile_cnn_forward
 from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
 from ttrain.golden.model_compiler import compile_model
@@ -36,10 +41,37 @@ def model_programs():
             "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
 
 
+#: A CNN with every node kind (padded and strided convolution, grouped, depthwise, residual
+#: add, pooling, linear) for the integer datapath's chip tests.
+CNN_PARTS = qnn.CNNConfig("cnn-parts", (5, 5, 2), 3, (
+    qnn.Conv(4, 3, 1), qnn.InvertedResidual(2, 4, 1), qnn.Conv(4, 3, 2, groups=2),
+    qnn.GlobalPool(), qnn.Linear(3)))
+CNN_BATCH = 2
+
+
+@functools.lru_cache(maxsize=None)
+def cnn_models():
+    """int8 models of ``digits-cnn`` and :data:`CNN_PARTS` (seeded float weights and biases,
+    calibrated on seeded random images: the numbers exercised, no training needed)."""
+    out = {}
+    for name, cfg in (("digits", qnn.get_cnn_config("digits-cnn")), ("parts", CNN_PARTS)):
+        rng = np.random.default_rng(3)
+        model = qnn.FloatCNN(cfg, seed=3)
+        for p in model.params.values():
+            p[1][:] = rng.normal(0, 0.1, p[1].shape)
+        calib = rng.uniform(0, 1, (16, *cfg.input_shape)).astype(np.float32)
+        out[name] = qnn.quantize(model, calib)
+    return out
+
+
+def cnn_programs():
+    return {f"cnn_{name}": compile_cnn_forward(q, CNN_BATCH) for name, q in cnn_models().items()}
+
+
 @functools.lru_cache(maxsize=None)
 def shared_top():
     """The shared build (converted and looked up once per process: the conversion of the top
     alone takes ~16 s, and every Verilator test module asks for it)."""
-    programs = {**layer_programs(), **model_programs()}
+    programs = {**layer_programs(), **model_programs(), **cnn_programs()}
     hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

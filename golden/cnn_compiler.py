@@ -1,0 +1,282 @@
+"""Compile the int8 CNNs' forward pass and per-sample losses into one accelerator program.
+
+The quantized rules' building block (``docs/quantized-training.md``): :func:`compile_cnn_forward`
+turns a :class:`~ttrain.golden.qnn.QuantCNN` and a batch size into a
+:class:`~ttrain.golden.isa.Program` of the shared instruction table whose result, run by the
+golden interpreter or the chip, equals :func:`ttrain.golden.qnn.int_forward` (every node's int8
+output) and :func:`ttrain.golden.qnn.sample_losses` / :func:`~ttrain.golden.qnn.mean_loss` bit
+for bit. A ZO step is this program run once per query with perturbed parameters (next: the
+PRNG instructions on the chip).
+
+Representation: activations are stored *zero-point free*, ``x~ = q - z`` (one int32 word per
+value; the input image is ``q + 128`` in [0, 255]), so padding is 0 and the contraction needs no
+zero-point term; ``requant`` writes the next ``x~`` with the clamp bounds ``lo - z``,
+``127 - z`` (the fused ReLU included). Layouts are dense (sample, row, column, channel).
+
+* convolution: the accumulator starts as the broadcast bias (``copy``); per kernel offset one
+  integer CONTRACT with ``accumulate`` over the *valid* output rectangle of that offset
+  (padding contributes 0, and integer sums are exact and order-free, so skipping it is
+  bit-exact), batched over output rows, looped over the samples; 1x1 stride-1 convolutions
+  are one CONTRACT over every position; grouped convolutions one per group;
+* residual add: two integer CONTRACTs (``x~_a * m_a``, then ``+= x~_b * m_b``) and a requant
+  with ``m = 1``;
+* global pooling: a CONTRACT of a row of ones with each sample's map, then requant;
+* logits: ``i2f`` and ``scale`` by the output scale; loss: ``rmax``, ``sub``, ``exp``,
+  ``rsum``, ``log``, the label's term by ``mul`` with a one-hot row and ``rsum``, ``sub``; the
+  batch mean by ``rsum`` and ``scale`` by ``1/B``.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .contract import Descriptor, View
+from .isa import (Contract, Elementwise, End, EndLoop, Loop, Program, Reduce, Region,
+                  f32_bits, MAX_DIM)
+from .quant import check_int8
+
+__all__ = ["CompiledCNN", "compile_cnn_forward"]
+
+
+def _pack_rq(m, s):
+    return (np.asarray(m, np.int64) | (np.asarray(s, np.int64) << 15)).astype(np.uint32)
+
+
+def _bounds(lo, hi):
+    return (int(lo) & 0xFFFF) | (int(hi) & 0xFFFF) << 16
+
+
+def _w32(v):
+    return (np.asarray(v, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
+
+
+@dataclass
+class CompiledCNN:
+    """A compiled forward pass: the program, its model and batch, and image helpers."""
+    program: Program
+    q: object
+    batch: int
+
+    @property
+    def memory_map(self):
+        return self.program.memory_map
+
+    def _put(self, image, name, words):
+        r = self.memory_map[name]
+        words = np.asarray(words, dtype=np.uint32).ravel()
+        if words.size != r.size:
+            raise ValueError(f"region {name} holds {r.size} words, got {words.size}")
+        image[r.store][r.base:r.base + r.size] = words
+
+    def _get(self, image, name):
+        r = self.memory_map[name]
+        return image[r.store][r.base:r.base + r.size]
+
+    def initial_image(self, x, labels):
+        """The memory image: parameters, constants and the batch (int8 images ``x`` (B, H, W,
+        C) from :func:`~ttrain.golden.qnn.quantize_input`, integer ``labels``)."""
+        image = self.program.empty_image()
+        self.set_params(image)
+        self._put(image, "const.ones", np.ones(self.memory_map["const.ones"].size, np.uint32))
+        self.set_batch(image, x, labels)
+        return image
+
+    def set_params(self, image, q=None):
+        """Write the integer parameters and requantization constants of ``q`` (default the
+        compiled model; the scales must be the compiled ones)."""
+        q = self.q if q is None else q
+        for i, n in enumerate(q.cfg.nodes):
+            if n.kind == "conv":
+                self._put(image, f"{n.name}.w", _w32(q.w[n.name]))
+                self._put(image, f"{n.name}.b", _w32(q.b[n.name]))
+                self._put(image, f"{n.name}.rq", _pack_rq(q.mult[i], q.shift[i]))
+            elif n.kind == "add":
+                ma, mb = (int(v) for v in q.mult[i])
+                self._put(image, f"{n.name}.mab", np.array([ma, mb], np.uint32))
+                self._put(image, f"{n.name}.rq", _pack_rq(1, q.shift[i]))
+            else:
+                self._put(image, f"{n.name}.rq", _pack_rq(q.mult[i], q.shift[i]))
+
+    def set_batch(self, image, x, labels):
+        x = check_int8(x, "x")
+        want = (self.batch, *self.q.cfg.input_shape)
+        if x.shape != want:
+            raise ValueError(f"x must have shape {want}, got {x.shape}")
+        labels = np.asarray(labels)
+        if labels.shape != (self.batch,) or labels.min() < 0 or \
+                labels.max() >= self.q.cfg.classes:
+            raise ValueError(f"labels must be {self.batch} integers in [0, {self.q.cfg.classes})")
+        self._put(image, "in.x", _w32(x - self.q.zp[-1]))
+        onehot = np.zeros((self.batch, self.q.cfg.classes), np.float32)
+        onehot[np.arange(self.batch), labels] = 1
+        self._put(image, "in.onehot", onehot.view(np.uint32))
+
+    def node_output(self, image, i):
+        """Node ``i``'s int8 output ``q = x~ + z`` (B, H, W, C)."""
+        n = self.q.cfg.nodes[i]
+        w = self._get(image, f"{n.name}.y").astype(np.int64)
+        w = w - ((w & 0x80000000) << 1)
+        return (w + self.q.zp[i]).reshape(self.batch, *n.shape)
+
+    def losses(self, image):
+        return self._get(image, "loss").view(np.float32).copy()
+
+    def mean_loss(self, image):
+        return self._get(image, "loss.mean").view(np.float32)[0]
+
+
+class _Alloc:
+    def __init__(self):
+        self.top = {"param": 0, "act": 0, "scratch": 0}
+        self.map = {}
+
+    def region(self, name, store, size, shape=()):
+        self.map[name] = Region(store, self.top[store], int(size), tuple(shape))
+        self.top[store] += int(size)
+        return self.map[name].base
+
+
+def compile_cnn_forward(q, batch):
+    """Compile the forward pass and losses of ``q`` for ``batch`` images (see the module)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, not {batch!r}")
+    cfg, N = q.cfg, batch
+    al = _Alloc()
+    ins = []
+    H0, W0, C0 = cfg.input_shape
+    x_base = {-1: al.region("in.x", "act", N * H0 * W0 * C0, (N, H0, W0, C0))}
+    shapes = {-1: cfg.input_shape}
+    hw_max = max(n.shape[0] * n.shape[1] for n in cfg.nodes)
+    hw_max = max(hw_max, H0 * W0)
+    ones = al.region("const.ones", "param", hw_max)
+
+    def contract(m, n_, k, a, b, c, acc, batch=1, step=(0, 0, 0)):
+        ins.append(Contract(Descriptor(m, n_, k, a, b, c, accumulate=acc, batch=batch,
+                                       integer=True), step))
+
+    def rows_split(total):
+        """Chunks of at most MAX_DIM rows."""
+        for lo in range(0, total, MAX_DIM):
+            yield lo, min(MAX_DIM, total - lo)
+
+    for i, nd in enumerate(cfg.nodes):
+        H, W, C = nd.shape
+        out = al.region(f"{nd.name}.y", "act", N * H * W * C, (N, H, W, C))
+        z = q.zp[i]
+        if nd.kind == "conv":
+            j = nd.inputs[0]
+            Hi, Wi, Ci = shapes[j]
+            wb = al.region(f"{nd.name}.w", "param", int(np.prod(nd.weight_shape)),
+                           nd.weight_shape)
+            bb = al.region(f"{nd.name}.b", "param", C)
+            rq = al.region(f"{nd.name}.rq", "param", C)
+            acc = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
+            P = N * H * W
+            for lo, cnt in rows_split(P):                 # acc = bias, every position
+                ins.append(Elementwise("copy", cnt, C, View("scratch", acc + lo * C, C, 1),
+                                       View("param", bb, 0, 1)))
+            cin_g, cout_g = Ci // nd.groups, C // nd.groups
+            if nd.k == 1 and nd.stride == 1 and nd.pad == 0 and nd.groups == 1:
+                for lo, cnt in rows_split(P):
+                    contract(cnt, C, Ci, View("act", x_base[j] + lo * Ci, Ci, 1),
+                             View("param", wb, C, 1), View("scratch", acc + lo * C, C, 1), True)
+            else:
+                s, p, k = nd.stride, nd.pad, nd.k
+                body = []
+                for ky in range(k):
+                    hlo = max(0, -(-(p - ky) // s))
+                    hhi = min(H - 1, (Hi - 1 + p - ky) // s)
+                    for kx in range(k):
+                        wlo = max(0, -(-(p - kx) // s))
+                        whi = min(W - 1, (Wi - 1 + p - kx) // s)
+                        if hhi < hlo or whi < wlo:
+                            continue
+                        for g in range(nd.groups):
+                            a_base = x_base[j] + ((s * hlo + ky - p) * Wi
+                                                  + (s * wlo + kx - p)) * Ci + g * cin_g
+                            b_base = wb + (ky * k + kx) * cin_g * C + g * cout_g
+                            c_base = acc + (hlo * W + wlo) * C + g * cout_g
+                            body.append((whi - wlo + 1, cout_g, cin_g,
+                                         View("act", a_base, s * Ci, 1, s * Wi * Ci),
+                                         View("param", b_base, C, 1, 0),
+                                         View("scratch", c_base, C, 1, W * C), hhi - hlo + 1))
+                if N > 1:
+                    ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
+                for m_, n_, k_, a, b, c, bt in body:
+                    contract(m_, n_, k_, a, b, c, True, batch=bt,
+                             step=(1, 2, 0) if N > 1 else (0, 0, 0))
+                if N > 1:
+                    ins.append(EndLoop())
+            lo_b = (z if nd.relu else -128) - z
+            for lo, cnt in rows_split(P):
+                ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
+                                       View("scratch", acc + lo * C, C, 1),
+                                       View("param", rq, 0, 1), _bounds(lo_b, 127 - z)))
+        elif nd.kind == "add":
+            ja, jb = nd.inputs
+            mab = al.region(f"{nd.name}.mab", "param", 2)
+            rq = al.region(f"{nd.name}.rq", "param", 1)
+            acc = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
+            E = N * H * W * C
+            for lo, cnt in rows_split(E):
+                contract(cnt, 1, 1, View("act", x_base[ja] + lo, 1, 1),
+                         View("param", mab, 1, 1), View("scratch", acc + lo, 1, 1), False)
+                contract(cnt, 1, 1, View("act", x_base[jb] + lo, 1, 1),
+                         View("param", mab + 1, 1, 1), View("scratch", acc + lo, 1, 1), True)
+            for lo, cnt in rows_split(N * H * W):
+                ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
+                                       View("scratch", acc + lo * C, C, 1),
+                                       View("param", rq, 0, 0), _bounds(-128 - z, 127 - z)))
+        else:                                             # global pool
+            j = nd.inputs[0]
+            Hi, Wi, Ci = shapes[j]
+            rq = al.region(f"{nd.name}.rq", "param", 1)
+            acc = al.region(f"{nd.name}.acc", "scratch", N * C)
+            contract(1, C, Hi * Wi, View("param", ones, Hi * Wi, 1, 0),
+                     View("act", x_base[j], Ci, 1, Hi * Wi * Ci), View("scratch", acc, C, 1, C),
+                     False, batch=N)
+            ins.append(Elementwise("requant", N, C, View("act", out, C, 1),
+                                   View("scratch", acc, C, 1), View("param", rq, 0, 0),
+                                   _bounds(-128 - z, 127 - z)))
+        x_base[i] = out
+        shapes[i] = nd.shape
+
+    # logits and per-sample cross-entropy (FP32, in the golden's operation order)
+    last = len(cfg.nodes) - 1
+    K = cfg.classes
+    lg = al.region("logits", "act", N * K, (N, K))
+    oh = al.region("in.onehot", "act", N * K, (N, K))
+    mx = al.region("ce.max", "scratch", N)
+    t = al.region("ce.t", "scratch", N * K)
+    e = al.region("ce.exp", "scratch", N * K)
+    se = al.region("ce.sum", "scratch", N)
+    ls = al.region("ce.log", "scratch", N)
+    ty = al.region("ce.ty", "scratch", N * K)
+    tys = al.region("ce.tysum", "scratch", N)
+    loss = al.region("loss", "act", N)
+    lsum = al.region("loss.sum", "scratch", 1)
+    lmean = al.region("loss.mean", "act", 1)
+    dense = dict(rows=N, cols=K)
+    ins += [
+        Elementwise("i2f", d=View("act", lg, K, 1), a=View("act", x_base[last], K, 1), **dense),
+        Elementwise("scale", d=View("act", lg, K, 1), a=View("act", lg, K, 1),
+                    imm=f32_bits(np.float32(q.scale[last])), **dense),
+        Reduce("max", N, K, View("scratch", mx, 1, 0), View("act", lg, K, 1)),
+        Elementwise("sub", d=View("scratch", t, K, 1), a=View("act", lg, K, 1),
+                    b=View("scratch", mx, 1, 0), **dense),
+        Elementwise("exp", d=View("scratch", e, K, 1), a=View("scratch", t, K, 1), **dense),
+        Reduce("sum", N, K, View("scratch", se, 1, 0), View("scratch", e, K, 1)),
+        Elementwise("log", N, 1, View("scratch", ls, 1, 1), View("scratch", se, 1, 1)),
+        Elementwise("mul", d=View("scratch", ty, K, 1), a=View("scratch", t, K, 1),
+                    b=View("act", oh, K, 1), **dense),
+        Reduce("sum", N, K, View("scratch", tys, 1, 0), View("scratch", ty, K, 1)),
+        Elementwise("sub", N, 1, View("act", loss, 1, 1), View("scratch", ls, 1, 1),
+                    View("scratch", tys, 1, 1)),
+        Reduce("sum", 1, N, View("scratch", lsum, 1, 0), View("act", loss, N, 1)),
+        Elementwise("scale", 1, 1, View("act", lmean, 1, 1), View("scratch", lsum, 1, 1),
+                    imm=f32_bits(np.float32(1.0 / N))),
+        End(),
+    ]
+    sizes = {s: max(1, n) for s, n in al.top.items()}
+    sizes["grad"] = 1
+    return CompiledCNN(Program(ins, sizes, al.map), q, N)

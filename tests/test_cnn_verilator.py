@@ -1,0 +1,48 @@
+"""The int8 CNN forward pass and its FP32 losses on the simulated chip (Verilator, the shared
+4-lane top): integer CONTRACTs over shifted views, requant, i2f and the loss ops; every store
+word after each run equals the golden interpreter, whose result equals the integer model
+(tests/test_cnn_compiler.py). Two batches per model, parameters updated between them as a ZO
+step would (the program and constants stay, the words change)."""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import interpreter, qnn
+from ttrain.platforms.sim.top import TopSession, pad_image, run_top
+
+from shared_top import CNN_BATCH, cnn_models, cnn_programs, shared_top
+
+
+@pytest.fixture(scope="module")
+def top():
+    return shared_top()
+
+
+@pytest.mark.parametrize("name", ["cnn_digits", "cnn_parts"])
+def test_cnn_forward_bit_exact_on_the_chip(top, tmp_path, name):
+    cc = cnn_programs()[name]
+    q = cnn_models()[name[4:]]
+    sizes = top.config["store_sizes"]
+    rng = np.random.default_rng(11)
+    sess = TopSession()
+    sess.program(cc.program.words())
+    image = None
+    for run in range(2):
+        x = rng.integers(-128, 128, (CNN_BATCH, *q.cfg.input_shape))
+        y = rng.integers(0, q.cfg.classes, CNN_BATCH)
+        if image is None:
+            image = pad_image(cc.initial_image(x, y), sizes)
+        else:                                      # a changed parameter set and a new batch
+            q2 = q.copy()
+            first = q.cfg.conv_names[0]
+            q2.w[first] = np.clip(q2.w[first] + rng.integers(-1, 2, q2.w[first].shape), -128, 127)
+            cc.set_params(image, q2)
+            cc.set_batch(image, x, y)
+        sess.write_image(image)
+        want, st = interpreter.run(cc.program, image)
+        assert st.error == 0, st.message
+        sess.run(f"{name}{run}", expect=want)
+        image = want
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert [r["error_code"] for r in res] == [0, 0]
+    assert all(r["executed"] > 0 for r in res)
