@@ -41,3 +41,20 @@ def test_bad_batch_and_inputs_are_named():
         cc.initial_image(np.zeros((3, 5, 5, 2), int), np.zeros(3, int))
     with pytest.raises(ValueError, match="labels must be 2 integers"):
         cc.initial_image(np.zeros((2, 5, 5, 2), int), np.array([0, 7]))
+
+
+def test_mcunet_scale_forward_is_exact_on_the_interpreter():
+    """The MCUNet-scale preset (depthwise convolutions, residual adds, 42 nodes) compiles and its
+    interpreted forward pass equals the integer model (memory and cycle figures only: never
+    trained)."""
+    cfg = qnn.get_cnn_config("mcunet-s")
+    rng = np.random.default_rng(0)
+    q = qnn.quantize(qnn.FloatCNN(cfg, seed=0),
+                     rng.uniform(0, 1, (4, *cfg.input_shape)).astype(np.float32))
+    cc = compile_cnn_forward(q, 1)
+    x = rng.integers(-128, 128, (1, *cfg.input_shape))
+    out, st = interpreter.run(cc.program, cc.initial_image(x, np.array([3])))
+    # padded positions are skipped (they add 0); adds and pooling add a few contraction MACs
+    assert st.error == 0 and 0.9 * cfg.macs < st.macs < 1.05 * cfg.macs
+    acts = qnn.int_forward(q, x)
+    assert all(np.array_equal(cc.node_output(out, i), acts[i]) for i in range(len(cfg.nodes)))
