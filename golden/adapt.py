@@ -22,16 +22,21 @@ __all__ = ["PRETRAIN", "ZO_RUNS", "REFERENCE_LR", "pretrain", "quantized", "save
 
 #: Float pre-training on the clean digits (mini-batch SGD, cosine-decayed learning rate).
 PRETRAIN = {"epochs": 60, "lr": 0.1, "batch": 32}
-#: The ZO runs of the table: label -> settings (``seed`` is the run's seed).
+#: The ZO runs of the table: label -> settings (``seed`` is the run's seed). Chosen on the
+#: validation split of four corruptions (gaussian_noise, contrast, solarize, translate; 10
+#: epochs); ``docs/zo-results.md`` has the evidence. NP runs use the authors' layer-wise
+#: estimator (each layer its own queries) with the dim factor over batch x queries.
+_LW = {"layerwise": True, "np_dim": "batch"}
 ZO_RUNS = {
     "zo-wp": zo.ZOSettings(mode="wp", lr=0.3, layers=("fc4",)),
-    "zo-np": zo.ZOSettings(mode="np", lr=0.1),
-    "zo-mixed": zo.ZOSettings(mode="mixed", lr=0.1, np_layers=1),
-    "zo-sparse": zo.ZOSettings(mode="np", lr=0.1, layers=("conv2", "fc4"), sparse="topk",
-                               density=0.5),
+    "zo-np": zo.ZOSettings(mode="np", lr=0.05, **_LW),
+    "zo-mixed": zo.ZOSettings(mode="mixed", lr=0.05, np_layers=3, layer_lr=(("conv0", 4.0),),
+                              **_LW),
+    "zo-sparse": zo.ZOSettings(mode="np", lr=0.05, sparse="topk", density=0.5, **_LW),
 }
-#: Learning rates of the back-propagation references (float SGD; int8 STE with the ZO update).
-REFERENCE_LR = {"bp-float": 0.05, "bp-int8": 0.05}
+#: Learning rates of the back-propagation references (float SGD; int8 STE with the ZO update),
+#: chosen on the validation split of all 16 corruptions among 0.02, 0.05, 0.1, 0.2.
+REFERENCE_LR = {"bp-float": 0.1, "bp-int8": 0.1}
 
 
 def pretrain(cfg, seed=0):
