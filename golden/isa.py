@@ -986,11 +986,11 @@ class Random(Instruction):
     * ``runif``     ``d = fp32_add(a, fp32_mul(i2f(w >> 8), 2**-24))``: adds a uniform draw in
       [0, 1) (stochastic rounding before ``f2i`` floor).
 
-    Slots: 0 = d, 1 = a, 2 = the seed word. They need the PRNG unit (``requires="prng"``):
-    the vector units do not have it on the instruction path yet, so golden and RTL decode
-    reject them with ``ERR_OPCODE`` unless the unit is listed (``decode_error(units=...)``).
+    Slots: 0 = d, 1 = a, 2 = the seed word. They need the PRNG unit (``requires="prng"``),
+    which :class:`~ttrain.rtl.vector_wide.WideVectorUnit` carries; hardware without it
+    answers ``ERR_OPCODE`` (``decode_error(units=...)``).
     """
-    CLASS = "elementwise"
+    CLASS = "random"
     op: str
     rows: int
     cols: int
@@ -1300,7 +1300,7 @@ OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = (OPCODES[k] for k in ("end", "barrier"
 OP_CONTRACT, OP_UPDATE = OPCODES["contract"], OPCODES["update"]
 #: Instruction classes, in the order of the RTL decoder's one-hot ``cls``.
 CLASS_NAMES = ("end", "barrier", "loop", "endloop", "contract", "elementwise", "reduce",
-               "gather", "update")
+               "gather", "update", "random")
 assert {s.kind.CLASS for s in OPS} == set(CLASS_NAMES)
 
 
@@ -1340,7 +1340,7 @@ def _as_words(words):
     return [int(v) for v in arr]
 
 
-def decode_error(f, *, units=("special",)):
+def decode_error(f, *, units=("special", "prng")):
     """Return ``(code, text)`` of the first rule an instruction's fields ``f`` break, or
     ``(ERR_NONE, "")``: reserved bits, an opcode not in :data:`OPS` (or needing a unit not in
     ``units``), then the opcode's own :attr:`OpSpec.rules` in order. Golden decode and the RTL
@@ -1361,7 +1361,7 @@ def decode_error(f, *, units=("special",)):
     return ERR_NONE, ""
 
 
-def decode(words, pc=None, *, units=("special",)):
+def decode(words, pc=None, *, units=("special", "prng")):
     """Decode one instruction from :data:`WORDS` words (for hardware with ``units``).
 
     Raises :class:`ISAError` with the code of the first legality rule the word breaks
@@ -1396,7 +1396,7 @@ def encode_program(instrs):
     return out
 
 
-def decode_program(words, *, units=("special",)):
+def decode_program(words, *, units=("special", "prng")):
     """Decode a flat word list (a multiple of :data:`WORDS` long) into instructions."""
     w = _as_words(words)
     if len(w) % WORDS:

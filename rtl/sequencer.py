@@ -109,7 +109,8 @@ class InstructionDecoder(wiring.Component):
         m.d.comb += [self.op.eq(f.op), self.flags.eq(f.flags)]
         m.d.comb += [self.step[s].eq(f.step[s]) for s in range(3)]
         m.d.comb += [self.store[s].eq(f.store[s]) for s in range(3)]
-        units = ("special",) if self._special else ()
+        # the vector unit always carries the PRNG (golden.isa.Random ops)
+        units = ("special", "prng") if self._special else ("prng",)
         legal = [spec for spec in OPS if not spec.requires or spec.requires in units]
         is_op = {spec.opcode: Signal(name=f"is_{spec.mnemonic}") for spec in legal}
         for code, sig in is_op.items():
@@ -333,6 +334,11 @@ class Sequencer(wiring.Component):
             set_ext(0, 1, 1, w[2])
             set_ext(1, 1, 1, w[2])
             m.d.comb += [used[0].eq(1), used[1].eq(1), write[1].eq(1)]
+        with m.Elif(cls["random"]):           # d and a: rows x cols; slot 2: the seed word
+            set_ext(0, 1, rows, cols)
+            set_ext(1, 1, rows, cols)
+            set_ext(2, 1, 1, 1)
+            m.d.comb += [u.eq(1) for u in used]
 
         last = []
         in_range = []

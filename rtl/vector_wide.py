@@ -12,12 +12,14 @@ the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``)
 and for what the sequencer must guarantee.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..golden.prng import GAMMA, MIX_MULTIPLIERS, MIX_SHIFTS
 from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS, OPS,
+                          RANDOM_OPS,
                           OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD, Elementwise)
 from ..golden.numerics import NEG_ZERO
 from ..golden.special import FUNCTION_CODES, FUNCTIONS
@@ -38,8 +40,42 @@ _K_ACC = 2      # reduction: old d words (accumulate) -> accumulator slot
 _K_RED = 3      # reduction: one column of a row group -> accumulator slot
 _K_CHK = 4      # gather/scatter pre-pass: index words to check against table_rows
 _K_IDX = 5      # gather/scatter: the index of the next row
+_K_SEED = 6     # PRNG ops: the seed word (keys registered when it arrives)
 
 _HISTORY = 4    # scatter_add: row indices remembered to skip the wait for wr_idle
+
+
+def _mix_half(m, x, mult, s_in, s_out, name):
+    """``x ^= x >> s_in; x *= mult; x ^= x >> s_out`` (mod 2**32), combinational."""
+    a = Signal(32, name=f"{name}_a")
+    m.d.comb += a.eq(x ^ (x >> s_in))
+    b = Signal(32, name=f"{name}_b")
+    m.d.comb += b.eq((a * mult)[:32])
+    return b ^ (b >> s_out)
+
+
+def _mix32(m, x, name):
+    """lowbias32 (golden.prng.mix32) of a 32-bit value."""
+    xs = Signal(32, name=f"{name}_in")
+    m.d.comb += xs.eq(x)
+    (a, b), (s0, s1, s2) = MIX_MULTIPLIERS, MIX_SHIFTS
+    h = Signal(32, name=f"{name}_h")
+    m.d.comb += h.eq(_mix_half(m, xs, a, s0, s1, f"{name}_1"))
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(((h * b)[:32]) ^ (((h * b)[:32]) >> s2))
+    return out
+
+
+def _draw(m, index, k0, k1, name):
+    """golden.prng.draw: the keyed lowbias32 of ``index`` (combinational)."""
+    (a, b), (s0, s1, s2) = MIX_MULTIPLIERS, MIX_SHIFTS
+    x = Signal(32, name=f"{name}_x")
+    m.d.comb += x.eq(index + k0)
+    h = Signal(32, name=f"{name}_h")
+    m.d.comb += h.eq(_mix_half(m, x, a, s0, s1, f"{name}_1") ^ k1)
+    p = Signal(32, name=f"{name}_p")
+    m.d.comb += p.eq((h * b)[:32])
+    return p ^ (p >> s2)
 
 
 def _or(conds):
@@ -326,6 +362,13 @@ class WideVectorUnit(wiring.Component):
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
         int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"]
+        rnd = {k: op == v for k, v in RANDOM_OPS.items()}
+        is_rnd = _or(rnd.values())
+        is_racc = rnd["raccum"]
+        is_pert = rnd["perturb8"] | rnd["perturb32"]
+        rd_d = is_upd | is_racc                 # the FIRE read is slot 0 (theta / d)
+        two_reads = two_reads | is_racc
+        add_op = add_op | is_racc | rnd["runif"]
         m.d.comb += is_red.eq(is_sum | is_max)
         views = [c.v0, c.v1, c.v2]
 
@@ -343,7 +386,7 @@ class WideVectorUnit(wiring.Component):
 
         # ---- tag FIFO, result FIFO ----------------------------------------------------------
         Tag = data.StructLayout({"kind": 3, "g": GB, "first": 1, "last": 1, "bx": 1,
-                                 "mask": W, "waddr": AB, "waddr2": AB})
+                                 "mask": W, "waddr": AB, "waddr2": AB, "idx": 32})
         Res = data.StructLayout({"data": Lanes, "mask": W, "waddr": AB, "waddr2": AB})
         m.submodules.tags = tags = fifo.SyncFIFO(width=Tag.size, depth=self._max_reads)
         m.submodules.res = res = fifo.SyncFIFO(width=Res.size, depth=DEPTH)
@@ -394,6 +437,14 @@ class WideVectorUnit(wiring.Component):
         j = Signal(32)            # column
         ad = [Signal(32, name=f"ad{s}") for s in range(3)]      # current element addresses
         rb = [Signal(32, name=f"rb{s}") for s in range(3)]      # row / pass start addresses
+        # PRNG ops: the element index as a fourth walk (base imm, row stride cols, col 1)
+        iad = Signal(32)
+        irb = Signal(32)
+        irstr = Signal(32)
+        istep = Signal(32)
+        ilane = Signal(32)        # index distance between neighbouring lanes of a beat
+        key0 = Signal(32)
+        key1 = Signal(32)
         g = Signal(GB)            # RED: group slot in the pass
         prow = Signal(16)         # RED: first row of the pass
         coff = Signal(32)         # RED: j * a.col
@@ -431,7 +482,7 @@ class WideVectorUnit(wiring.Component):
                 # used views, transposition, flattening, lanes
                 is_ewop = Signal()
                 m.d.comb += is_ewop.eq(_or(ew[spec.mnemonic] for spec in ew_specs
-                                           if not spec.requires) | sp_on)
+                                           if not spec.requires) | sp_on | is_rnd)
                 used = [Const(1), ~no_src, two_src]
                 colok = [(v.col == 1) | ((v.col == 0) if s else 0) for s, v in enumerate(views)]
                 rowok = [(v.row == 1) | ((v.row == 0) if s else 0) for s, v in enumerate(views)]
@@ -476,7 +527,13 @@ class WideVectorUnit(wiring.Component):
                         m.d.sync += [rstr[s].eq(r_),
                                      bcast[s].eq((c_ == 0) if s else 0),
                                      step[s].eq(Mux((wcol | wrow) & (W > 1), c_ << LW, c_))]
-                    with m.If(two_src):
+                    ir_ = Mux(tr, 1, c.cols)
+                    ic_ = Mux(tr, c.cols, 1)
+                    m.d.sync += [iad.eq(c.imm), irb.eq(c.imm), irstr.eq(ir_), ilane.eq(ic_),
+                                 istep.eq(Mux((wcol | wrow) & (W > 1), ic_ << LW, ic_))]
+                    with m.If(is_rnd):
+                        m.next = "EW_SEED"
+                    with m.Elif(two_src):
                         m.next = "EW_OPA"
                     with m.Else():
                         m.next = "EW_FIRE"
@@ -510,7 +567,8 @@ class WideVectorUnit(wiring.Component):
                     with m.If(last_row):
                         m.next = "FINISH"
                     with m.Else():
-                        m.d.sync += [i.eq(i + 1), j.eq(0)]
+                        m.d.sync += [i.eq(i + 1), j.eq(0), irb.eq(irb + irstr),
+                                     iad.eq(irb + irstr)]
                         for s in range(3):
                             m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
                         with m.If(two_reads):
@@ -518,7 +576,7 @@ class WideVectorUnit(wiring.Component):
                         with m.Else():
                             m.next = "EW_FIRE"
                 with m.Else():
-                    m.d.sync += j.eq(j + n_lanes)
+                    m.d.sync += [j.eq(j + n_lanes), iad.eq(iad + istep)]
                     for s in range(3):
                         m.d.sync += ad[s].eq(ad[s] + step[s])
                     with m.If(two_reads):
@@ -526,20 +584,26 @@ class WideVectorUnit(wiring.Component):
                     with m.Else():
                         m.next = "EW_FIRE"
 
+            with m.State("EW_SEED"):           # PRNG ops: the seed word first
+                with m.If(beat(_K_SEED, c.v2.store, c.v2.base, 1, bx=1)):
+                    with m.If(two_reads):
+                        m.next = "EW_OPA"
+                    with m.Else():
+                        m.next = "EW_FIRE"
             with m.State("EW_OPA"):
                 with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
                     m.next = "EW_FIRE"
             with m.State("EW_FIRE"):
-                f_store = Mux(is_upd | no_src, c.v0.store,
+                f_store = Mux(rd_d | no_src, c.v0.store,
                               Mux(two_src, c.v2.store, c.v1.store))
-                f_addr = Mux(is_upd | no_src, ad[0], Mux(two_src, ad[2], ad[1]))
-                f_bx = Mux(two_src, bcast[2], Mux(is_upd | no_src, 0, bcast[1]))
+                f_addr = Mux(rd_d | no_src, ad[0], Mux(two_src, ad[2], ad[1]))
+                f_bx = Mux(two_src, bcast[2], Mux(rd_d | no_src, 0, bcast[1]))
                 f_mask = Mux(no_src, 0, Mux(f_bx, 1, mask_c))
                 with m.If(beat(_K_FIRE, f_store, f_addr, f_mask, bx=f_bx, waddr=ad[0],
                                waddr2=ad[1])):
                     ew_advance()
                 # the write mask (the read mask may be a broadcast lane or zero)
-                m.d.comb += tag_in.mask.eq(mask_c)
+                m.d.comb += [tag_in.mask.eq(mask_c), tag_in.idx.eq(iad)]
 
             # ---- reductions -------------------------------------------------------------------
             def red_next_group():
@@ -693,7 +757,12 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += port.rd_data.ready.eq(tags.r_rdy & ok)
         take = Signal()
         m.d.comb += [take.eq(port.rd_data.valid & port.rd_data.ready), tags.r_en.eq(take)]
-        kind_is = {k: take & (tg.kind == k) for k in range(6)}
+        kind_is = {k: take & (tg.kind == k) for k in range(7)}
+
+        # PRNG keys of the seed word (golden.prng.seed_keys), registered as it arrives
+        with m.If(kind_is[_K_SEED]):
+            k0 = _mix32(m, dat[0] + GAMMA, "seedmix")
+            m.d.sync += [key0.eq(k0), key1.eq(Cat(k0[16:32], k0[0:16]))]
 
         x_reg = Signal(Lanes)
         with m.If(kind_is[_K_OPA]):
@@ -729,6 +798,10 @@ class WideVectorUnit(wiring.Component):
         valid_line = delay(ew_fire, LEW, "ew_valid")
         meta_line = delay(meta, LEW, "ew_meta", meta.shape())
         x_line = delay(s0_x, LM, "ew_x", Lanes)
+        s0_r = Signal(Lanes)                    # PRNG ops: each lane's 32-bit draw
+        for w in range(W):
+                m.d.comb += s0_r[w].eq(_draw(m, tg.idx + w * ilane, key0, key1, f"draw{w}"))
+        r_line = delay(s0_r, LM, "ew_r", Lanes)
         y_line = delay(s0_y, LM, "ew_y", Lanes)
         s6_m = Signal(Lanes)
         m_line = delay(s6_m, LA, "ew_m", Lanes)
@@ -764,6 +837,16 @@ class WideVectorUnit(wiring.Component):
                 mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
             ]
             x6, y6, p6 = x_line[LM][w], y_line[LM][w], mul.o.payload
+            r6 = r_line[LM][w]
+            u_neg = r6[31]                       # Rademacher: -1 when bit 31 is set
+            sig = Signal(signed(10), name=f"sigma{w}")
+            m.d.comb += sig.eq(Mux(u_neg, -c.flags.as_unsigned(), c.flags))
+            i_pert = intops.iadd(m, x6, sig, Mux(rnd["perturb8"], 8, 32), name=f"pert{w}")
+            r24 = Signal(32, name=f"r24_{w}")
+            m.d.comb += r24.eq(r6[8:32])
+            ubits = intops.i2f(m, r24, name=f"unif{w}")
+            unif = Signal(32, name=f"unif_f{w}")
+            m.d.comb += unif.eq(Mux(ubits == 0, 0, ubits - (24 << 23)))
             emax = FP32Compare(latency=0)              # elementwise max: at the mul stage's end
             m.submodules[f"emax{w}"] = emax
             m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
@@ -775,7 +858,8 @@ class WideVectorUnit(wiring.Component):
             i_rq = intops.requant(m, x6, y6, c.imm, name=f"requant{w}")
             int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add, i_rq)))
             m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max,
-                                                          Mux(int_op, int6, x6))))
+                                                          Mux(int_op, int6,
+                                                              Mux(is_pert, i_pert, x6)))))
             with m.If(is_red):
                 m.d.comb += [add.i.valid.eq(red_fire & is_sum),
                              add.i.payload.a.eq(Mux(fresh, NEG_ZERO, acc_g[w])),
@@ -783,10 +867,12 @@ class WideVectorUnit(wiring.Component):
             with m.Else():
                 m.d.comb += [
                     add.i.valid.eq(valid_line[LM]),
-                    add.i.payload.a.eq(Mux(is_upd, y6, x6)),
+                    add.i.payload.a.eq(Mux(rd_d, y6, x6)),
                     add.i.payload.b.eq(Mux(is_upd, p6 ^ _SIGN,
-                                           Mux(ew["sub"], y6 ^ _SIGN,
-                                               Mux(ew["addi"], c.imm, y6)))),
+                                           Mux(is_racc, x6 ^ (u_neg << 31),
+                                               Mux(rnd["runif"], unif,
+                                                   Mux(ew["sub"], y6 ^ _SIGN,
+                                                       Mux(ew["addi"], c.imm, y6)))))),
                 ]
             m.d.comb += [cmp.i.valid.eq(red_fire & is_max),
                          cmp.i.payload.a.eq(acc_g[w]), cmp.i.payload.b.eq(dat[w])]

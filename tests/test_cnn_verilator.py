@@ -46,3 +46,45 @@ def test_cnn_forward_bit_exact_on_the_chip(top, tmp_path, name):
     res = run_top(top, sess, test_dir=tmp_path, timeout=600)
     assert [r["error_code"] for r in res] == [0, 0]
     assert all(r["executed"] > 0 for r in res)
+
+
+def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
+    """A ZO query's PRNG work on the top: perturb a weight copy (int8 and int32), accumulate
+    g += c * u with a broadcast coefficient, add uniform draws; seeds from store words; every
+    store word equal to the golden interpreter."""
+    from ttrain.golden.contract import View
+    from ttrain.golden.isa import End, Program, Random
+    cc = cnn_programs()["cnn_digits"]
+    sizes = top.config["store_sizes"]
+    rng = np.random.default_rng(5)
+    w = cc.memory_map["conv0.w"]                        # 3 x 3 x 1 x 16
+    b = cc.memory_map["conv0.b"]
+    spare = sizes["scratch"] - 3000                     # a weight copy and a gradient
+    prog = [
+        Random("perturb8", w.size // 16, 16, View("scratch", spare, 16, 1),
+               View("param", w.base, 16, 1), View("act", sizes["act"] - 1, 1, 1), 0, 1),
+        Random("perturb32", 1, b.size, View("scratch", spare + w.size, b.size, 1),
+               View("param", b.base, b.size, 1), View("act", sizes["act"] - 1, 1, 1),
+               w.size, 64),
+        Random("raccum", 8, 40, View("scratch", spare + 2000, 40, 1),
+               View("act", sizes["act"] - 2, 0, 0), View("act", sizes["act"] - 3, 1, 1), 77),
+        Random("runif", 40, 8, View("scratch", spare + 2400, 1, 40),
+               View("scratch", spare + 2000, 1, 40), View("act", sizes["act"] - 3, 1, 1), 5),
+        End(),
+    ]
+    q = cnn_models()["digits"]
+    x = rng.integers(-128, 128, (CNN_BATCH, *q.cfg.input_shape))
+    image = pad_image(cc.initial_image(x, rng.integers(0, 10, CNN_BATCH)), sizes)
+    image["act"][-3:] = [0xDEADBEEF, np.float32(-0.375).view(np.uint32), 12345]
+    image["scratch"][spare + 2000:spare + 2320] = np.float32(rng.normal(size=320)).view(np.uint32)
+    program = Program(prog, sizes)
+    want, st = interpreter.run(program, image)
+    assert st.error == 0, st.message
+    assert not np.array_equal(want["scratch"][spare:spare + w.size], image["param"][w.base:w.base
+                                                                                   + w.size])
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(program.words())
+    sess.run("prng", expect=want)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert [r["error_code"] for r in res] == [0]

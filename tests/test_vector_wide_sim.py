@@ -648,3 +648,43 @@ def test_special_throughput_and_missing_unit():
     cycles, error, elements, after = res[0]
     assert error == ERR_OPCODE and elements == 0
     assert all(np.array_equal(after[k], image[k]) for k in image)
+
+
+def random_prng(rng):
+    """A random PRNG instruction (golden.isa.Random) with its layouts, a seed word in scratch
+    and a d that does not overlap a or the seed."""
+    from ttrain.golden.isa import RANDOM_OPS, Random
+    op = str(rng.choice(sorted(RANDOM_OPS)))
+    rows, cols = int(rng.integers(1, 7)), int(rng.integers(1, 20))
+    styles = ["rows", "cols", "strided", "dense"]
+    common = str(rng.choice(styles))
+    d = _matrix_view(rng, rows, cols, common, store="act")
+    if op == "raccum" and rng.random() < 0.5:
+        a = View("param", int(rng.integers(0, 200)), 0, 0)          # broadcast coefficient
+    else:
+        a = _matrix_view(rng, rows, cols, common, store="param", source=True)
+    seed = View("scratch", int(rng.integers(0, 500)), 1, 1)
+    if d is None or a is None:
+        return None
+    sigma = int(rng.integers(1, 256)) if op.startswith("perturb") else 0
+    return Random(op, rows, cols, d, a, seed, int(rng.integers(0, 1 << 32)), sigma)
+
+
+def test_prng_instructions_match_golden():
+    """perturb8/perturb32/raccum/runif on the wide unit (seed pre-read, per-lane indices over
+    wide, transposed, flattened and single beats) equal golden.isa.Random, random stalls."""
+    rng = np.random.default_rng(23)
+    instrs, images = [], []
+    while len(instrs) < 24:
+        ins = random_prng(rng)
+        if ins is None:
+            continue
+        image = random_image(rng)
+        if ins.op.startswith("perturb"):               # small integers as in a weight copy
+            image["param"] = (rng.integers(-200, 200, SIZES["param"]) & 0xFFFFFFFF).astype(
+                np.uint32)
+        instrs.append(ins)
+        images.append(image)
+    assert {i.op for i in instrs} == {"perturb8", "perturb32", "raccum", "runif"}
+    check_against_golden(instrs, images, simulate(4, instrs, seed=23, timing=STALLY,
+                                                  images=images))
