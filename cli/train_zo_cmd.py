@@ -14,7 +14,7 @@ def add_arguments(p):
                         "adaptation of the int8 model to digits-C, beside float and int8 "
                         "back-propagation fine-tuning of the same model on the same data")
     g.add_argument("--corruption", metavar="NAME",
-                   help="--rule zo: one digits-C corruption (default: all 16, about 1 min each)")
+                   help="--rule zo: one digits-C corruption (default: all 16, about 1.5 min each)")
     g.add_argument("--runs", metavar="A,B",
                    help="--rule zo: comma-separated subset of bp-float, bp-int8, zo-wp, zo-np, "
                         "zo-mixed, zo-sparse (default all)")
