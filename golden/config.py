@@ -384,4 +384,11 @@ def get_config(name):
     try:
         return PRESETS[name]
     except KeyError:
+        from .qnn import CNN_PRESETS
+        if name in CNN_PRESETS:
+            raise ValueError(f"{name!r} is an int8 CNN preset (golden/qnn.py), not a "
+                             f"transformer; the CNNs train with `ttrain train --config "
+                             f"digits-cnn --data digits` (or `--rule zo --data digits-c`), and "
+                             f"this command takes a transformer preset: "
+                             f"{', '.join(PRESETS)}") from None
         raise ValueError(f"unknown config {name!r}; choose one of: {', '.join(PRESETS)}") from None

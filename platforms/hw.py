@@ -297,6 +297,9 @@ def preset_hw_config(config, **overrides):
     from ..golden.config import get_config, preset_names
     from ..golden.model_compiler import chip_model_config, compile_model
     if config not in preset_names():
+        from ..golden.qnn import CNN_PRESETS
+        if config in CNN_PRESETS:
+            get_config(config)               # an int8 CNN preset: its own hint
         raise ValueError(f"unknown preset {config!r}; choose one of {', '.join(preset_names())}")
     cfg, _ = chip_model_config(get_config(config))
     return hw_config({config: compile_model(cfg)}, config=config, **overrides)

@@ -55,3 +55,9 @@ def test_pretrain_checkpoint_then_zo_table(tmp_path, capsys):
 def test_mcunet_preset_is_refused_for_training(capsys):
     error_line(capsys, ["train", "--config", "mcunet-s", "--data", "digits"],
                "cannot train on the digits")
+
+
+def test_transformer_commands_name_the_cnn_presets(capsys):
+    error_line(capsys, ["plan", "--config", "mcunet-s"], "is an int8 CNN preset",
+               "this command takes a transformer preset")
+    error_line(capsys, ["hw", "--config", "digits-cnn"], "is an int8 CNN preset")
