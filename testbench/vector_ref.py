@@ -42,16 +42,18 @@ Memory interface: one read request per cycle (``rd_en``, ``rd_store``, ``rd_addr
 cycle.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
+from ..golden.prng import GAMMA
+from ..golden.isa import (RANDOM_OPS, ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
                           REDUCE_OPS, SPECIAL_OPS)
 from ..golden.numerics import NEG_ZERO
 from ..rtl.command import VectorCommand, VectorView
 from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
 from ..rtl import intops
+from ..rtl.vector_wide import _draw, _mix32
 
 __all__ = ["VectorUnit"]
 
@@ -144,7 +146,13 @@ class VectorUnit(wiring.Component):
         is_idx = is_gather | is_scatter
         two_src = ew["add"] | ew["sub"] | ew["mul"] | ew["max"] | ew["iadd"] | ew["requant"]
         int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"]
-        use_add = ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter
+        rnd = {k: op == v for k, v in RANDOM_OPS.items()}
+        is_racc = rnd["raccum"]
+        is_pert = rnd["perturb8"] | rnd["perturb32"]
+        two_src = two_src | is_racc            # raccum: a, then d's old word
+        int_op = int_op | is_pert
+        use_add = (ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter | is_racc
+                   | rnd["runif"])
         use_mul = ew["mul"] | ew["scale"]
         use_cmp = is_max | ew["max"]                 # rmax, and elementwise max
         is_upd = op == OP_UPDATE
@@ -174,8 +182,23 @@ class VectorUnit(wiring.Component):
         x_addr = Mux(is_idx, tab, ad[1])
         # second operand: slot 2 for two-source ops, slot 1 (a) for scatter_add
         # (UPDATE: x = g from slot 1, y = theta from slot 0)
-        y_store = Mux(is_scatter, c.v1.store, Mux(is_upd, c.v0.store, c.v2.store))
-        y_addr = Mux(is_scatter, ad[1], Mux(is_upd, ad[0], ad[2]))
+        y_store = Mux(is_scatter, c.v1.store, Mux(is_upd | is_racc, c.v0.store, c.v2.store))
+        y_addr = Mux(is_scatter, ad[1], Mux(is_upd | is_racc, ad[0], ad[2]))
+        # PRNG ops: keys from the seed word (read first), the element's dense index
+        key0 = Signal(32)
+        key1 = Signal(32)
+        r_idx = Signal(32)
+        m.d.comb += r_idx.eq(c.imm + i * c.cols + j)
+        r_draw = _draw(m, r_idx, key0, key1, "rdraw")
+        r_neg = r_draw[31]
+        r_sig = Signal(signed(10))
+        m.d.comb += r_sig.eq(Mux(r_neg, -c.flags.as_unsigned(), c.flags))
+        i_pert = intops.iadd(m, x, r_sig, Mux(rnd["perturb8"], 8, 32), name="pert")
+        r24 = Signal(32)
+        m.d.comb += r24.eq(r_draw[8:32])
+        r_ubits = intops.i2f(m, r24, name="unif")
+        r_unif = Signal(32)
+        m.d.comb += r_unif.eq(Mux(r_ubits == 0, 0, r_ubits - (24 << 23)))
 
         last_col = j == c.cols - 1
         last_row = i == c.rows - 1
@@ -199,6 +222,10 @@ class VectorUnit(wiring.Component):
             m.d.comb += [unit_a.eq(y), unit_b.eq(res ^ NEG_ZERO)]
         with m.Elif(ew["sub"]):
             m.d.comb += [unit_a.eq(x), unit_b.eq(y ^ NEG_ZERO)]
+        with m.Elif(is_racc):
+            m.d.comb += [unit_a.eq(y), unit_b.eq(x ^ (r_neg << 31))]
+        with m.Elif(rnd["runif"]):
+            m.d.comb += [unit_a.eq(x), unit_b.eq(r_unif)]
         with m.Elif(ew["scale"] | ew["addi"]):
             m.d.comb += [unit_a.eq(x), unit_b.eq(c.imm)]
         with m.Else():
@@ -231,8 +258,22 @@ class VectorUnit(wiring.Component):
                     with m.Elif((p.op == GATHER_OPS["gather"])
                                 | (p.op == GATHER_OPS["scatter_add"])):
                         m.next = "CHK_RD"
+                    with m.Elif(_any(p.op == code for code in RANDOM_OPS.values())):
+                        m.next = "SEED_RD"
                     with m.Else():
                         m.next = "ROW"
+
+            # ---- PRNG ops: the seed word, then the keys ----------------------------------------
+            with m.State("SEED_RD"):
+                m.d.comb += [self.rd_en.eq(1), self.rd_store.eq(c.v2.store),
+                             self.rd_addr.eq(c.v2.base)]
+                with m.If(rd_ok):
+                    m.next = "SEED_KEY"
+            with m.State("SEED_KEY"):
+                with m.If(rvalid):
+                    k0 = _mix32(m, self.rd_data + GAMMA, "seedmix")
+                    m.d.sync += [key0.eq(k0), key1.eq(Cat(k0[16:32], k0[0:16]))]
+                    m.next = "ROW"
 
             # ---- index pre-pass: every idx < table_rows, before any write -----------------
             with m.State("CHK_RD"):
@@ -317,8 +358,9 @@ class VectorUnit(wiring.Component):
                     with m.Else():
                         m.next = "EXEC"
             with m.State("INT"):                   # integer ops (rtl.intops), combinational
-                m.d.sync += res.eq(Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i,
-                                                           Mux(ew["iadd"], i_add, i_rq))))
+                m.d.sync += res.eq(Mux(is_pert, i_pert,
+                                       Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i,
+                                                                Mux(ew["iadd"], i_add, i_rq)))))
                 m.next = "WRITE"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),

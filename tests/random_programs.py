@@ -40,8 +40,8 @@ from ttrain.golden.interpreter import check_program, dynamic_stream
 from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE,
                                ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE,
                                ERR_STORE, MNEMONICS, SPECIAL_OPS, Barrier, Contract,
-                               Elementwise, End, EndLoop, Gather, Loop, Reduce, Update, encode,
-                               encode_program)
+                               Elementwise, End, EndLoop, Gather, Loop, RANDOM_OPS, Random,
+                               Reduce, Update, encode, encode_program)
 
 try:                            # the table-driven ISA (issue 11 item 5) says how many sources
     from ttrain.golden.isa import SPEC as _SPEC
@@ -92,7 +92,7 @@ def unit_of(instr):
     """The unit an instruction runs on (``engine``, ``vector``, ``update``) or ``None``."""
     if isinstance(instr, Contract):
         return "engine"
-    if isinstance(instr, (Elementwise, Reduce, Gather)):
+    if isinstance(instr, (Elementwise, Reduce, Gather, Random)):
         return "vector"
     if isinstance(instr, Update):
         return "update"
@@ -336,6 +336,11 @@ def _operands(instr):
         n = instr.count
         return [(0, instr.theta.store, instr.theta.base + np.arange(n), True),
                 (1, instr.grad.store, instr.grad.base + np.arange(n), True)]
+    if isinstance(instr, Random):
+        r, c = instr.rows, instr.cols
+        return [(0, instr.d.store, view_addresses(instr.d, 1, r, c).ravel(), True),
+                (1, instr.a.store, view_addresses(instr.a, 1, r, c).ravel(), False),
+                (2, instr.seed.store, np.array([instr.seed.base]), False)]
     return out
 
 
@@ -433,7 +438,7 @@ class ProgramGen:
     """
 
     KINDS = {"contract": 0.30, "elementwise": 0.30, "special": 0.07, "reduce": 0.08,
-             "gather": 0.05, "update": 0.14, "barrier": 0.03, "loop": 0.03}
+             "gather": 0.05, "update": 0.14, "random": 0.05, "barrier": 0.03, "loop": 0.03}
 
     def __init__(self, seed, sizes, window, *, special=True, max_elems=48, hazard=0.7,
                  numeric=0.35, index_words=32, max_mn=6, max_k=6, plain_ops=None):
@@ -566,6 +571,26 @@ class ProgramGen:
             imm = int(rich_words(rng, 1, special=0.5)[0])
         srcs += [None] * (2 - len(srcs))
         return Elementwise(op, rows, cols, d, srcs[0], srcs[1], imm)
+
+    def _random(self, h):
+        """A PRNG op (golden.isa.Random): d (in place on a sometimes), a (a broadcast
+        coefficient sometimes for raccum), a one-word seed, a random index base and sigma."""
+        rng = self.rng
+        op = str(rng.choice(sorted(RANDOM_OPS)))
+        rows, cols = int(rng.integers(1, 5)), int(rng.integers(1, 13))
+        bcast = op == "raccum" and rng.random() < 0.5
+        if bcast:                                   # one coefficient word for every element
+            one = self._place(h, "vector", False, 1, 1)
+            a = None if one is None else View(one.store, one.base, 0, 0)
+        else:
+            a = self._place(h, "vector", False, rows, cols)
+        d = a if (a is not None and not bcast and rng.random() < 0.3) else \
+            self._place(h, "vector", True, rows, cols)
+        seed = self._place(h, "vector", False, 1, 1)
+        if None in (a, d, seed):
+            return None
+        sigma = int(rng.integers(1, 256)) if op.startswith("perturb") else 0
+        return Random(op, rows, cols, d, a, seed, int(rng.integers(0, 1 << 32)), sigma)
 
     def _reduce(self, h):
         rng = self.rng
@@ -711,6 +736,8 @@ class ProgramGen:
                 ins = self._elementwise(history, special=kind == "special")
             elif kind == "reduce":
                 ins = self._reduce(history)
+            elif kind == "random":
+                ins = self._random(history)
             elif kind == "gather":
                 ins = self._gather(history, image)
             else:
