@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .numerics import as_f32, fp32_max, fp32_mul, fp32_sub, fp32_sum
-from .quant import f2i, i2f, int_contract, quantize_multiplier, requant, acc_bound
+from .quant import acc_bound, f2i, i2f, quantize_multiplier, requant
 from .special import fp32_special
 
 __all__ = ["Conv", "InvertedResidual", "GlobalPool", "Linear", "CNNConfig", "Node",

@@ -7,7 +7,7 @@ step would (the program and constants stay, the words change)."""
 import numpy as np
 import pytest
 
-from ttrain.golden import interpreter, qnn
+from ttrain.golden import interpreter
 from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 
 from shared_top import CNN_BATCH, cnn_models, cnn_programs, shared_top
