@@ -732,19 +732,7 @@ def _fuse_updates(instrs, regions, names):
     param and grad words are both contiguous share one UPDATE.
     """
     # static position of each instruction (loop bodies at their LOOP / ENDLOOP)
-    first_at, last_at, loop = [], [], None
-    for i, ins in enumerate(instrs):
-        if isinstance(ins, Loop):
-            loop = i
-            end = next(j for j in range(i + 1, len(instrs)) if isinstance(instrs[j], EndLoop))
-        if loop is not None:
-            first_at.append(loop)
-            last_at.append(end)
-        else:
-            first_at.append(i)
-            last_at.append(i)
-        if isinstance(ins, EndLoop):
-            loop = None
+    first_at, last_at = _static_positions(instrs)
     # a gradient outside the grad store (compile_model(ttm_grads_in_act=True)) is in the
     # act store: it gets its UPDATE here, its words from the act store's allocation
     spans = {"param": [], "grad": []}
