@@ -13,24 +13,14 @@ Environment: ``PRNG_EXPECT`` (beats expected), ``PRNG_TIMEOUT_CYCLES``, optional
 import os
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
-CLOCK_NS = 10
+from ttrain.testbench.stream_run import reset_start_until_done
 
 
 @cocotb.test()
 async def stream(dut):
     """Play every command, take every beat under back-pressure; check the counters."""
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    dut.rst.value = 1
-    dut.start.value = 0
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
-    dut.start.value = 1
-    await with_timeout(RisingEdge(dut.done), int(os.environ["PRNG_TIMEOUT_CYCLES"]) * CLOCK_NS,
-                       "ns")
+    await reset_start_until_done(dut, os.environ["PRNG_TIMEOUT_CYCLES"])
     expect = int(os.environ["PRNG_EXPECT"])
     seen = int(dut.results_seen.value)
     errors = int(dut.protocol_errors.value)

@@ -13,9 +13,9 @@ import os
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, Timer, with_timeout
+from cocotb.triggers import Timer
 
-CLOCK_NS = 10
+from ttrain.testbench.stream_run import CLOCK_NS, reset_start_until_done
 
 
 @cocotb.test()
@@ -23,14 +23,7 @@ async def stream_pairs(dut):
     """Stream every operand pair through the unit and check the handshake counters."""
     pairs = int(os.environ["FP32_PAIRS"])
     timeout_cycles = int(os.environ["FP32_TIMEOUT_CYCLES"])
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    dut.rst.value = 1
-    dut.start.value = 0
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
-    dut.start.value = 1
-    await with_timeout(RisingEdge(dut.done), timeout_cycles * CLOCK_NS, "ns")
+    await reset_start_until_done(dut, timeout_cycles)
     valid_errors = int(dut.valid_errors.value)
     seen = int(dut.results_seen.value)
     cycles = int(dut.cycles.value)

@@ -13,22 +13,12 @@ optionally ``UPDATE_MAX_CYCLES`` (stream: the most cycles the run may take).
 import os
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 
-CLOCK_NS = 10
+from ttrain.testbench.stream_run import reset_start_until_done
 
 
 async def _run(dut):
-    timeout_cycles = int(os.environ["UPDATE_TIMEOUT_CYCLES"])
-    Clock(dut.clk, CLOCK_NS, unit="ns").start()
-    dut.rst.value = 1
-    dut.start.value = 0
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
-    dut.start.value = 1
-    await with_timeout(RisingEdge(dut.done), timeout_cycles * CLOCK_NS, "ns")
+    await reset_start_until_done(dut, os.environ["UPDATE_TIMEOUT_CYCLES"])
 
 
 @cocotb.test()
