@@ -28,7 +28,18 @@ def register(sub):
     p.add_argument("--schedule", choices=("constant", "linear"),
                    help="learning-rate schedule (default: the config's)")
     p.add_argument("--clip", type=float, metavar="X",
-                   help="clip the gradient's global L2 norm to X (default: the config's, if any)")
+                   help="clip the gradient's L2 norm to X (default: the config's, if any); not "
+                        "chip-runnable (see --clip-mode)")
+    p.add_argument("--clip-mode", choices=("global", "tensor", "lagged"),
+                   help="how --clip applies: global = the norm over all gradients of the step; "
+                        "tensor = each parameter array's own norm; lagged = the previous step's "
+                        "global norm, folded into this step's rate (default: the config's, else "
+                        "global). None is chip-runnable today; the run's summary says so")
+    p.add_argument("--warmup", type=float, metavar="F",
+                   help="linear schedule: warm-up fraction of all steps (default: the config's)")
+    p.add_argument("--word-dropout", type=float, metavar="P",
+                   help="probability that a training word is sent as [UNK] (chip-runnable: the "
+                        "host edits the sample; default: the config's)")
     p.add_argument("--slot-head", action="store_true",
                    help="also train the per-token slot head and report slot F1")
     p.add_argument("--out", metavar="DIR",
@@ -78,6 +89,12 @@ def _check_args(args):
     check_seed("--seed", args.seed)
     check_int("--train-sentences", args.train_sentences, 1)
     check_int("--max-steps", args.max_steps, 1)
+    for flag, value in (("--warmup", args.warmup), ("--word-dropout", args.word_dropout)):
+        if value is not None and not 0 <= value < 1:
+            raise ValueError(f"{flag} must be a fraction in [0, 1), got {value:g}")
+    if args.clip_mode is not None and args.engine != "golden":
+        raise ValueError(f"--clip-mode is not available with --engine {args.engine} (the "
+                         f"compiled step has no clipping)")
     check_output_dir("--out", args.out)
     if args.data is not None:
         if args.train_sentences is not None:
@@ -136,6 +153,10 @@ def run(args):
     from .train_zo_cmd import is_cnn
 
     if is_cnn(args.config):
+        for flag in ("clip_mode", "warmup", "word_dropout"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')} applies to the transformer "
+                                 f"presets only")
         from .train_zo_cmd import run as run_cnn
         return run_cnn(args)
     cfg = get_config(args.config)
@@ -175,13 +196,19 @@ def run(args):
         result = train(cfg, dataset, epochs=args.epochs, lr=args.lr, seed=args.seed,
                        batch_size=args.batch_size, slot_head=slot_head, out_dir=args.out,
                        progress=not args.no_progress, schedule=args.schedule, clip=args.clip,
+                       clip_mode=args.clip_mode, warmup=args.warmup,
+                       word_dropout=args.word_dropout,
                        log=print, init=None if ck is None else ck["params"], stepper=stepper,
                        max_steps=args.max_steps)
     t = result["cfg"]
+    clip = result['clip'] if result['clip'] is None else \
+        f"{result['clip']} ({result['clip_mode']})"
+    warm = f", warm-up {result['warmup']:g}" if result["schedule"] == "linear" else ""
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
-          f"({result['schedule']}), clip {result['clip']}, word dropout "
+          f"({result['schedule']}{warm}), clip {clip}, word dropout "
           f"{result['word_dropout']:g}, {result['epochs']} epochs, seed {result['seed']}, "
           f"{result['seconds']:.1f} s")
+    print(_chip_line(result["not_chip_runnable"]))
     if args.engine == "rtl":
         cyc = sum(result["cycles"]) / max(1, len(result["cycles"]))
         print(f"{result['steps']} steps on the simulated chip, every step's loss and logits and "
@@ -203,6 +230,14 @@ def run(args):
     if args.compare:
         _compare(args, cfg, dataset)
     return 0
+
+
+def _chip_line(blocked):
+    """The summary line on chip-runnability (``result["not_chip_runnable"]``)."""
+    if not blocked:
+        return ("chip-runnable: yes (every setting of this run is part of the compiled training "
+                "step or host-side sample data)")
+    return "not chip-runnable: " + "; ".join(f"{opt} ({why})" for opt, why in blocked)
 
 
 def _compare(args, cfg, dataset):

@@ -21,10 +21,14 @@ The model's own training aids (``cfg.dropout``, ``cfg.label_smoothing``,
 dropout masks come from their own generator ``default_rng([seed, 3])`` and the logit-adjustment
 offsets from the train split's intent counts.
 
-Optional, all outside the update rule: global-norm gradient clipping (``clip``), word dropout
-to ``[UNK]`` on training batches (``word_dropout``), class-rebalanced epochs (``balance``) and
-tail averaging of the iterates (``average``). Defaults for ``epochs``, ``lr``, ``batch_size``
-and these come from the config (``cfg.epochs``, ``cfg.lr``, ``cfg.batch``, ``cfg.extra``).
+Optional, all outside the update rule: gradient clipping (``clip``, by the global norm, per
+tensor or by the previous step's global norm: ``clip_mode``), word dropout to ``[UNK]`` on
+training batches (``word_dropout``), class-rebalanced epochs (``balance``) and tail averaging of
+the iterates (``average``). Defaults for ``epochs``, ``lr``, ``batch_size`` and these come from
+the config (``cfg.epochs``, ``cfg.lr``, ``cfg.batch``, ``cfg.extra``).
+
+Every run reports which of its settings the compiled training step (the chip) cannot run
+(:func:`not_chip_runnable`): ``result["not_chip_runnable"]`` and ``result["chip_runnable"]``.
 """
 
 import dataclasses
@@ -45,9 +49,17 @@ from .data import UNK, Dataset
 __all__ = ["train", "evaluate", "lr_at", "epoch_order", "conll_spans", "slot_f1", "save_checkpoint",
            "load_checkpoint", "config_to_dict", "config_from_dict", "plot_history",
            "unk_probabilities", "SCHEDULES", "check_config_fits", "check_out_dir",
-           "write_atomically", "initial_params"]
+           "write_atomically", "initial_params", "CLIP_MODES", "clip_per_tensor",
+           "not_chip_runnable"]
 
 SCHEDULES = ("constant", "linear")
+#: ``clip_mode`` values: ``"global"`` scales all gradients of a step by ``min(1, clip / |g|)``
+#: with ``|g|`` the L2 norm over every gradient of the step; ``"tensor"`` scales each parameter
+#: array's gradient by ``min(1, clip / |g_k|)`` with its own norm; ``"lagged"`` scales step
+#: ``t``'s gradients by ``min(1, clip / |g_{t-1}|)``, the global norm of the *previous* step's
+#: (unclipped) gradients (step 0 unscaled) -- a scalar known before the step, folded into its
+#: learning rate.
+CLIP_MODES = ("global", "tensor", "lagged")
 CHECKPOINT_FORMAT = 1
 # Fields that describe hyperparameters, not the shapes of the parameters.
 _NON_SHAPE_FIELDS = ("lr", "epochs", "description", "extra", "batch", "dropout",
@@ -422,6 +434,119 @@ def epoch_order(labels, balance, rng):
     return rng.choice(len(labels), size=len(labels), replace=True, p=p)
 
 
+def clip_per_tensor(grads, max_norm):
+    """Scale each gradient array of ``grads`` in place so its own L2 norm is at most ``max_norm``.
+
+    Per tensor: ``g_k *= min(1, max_norm / |g_k|)`` for every parameter array ``k`` (each TT
+    core, bias, LayerNorm vector and head matrix on its own), so a tensor's scale depends only on
+    its own gradient -- what a fused update could apply right before that tensor's ``UPDATE``.
+    Returns ``{name: norm before clipping}``.
+    """
+    max_norm = float(max_norm)
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be positive, got {max_norm!r}")
+    norms = {}
+    for name, g in grads.items():
+        norm = math.sqrt(float(np.vdot(g, g)))
+        norms[name] = norm
+        if norm > max_norm:
+            g *= g.dtype.type(max_norm / norm)
+    return norms
+
+
+def _global_norm(grads):
+    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+
+
+def _make_clip_stepper(mode, clip):
+    """A :class:`~ttrain.golden.stepper.FastStepper` that clips per tensor or by the lagged norm."""
+    from .stepper import FastStepper, _model_batch as batch_of
+
+    class ClipStepper(FastStepper):
+        def start(self, ctx):
+            super().start(ctx)
+            self.clip = None                 # the base class's global clip stays off
+            self.prev_norm = None            # global gradient norm of the previous step
+
+        def steps(self, batches, rates):
+            model, cfg, out = self._model, self.cfg, []
+            for batch, rate in zip(batches, rates):
+                loss, grads, res = model.forward_backward(cfg, self._params,
+                                                          batch_of(batch, cfg.slot_head),
+                                                          rng=self.hidden_rng,
+                                                          intent_offset=self.intent_offset)
+                out.append((loss, res["intent_logits"]))
+                if not np.isfinite(loss):
+                    break
+                if mode == "tensor":
+                    clip_per_tensor(grads, clip)
+                else:                        # "lagged": the scale is known before the step
+                    scale = 1.0 if self.prev_norm is None or self.prev_norm <= clip \
+                        else clip / self.prev_norm
+                    self.prev_norm = _global_norm(grads)
+                    rate = rate * scale
+                model.sgd_update(self._params, grads, rate)
+            return out
+
+    return ClipStepper()
+
+
+# Why a setting is not part of the compiled training step (golden/model_compiler.py), today.
+_CLIP_WHY = {
+    "global": "the compiled step fuses each tensor's SGD UPDATE into the backward pass, so no "
+              "norm over all gradients exists before the first update (needs the unfused step "
+              "with every gradient kept, plus a norm and a scale pass: not compiled)",
+    "tensor": "needs each tensor's gradient sum of squares, a sqrt and a scale before its fused "
+              "UPDATE: not compiled",
+    "lagged": "needs the step's gradient sum of squares as an output word (the host would fold "
+              "min(1, clip/norm) into the next step's rate, which is sample data): not compiled",
+}
+
+
+def not_chip_runnable(cfg, *, batch_size=None, clip=None, clip_mode="global", average=0.0,
+                      balance=0.0, unk_alpha=0.0):
+    """Return ``[(option, why), ...]``: the settings of a run the chip cannot run today.
+
+    The chip runs the step of :func:`ttrain.golden.model_compiler.compile_model` at
+    ``cfg.batch``: plain SGD with the learning rate as per-step sample data, so a schedule
+    (warm-up, decay), the initialization (``init_scale``), word dropout (the host sends the
+    sample with ``[UNK]`` in place of dropped words), epochs and the seed are chip-runnable.
+    Listed here: gradient clipping (any ``clip_mode``), hidden dropout, label smoothing, logit
+    adjustment, mean pooling and the slot head (not compiled), a batch other than
+    ``cfg.batch``, tail averaging, and class rebalancing / frequency word dropout (host-side,
+    but dropped by ``chip_model_config`` today). An empty list = the whole run is chip-runnable.
+    """
+    out = []
+    if clip is not None:
+        out.append((f"clip {clip:g} ({clip_mode})", _CLIP_WHY[clip_mode]))
+    if cfg.dropout:
+        out.append((f"dropout {cfg.dropout:g}", "hidden-dropout masks are neither sample data "
+                    "nor generated on chip (chip_model_config sets dropout 0)"))
+    if cfg.label_smoothing:
+        out.append((f"label_smoothing {cfg.label_smoothing:g}", "not compiled "
+                    "(model_compiler.model_unsupported)"))
+    if cfg.logit_adjustment:
+        out.append((f"logit_adjustment {cfg.logit_adjustment:g}", "not compiled "
+                    "(model_compiler.model_unsupported)"))
+    if cfg.pooling != "cls":
+        out.append((f"pooling {cfg.pooling}", "only [CLS] pooling is compiled"))
+    if cfg.slot_head:
+        out.append(("slot_head", "the slot head is not compiled"))
+    if batch_size is not None and batch_size != cfg.batch:
+        out.append((f"batch_size {batch_size}", f"the compiled step of this config trains "
+                    f"batch {cfg.batch}"))
+    if average:
+        out.append((f"average {average:g}", "tail averaging reads the parameters after every "
+                    "step on the host; chip_model_config drops it"))
+    if balance:
+        out.append((f"balance {balance:g}", "host-side data order, but chip_model_config drops "
+                    "it, so the compiled engines do not use it"))
+    if unk_alpha:
+        out.append((f"unk_alpha {unk_alpha:g}", "host-side word replacement, but "
+                    "chip_model_config drops it, so the compiled engines do not use it"))
+    return out
+
+
 def _check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -434,7 +559,7 @@ def _fmt(value):
 def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_head=None,
           out_dir=None, progress=True, schedule=None, warmup=None, clip=None, word_dropout=None,
           average=None, balance=None, log=None, blas_threads=1, unk_alpha=None, init=None,
-          stepper=None, max_steps=None):
+          stepper=None, max_steps=None, clip_mode=None):
     """Train a model of ``cfg`` on ``dataset`` with plain SGD and return the result.
 
     This is the one training loop: ``stepper`` (:mod:`ttrain.golden.stepper`) says what runs
@@ -469,6 +594,13 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
     clip : float, optional
         Scale the gradient down to this global L2 norm when it is larger (default
         ``cfg.extra.get("clip")``, None = never). Still plain SGD: one scalar per step.
+        Not chip-runnable (the compiled step fuses each tensor's update into the backward pass).
+    clip_mode : {"global", "tensor", "lagged"}, optional
+        How ``clip`` applies (default ``cfg.extra.get("clip_mode", "global")``; see
+        :data:`CLIP_MODES`): ``"tensor"`` clips each parameter array's gradient to norm ``clip``
+        on its own (:func:`clip_per_tensor`), ``"lagged"`` scales the step's rate by
+        ``min(1, clip / |g_{t-1}|)`` with the previous step's global gradient norm. Both only on
+        the default (golden) stepper; none is chip-runnable today (:func:`not_chip_runnable`).
     word_dropout : float, optional
         Probability that a training word (not ``[CLS]`` or padding) is replaced by ``[UNK]`` in
         a step (default ``cfg.extra.get("word_dropout", 0)``): teaches the model to use the
@@ -515,12 +647,14 @@ def train(cfg, dataset, *, epochs=None, lr=None, seed=0, batch_size=None, slot_h
         per epoch: lr, train loss and running accuracy, dev/test loss and accuracies, seconds),
         ``best_epoch``, ``dev`` and ``test`` (evaluation of the best parameters), ``seconds``,
         ``steps``, ``engine`` (the stepper's name), ``notes`` (its config changes),
-        ``checkpoint`` / ``curves`` / ``history_file`` (paths or None), and the stepper's
-        ``report()`` entries (the chip's cycles and simulation times).
+        ``checkpoint`` / ``curves`` / ``history_file`` (paths or None), ``not_chip_runnable``
+        (``[(option, why), ...]`` from :func:`not_chip_runnable`, empty when the chip can run
+        every setting of the run) and ``chip_runnable`` (bool), and the stepper's ``report()``
+        entries (the chip's cycles and simulation times).
     """
     args = (cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
             warmup, clip, word_dropout, average, balance, log, unk_alpha, init, stepper,
-            max_steps)
+            max_steps, clip_mode)
     if blas_threads is None:
         return _train(*args)
     _check_positive_int("blas_threads", blas_threads)
@@ -592,13 +726,14 @@ def _finite_positive(value):
 
 def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progress, schedule,
            warmup, clip, word_dropout, average, balance, log, unk_alpha, init, stepper,
-           max_steps):
+           max_steps, clip_mode):
     from . import model
     from .stepper import FastStepper, StepContext
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
+    default_stepper = stepper is None
     stepper = FastStepper() if stepper is None else stepper
     cfg, notes = stepper.configure(cfg, dataset)
     for note in notes:
@@ -610,6 +745,7 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
     schedule = cfg.extra.get("schedule", "constant") if schedule is None else schedule
     warmup = cfg.extra.get("warmup", 0.0) if warmup is None else warmup
     clip = cfg.extra.get("clip") if clip is None else clip
+    clip_mode = cfg.extra.get("clip_mode", "global") if clip_mode is None else clip_mode
     word_dropout = cfg.extra.get("word_dropout", 0.0) if word_dropout is None else word_dropout
     average = cfg.extra.get("average", 0.0) if average is None else average
     balance = cfg.extra.get("balance", 0.0) if balance is None else balance
@@ -628,6 +764,13 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
         raise ValueError(f"warmup must be a fraction in [0, 1), got {warmup!r}")
     if clip is not None and not _finite_positive(clip):
         raise ValueError(f"clip must be a positive finite gradient norm or None, got {clip!r}")
+    if clip_mode not in CLIP_MODES:
+        raise ValueError(f"unknown clip_mode {clip_mode!r}; choose one of {list(CLIP_MODES)}")
+    if clip is not None and clip_mode != "global":
+        if not default_stepper:
+            raise ValueError(f"clip_mode {clip_mode!r} runs on the golden fast path only, not "
+                             f"on the {stepper.name} stepper")
+        stepper = _make_clip_stepper(clip_mode, clip)
     if not 0 <= balance <= 1:
         raise ValueError(f"balance must be in [0, 1] (0 = plain shuffling), got {balance!r}")
     if not 0 <= average <= 1:
@@ -788,20 +931,25 @@ def _train(cfg, dataset, epochs, lr, seed, batch_size, slot_head, out_dir, progr
             log(line + (" (averaged)" if avg is not None else "") + f"  ({row['seconds']:.1f} s)"
                 + stepper.epoch_note(step))
 
+    blocked = not_chip_runnable(cfg, batch_size=batch_size, clip=clip, clip_mode=clip_mode,
+                                average=average, balance=balance, unk_alpha=unk_alpha)
     result = {"cfg": cfg, "params": best["params"], "history": history,
               "best_epoch": best["epoch"], "dev": best["dev"], "test": best["test"],
               "seconds": time.perf_counter() - t0, "seed": seed, "epochs": epochs, "lr": lr,
               "batch_size": batch_size, "schedule": schedule, "warmup": warmup, "clip": clip,
               "word_dropout": word_dropout, "average": average, "balance": balance,
-              "unk_alpha": unk_alpha, "steps": step, "engine": stepper.name, "notes": notes,
+              "unk_alpha": unk_alpha, "clip_mode": clip_mode, "steps": step,
+              "engine": stepper.name, "notes": notes,
+              "not_chip_runnable": blocked, "chip_runnable": not blocked,
               "checkpoint": None, "curves": None, "history_file": None, **stepper.report()}
     if out_dir is not None:
         out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         meta = {k: result[k] for k in ("seed", "epochs", "lr", "batch_size", "schedule",
-                                       "warmup", "clip", "word_dropout", "average",
-                                       "balance", "unk_alpha", "best_epoch", "steps",
-                                       "engine")}
+                                       "warmup", "clip", "clip_mode", "word_dropout",
+                                       "average", "balance", "unk_alpha", "best_epoch",
+                                       "steps", "engine", "chip_runnable")}
+        meta["not_chip_runnable"] = [list(x) for x in blocked]
         meta.update(dataset=dataset.name, dev=best["dev"], test=best["test"])
         result["checkpoint"] = save_checkpoint(
             os.path.join(out_dir, "best.npz"), cfg, best["params"], vocab=dataset.vocab,
