@@ -35,7 +35,7 @@ from .isa import (Contract, Elementwise, End, EndLoop, Loop, Program, Reduce, Re
                   f32_bits, MAX_DIM)
 from .quant import check_int8
 
-__all__ = ["CompiledCNN", "compile_cnn_forward"]
+__all__ = ["CompiledCNN", "ForwardBuilder", "compile_cnn_forward"]
 
 
 def _pack_rq(m, s):
@@ -135,148 +135,199 @@ class _Alloc:
         self.top[store] += int(size)
         return self.map[name].base
 
+    def program(self, instructions):
+        sizes = {s: max(1, n) for s, n in self.top.items()}
+        sizes.setdefault("grad", 1)
+        return Program(instructions, sizes, self.map)
+
+
+def _rows_split(total):
+    """Chunks of at most MAX_DIM rows."""
+    for lo in range(0, total, MAX_DIM):
+        yield lo, min(MAX_DIM, total - lo)
+
+
+class ForwardBuilder:
+    """The regions of an int8 CNN's forward pass and losses, and the instructions of a pass.
+
+    The constructor allocates every region in ``al`` (parameters and constants in ``param``,
+    node outputs, the batch and the losses in ``act``, accumulators in ``scratch``);
+    :meth:`emit` returns the instructions of one pass. A ZO step
+    (:mod:`ttrain.golden.zo_compiler`) emits several passes over the same regions: the
+    unperturbed one, and per query one from the first trainable node with that node's
+    parameters read from perturbed copies.
+    """
+
+    def __init__(self, q, batch, al):
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive integer, not {batch!r}")
+        self.q, self.N, self.al = q, batch, al
+        cfg, N = q.cfg, batch
+        H0, W0, C0 = cfg.input_shape
+        self.x_base = {-1: al.region("in.x", "act", N * H0 * W0 * C0, (N, H0, W0, C0))}
+        self.shapes = {-1: cfg.input_shape}
+        hw_max = max(max(n.shape[0] * n.shape[1] for n in cfg.nodes), H0 * W0)
+        self.ones = al.region("const.ones", "param", hw_max)
+        self.regions = {}
+        for i, nd in enumerate(cfg.nodes):
+            H, W, C = nd.shape
+            r = {"y": al.region(f"{nd.name}.y", "act", N * H * W * C, (N, H, W, C))}
+            if nd.kind == "conv":
+                r["w"] = al.region(f"{nd.name}.w", "param", int(np.prod(nd.weight_shape)),
+                                   nd.weight_shape)
+                r["b"] = al.region(f"{nd.name}.b", "param", C)
+                r["rq"] = al.region(f"{nd.name}.rq", "param", C)
+                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
+            elif nd.kind == "add":
+                r["mab"] = al.region(f"{nd.name}.mab", "param", 2)
+                r["rq"] = al.region(f"{nd.name}.rq", "param", 1)
+                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
+            else:
+                r["rq"] = al.region(f"{nd.name}.rq", "param", 1)
+                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * C)
+            self.regions[i] = r
+            self.x_base[i] = r["y"]
+            self.shapes[i] = nd.shape
+        K = cfg.classes
+        ce = {}
+        for name, store, size in (("logits", "act", N * K), ("in.onehot", "act", N * K),
+                                  ("ce.max", "scratch", N), ("ce.t", "scratch", N * K),
+                                  ("ce.exp", "scratch", N * K), ("ce.sum", "scratch", N),
+                                  ("ce.log", "scratch", N), ("ce.ty", "scratch", N * K),
+                                  ("ce.tysum", "scratch", N), ("loss", "act", N),
+                                  ("loss.sum", "scratch", 1), ("loss.mean", "act", 1)):
+            shape = (N, K) if name in ("logits", "in.onehot") else ()
+            ce[name] = al.region(name, store, size, shape)
+        self.ce = ce
+
+    def emit(self, start=0, sources=None, before=None, stop=None):
+        """Instructions of a pass over nodes ``start ..`` and the losses (no END); with
+        ``stop``, over nodes ``start .. stop - 1`` only, without the losses.
+
+        ``sources`` maps a conv node index to ``(w_view_store, w_base, b_store, b_base)``
+        (default its own parameter regions); ``before`` maps a node index to instructions
+        emitted just before it (e.g. the perturbation of its parameters).
+        """
+        q, N, cfg = self.q, self.N, self.q.cfg
+        sources, before = sources or {}, before or {}
+        ins = []
+
+        def contract(m, n_, k, a, b, c, acc, batch=1, step=(0, 0, 0)):
+            ins.append(Contract(Descriptor(m, n_, k, a, b, c, accumulate=acc, batch=batch,
+                                           integer=True), step))
+
+        x_base, shapes = self.x_base, self.shapes
+        for i in range(start, len(cfg.nodes) if stop is None else stop):
+            nd = cfg.nodes[i]
+            ins += list(before.get(i, ()))
+            H, W, C = nd.shape
+            reg = self.regions[i]
+            out, z = reg["y"], q.zp[i]
+            if nd.kind == "conv":
+                j = nd.inputs[0]
+                Hi, Wi, Ci = shapes[j]
+                ws, wb, bs, bb = sources.get(i, ("param", reg["w"], "param", reg["b"]))
+                rq, acc = reg["rq"], reg["acc"]
+                P = N * H * W
+                for lo, cnt in _rows_split(P):            # acc = bias, every position
+                    ins.append(Elementwise("copy", cnt, C, View("scratch", acc + lo * C, C, 1),
+                                           View(bs, bb, 0, 1)))
+                cin_g, cout_g = Ci // nd.groups, C // nd.groups
+                if nd.k == 1 and nd.stride == 1 and nd.pad == 0 and nd.groups == 1:
+                    for lo, cnt in _rows_split(P):
+                        contract(cnt, C, Ci, View("act", x_base[j] + lo * Ci, Ci, 1),
+                                 View(ws, wb, C, 1), View("scratch", acc + lo * C, C, 1), True)
+                else:
+                    s, p, k = nd.stride, nd.pad, nd.k
+                    body = []
+                    for ky in range(k):
+                        hlo = max(0, -(-(p - ky) // s))
+                        hhi = min(H - 1, (Hi - 1 + p - ky) // s)
+                        for kx in range(k):
+                            wlo = max(0, -(-(p - kx) // s))
+                            whi = min(W - 1, (Wi - 1 + p - kx) // s)
+                            if hhi < hlo or whi < wlo:
+                                continue
+                            for g in range(nd.groups):
+                                a_base = x_base[j] + ((s * hlo + ky - p) * Wi
+                                                      + (s * wlo + kx - p)) * Ci + g * cin_g
+                                b_base = wb + (ky * k + kx) * cin_g * C + g * cout_g
+                                c_base = acc + (hlo * W + wlo) * C + g * cout_g
+                                body.append((whi - wlo + 1, cout_g, cin_g,
+                                             View("act", a_base, s * Ci, 1, s * Wi * Ci),
+                                             View(ws, b_base, C, 1, 0),
+                                             View("scratch", c_base, C, 1, W * C),
+                                             hhi - hlo + 1))
+                    if N > 1:
+                        ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
+                    for m_, n_, k_, a, b, c, bt in body:
+                        contract(m_, n_, k_, a, b, c, True, batch=bt,
+                                 step=(1, 2, 0) if N > 1 else (0, 0, 0))
+                    if N > 1:
+                        ins.append(EndLoop())
+                lo_b = (z if nd.relu else -128) - z
+                for lo, cnt in _rows_split(P):
+                    ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
+                                           View("scratch", acc + lo * C, C, 1),
+                                           View("param", rq, 0, 1), _bounds(lo_b, 127 - z)))
+            elif nd.kind == "add":
+                ja, jb = nd.inputs
+                mab, rq, acc = reg["mab"], reg["rq"], reg["acc"]
+                E = N * H * W * C
+                for lo, cnt in _rows_split(E):
+                    contract(cnt, 1, 1, View("act", x_base[ja] + lo, 1, 1),
+                             View("param", mab, 1, 1), View("scratch", acc + lo, 1, 1), False)
+                    contract(cnt, 1, 1, View("act", x_base[jb] + lo, 1, 1),
+                             View("param", mab + 1, 1, 1), View("scratch", acc + lo, 1, 1), True)
+                for lo, cnt in _rows_split(N * H * W):
+                    ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
+                                           View("scratch", acc + lo * C, C, 1),
+                                           View("param", rq, 0, 0), _bounds(-128 - z, 127 - z)))
+            else:                                         # global pool
+                j = nd.inputs[0]
+                Hi, Wi, Ci = shapes[j]
+                rq, acc = reg["rq"], reg["acc"]
+                contract(1, C, Hi * Wi, View("param", self.ones, Hi * Wi, 1, 0),
+                         View("act", x_base[j], Ci, 1, Hi * Wi * Ci),
+                         View("scratch", acc, C, 1, C), False, batch=N)
+                ins.append(Elementwise("requant", N, C, View("act", out, C, 1),
+                                       View("scratch", acc, C, 1), View("param", rq, 0, 0),
+                                       _bounds(-128 - z, 127 - z)))
+        return ins + (self._losses() if stop is None else [])
+
+    def _losses(self):
+        """Logits and per-sample cross-entropy (FP32, in the golden's operation order)."""
+        q, N, ce = self.q, self.N, self.ce
+        last = len(q.cfg.nodes) - 1
+        K = q.cfg.classes
+        lg, oh, mx, t, e = ce["logits"], ce["in.onehot"], ce["ce.max"], ce["ce.t"], ce["ce.exp"]
+        se, ls, ty, tys = ce["ce.sum"], ce["ce.log"], ce["ce.ty"], ce["ce.tysum"]
+        loss, lsum, lmean = ce["loss"], ce["loss.sum"], ce["loss.mean"]
+        dense = dict(rows=N, cols=K)
+        return [
+            Elementwise("i2f", d=View("act", lg, K, 1), a=View("act", self.x_base[last], K, 1),
+                        **dense),
+            Elementwise("scale", d=View("act", lg, K, 1), a=View("act", lg, K, 1),
+                        imm=f32_bits(np.float32(q.scale[last])), **dense),
+            Reduce("max", N, K, View("scratch", mx, 1, 0), View("act", lg, K, 1)),
+            Elementwise("sub", d=View("scratch", t, K, 1), a=View("act", lg, K, 1),
+                        b=View("scratch", mx, 1, 0), **dense),
+            Elementwise("exp", d=View("scratch", e, K, 1), a=View("scratch", t, K, 1), **dense),
+            Reduce("sum", N, K, View("scratch", se, 1, 0), View("scratch", e, K, 1)),
+            Elementwise("log", N, 1, View("scratch", ls, 1, 1), View("scratch", se, 1, 1)),
+            Elementwise("mul", d=View("scratch", ty, K, 1), a=View("scratch", t, K, 1),
+                        b=View("act", oh, K, 1), **dense),
+            Reduce("sum", N, K, View("scratch", tys, 1, 0), View("scratch", ty, K, 1)),
+            Elementwise("sub", N, 1, View("act", loss, 1, 1), View("scratch", ls, 1, 1),
+                        View("scratch", tys, 1, 1)),
+            Reduce("sum", 1, N, View("scratch", lsum, 1, 0), View("act", loss, N, 1)),
+            Elementwise("scale", 1, 1, View("act", lmean, 1, 1), View("scratch", lsum, 1, 1),
+                        imm=f32_bits(np.float32(1.0 / N))),
+        ]
+
 
 def compile_cnn_forward(q, batch):
     """Compile the forward pass and losses of ``q`` for ``batch`` images (see the module)."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, not {batch!r}")
-    cfg, N = q.cfg, batch
     al = _Alloc()
-    ins = []
-    H0, W0, C0 = cfg.input_shape
-    x_base = {-1: al.region("in.x", "act", N * H0 * W0 * C0, (N, H0, W0, C0))}
-    shapes = {-1: cfg.input_shape}
-    hw_max = max(n.shape[0] * n.shape[1] for n in cfg.nodes)
-    hw_max = max(hw_max, H0 * W0)
-    ones = al.region("const.ones", "param", hw_max)
-
-    def contract(m, n_, k, a, b, c, acc, batch=1, step=(0, 0, 0)):
-        ins.append(Contract(Descriptor(m, n_, k, a, b, c, accumulate=acc, batch=batch,
-                                       integer=True), step))
-
-    def rows_split(total):
-        """Chunks of at most MAX_DIM rows."""
-        for lo in range(0, total, MAX_DIM):
-            yield lo, min(MAX_DIM, total - lo)
-
-    for i, nd in enumerate(cfg.nodes):
-        H, W, C = nd.shape
-        out = al.region(f"{nd.name}.y", "act", N * H * W * C, (N, H, W, C))
-        z = q.zp[i]
-        if nd.kind == "conv":
-            j = nd.inputs[0]
-            Hi, Wi, Ci = shapes[j]
-            wb = al.region(f"{nd.name}.w", "param", int(np.prod(nd.weight_shape)),
-                           nd.weight_shape)
-            bb = al.region(f"{nd.name}.b", "param", C)
-            rq = al.region(f"{nd.name}.rq", "param", C)
-            acc = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
-            P = N * H * W
-            for lo, cnt in rows_split(P):                 # acc = bias, every position
-                ins.append(Elementwise("copy", cnt, C, View("scratch", acc + lo * C, C, 1),
-                                       View("param", bb, 0, 1)))
-            cin_g, cout_g = Ci // nd.groups, C // nd.groups
-            if nd.k == 1 and nd.stride == 1 and nd.pad == 0 and nd.groups == 1:
-                for lo, cnt in rows_split(P):
-                    contract(cnt, C, Ci, View("act", x_base[j] + lo * Ci, Ci, 1),
-                             View("param", wb, C, 1), View("scratch", acc + lo * C, C, 1), True)
-            else:
-                s, p, k = nd.stride, nd.pad, nd.k
-                body = []
-                for ky in range(k):
-                    hlo = max(0, -(-(p - ky) // s))
-                    hhi = min(H - 1, (Hi - 1 + p - ky) // s)
-                    for kx in range(k):
-                        wlo = max(0, -(-(p - kx) // s))
-                        whi = min(W - 1, (Wi - 1 + p - kx) // s)
-                        if hhi < hlo or whi < wlo:
-                            continue
-                        for g in range(nd.groups):
-                            a_base = x_base[j] + ((s * hlo + ky - p) * Wi
-                                                  + (s * wlo + kx - p)) * Ci + g * cin_g
-                            b_base = wb + (ky * k + kx) * cin_g * C + g * cout_g
-                            c_base = acc + (hlo * W + wlo) * C + g * cout_g
-                            body.append((whi - wlo + 1, cout_g, cin_g,
-                                         View("act", a_base, s * Ci, 1, s * Wi * Ci),
-                                         View("param", b_base, C, 1, 0),
-                                         View("scratch", c_base, C, 1, W * C), hhi - hlo + 1))
-                if N > 1:
-                    ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
-                for m_, n_, k_, a, b, c, bt in body:
-                    contract(m_, n_, k_, a, b, c, True, batch=bt,
-                             step=(1, 2, 0) if N > 1 else (0, 0, 0))
-                if N > 1:
-                    ins.append(EndLoop())
-            lo_b = (z if nd.relu else -128) - z
-            for lo, cnt in rows_split(P):
-                ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
-                                       View("scratch", acc + lo * C, C, 1),
-                                       View("param", rq, 0, 1), _bounds(lo_b, 127 - z)))
-        elif nd.kind == "add":
-            ja, jb = nd.inputs
-            mab = al.region(f"{nd.name}.mab", "param", 2)
-            rq = al.region(f"{nd.name}.rq", "param", 1)
-            acc = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
-            E = N * H * W * C
-            for lo, cnt in rows_split(E):
-                contract(cnt, 1, 1, View("act", x_base[ja] + lo, 1, 1),
-                         View("param", mab, 1, 1), View("scratch", acc + lo, 1, 1), False)
-                contract(cnt, 1, 1, View("act", x_base[jb] + lo, 1, 1),
-                         View("param", mab + 1, 1, 1), View("scratch", acc + lo, 1, 1), True)
-            for lo, cnt in rows_split(N * H * W):
-                ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),
-                                       View("scratch", acc + lo * C, C, 1),
-                                       View("param", rq, 0, 0), _bounds(-128 - z, 127 - z)))
-        else:                                             # global pool
-            j = nd.inputs[0]
-            Hi, Wi, Ci = shapes[j]
-            rq = al.region(f"{nd.name}.rq", "param", 1)
-            acc = al.region(f"{nd.name}.acc", "scratch", N * C)
-            contract(1, C, Hi * Wi, View("param", ones, Hi * Wi, 1, 0),
-                     View("act", x_base[j], Ci, 1, Hi * Wi * Ci), View("scratch", acc, C, 1, C),
-                     False, batch=N)
-            ins.append(Elementwise("requant", N, C, View("act", out, C, 1),
-                                   View("scratch", acc, C, 1), View("param", rq, 0, 0),
-                                   _bounds(-128 - z, 127 - z)))
-        x_base[i] = out
-        shapes[i] = nd.shape
-
-    # logits and per-sample cross-entropy (FP32, in the golden's operation order)
-    last = len(cfg.nodes) - 1
-    K = cfg.classes
-    lg = al.region("logits", "act", N * K, (N, K))
-    oh = al.region("in.onehot", "act", N * K, (N, K))
-    mx = al.region("ce.max", "scratch", N)
-    t = al.region("ce.t", "scratch", N * K)
-    e = al.region("ce.exp", "scratch", N * K)
-    se = al.region("ce.sum", "scratch", N)
-    ls = al.region("ce.log", "scratch", N)
-    ty = al.region("ce.ty", "scratch", N * K)
-    tys = al.region("ce.tysum", "scratch", N)
-    loss = al.region("loss", "act", N)
-    lsum = al.region("loss.sum", "scratch", 1)
-    lmean = al.region("loss.mean", "act", 1)
-    dense = dict(rows=N, cols=K)
-    ins += [
-        Elementwise("i2f", d=View("act", lg, K, 1), a=View("act", x_base[last], K, 1), **dense),
-        Elementwise("scale", d=View("act", lg, K, 1), a=View("act", lg, K, 1),
-                    imm=f32_bits(np.float32(q.scale[last])), **dense),
-        Reduce("max", N, K, View("scratch", mx, 1, 0), View("act", lg, K, 1)),
-        Elementwise("sub", d=View("scratch", t, K, 1), a=View("act", lg, K, 1),
-                    b=View("scratch", mx, 1, 0), **dense),
-        Elementwise("exp", d=View("scratch", e, K, 1), a=View("scratch", t, K, 1), **dense),
-        Reduce("sum", N, K, View("scratch", se, 1, 0), View("scratch", e, K, 1)),
-        Elementwise("log", N, 1, View("scratch", ls, 1, 1), View("scratch", se, 1, 1)),
-        Elementwise("mul", d=View("scratch", ty, K, 1), a=View("scratch", t, K, 1),
-                    b=View("act", oh, K, 1), **dense),
-        Reduce("sum", N, K, View("scratch", tys, 1, 0), View("scratch", ty, K, 1)),
-        Elementwise("sub", N, 1, View("act", loss, 1, 1), View("scratch", ls, 1, 1),
-                    View("scratch", tys, 1, 1)),
-        Reduce("sum", 1, N, View("scratch", lsum, 1, 0), View("act", loss, N, 1)),
-        Elementwise("scale", 1, 1, View("act", lmean, 1, 1), View("scratch", lsum, 1, 1),
-                    imm=f32_bits(np.float32(1.0 / N))),
-        End(),
-    ]
-    sizes = {s: max(1, n) for s, n in al.top.items()}
-    sizes["grad"] = 1
-    return CompiledCNN(Program(ins, sizes, al.map), q, N)
+    fb = ForwardBuilder(q, batch, al)
+    return CompiledCNN(al.program(fb.emit() + [End()]), q, batch)

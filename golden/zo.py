@@ -56,7 +56,7 @@ from .numerics import as_f32, fp32_add, fp32_mul, fp32_dot, fp32_sub, fp32_sum
 from .quant import f2i, i2f
 
 __all__ = ["ZO_MODES", "SPARSE_MASKS", "ZOSettings", "stream_seed", "estimate_gradient",
-           "zo_step", "np_local_grads", "evaluate",
+           "zo_step", "wp_scale", "np_local_grads", "evaluate",
            "train_zo", "train_ste", "train_float"]
 
 ZO_MODES = ("wp", "np", "mixed")
@@ -367,22 +367,24 @@ def _dim_scale(n, d):
     return n / (n + d - 1) if d else 0.0
 
 
+def wp_scale(q, s, i, kind, dim):
+    """Per-output-channel FP32 constant ``k = -lr * dim / (sigma n s**2)`` of the WP update of
+    node ``i``'s ``kind`` (``"w"``: ``s = s_w``; ``"b"``: ``s = s_x s_w``), ``dim`` the group's
+    dim factor: the step is ``round(fp32_mul(g, k))`` (the chip holds ``k`` as data)."""
+    nm = q.cfg.nodes[i].name
+    sc, sig = (q.s_w[nm], s.sigma_w) if kind == "w" else (q.bias_scale(i), s.sigma_b)
+    return as_f32((-s.layer_rate(nm) * dim / (sig * s.queries * sc ** 2)).astype(np.float32))
+
+
 def _apply_wp(q, tensors, g, s, dims, nodes, rseed):
-    n = s.queries
     for i, kind, off, _ in tensors:
         nm = nodes[i].name
-        dim = dims[i][0]
+        k = wp_scale(q, s, i, kind, dims[i][0])
+        step = _round_update(fp32_mul(g[(i, kind)], k), s, rseed, off)
         if kind == "w":
-            sc, sig = q.s_w[nm], s.sigma_w
-            k = as_f32((-s.layer_rate(nm) * dim / (sig * n * sc ** 2)).astype(np.float32))
-            step = _round_update(fp32_mul(g[(i, kind)], k), s, rseed, off)
             q.w[nm] = np.clip(q.w[nm] + step, -128, 127)
         else:
-            sc, sig = q.bias_scale(i), s.sigma_b
-            k = as_f32((-s.layer_rate(nm) * dim / (sig * n * sc ** 2)).astype(np.float32))
-            step = _round_update(fp32_mul(g[(i, kind)], k), s, rseed, off)
-            q.b[nm] = np.clip(q.b[nm] + step,
-                              -(1 << 31), (1 << 31) - 1)
+            q.b[nm] = np.clip(q.b[nm] + step, -(1 << 31), (1 << 31) - 1)
 
 
 def np_local_grads(q, i, acts, x, dacc):

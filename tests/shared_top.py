@@ -2,7 +2,7 @@
 
 ``tests/test_top_verilator.py`` (compiled layer programs, illegal programs, special functions)
 , ``tests/test_model_verilator.py`` (whole-model training steps) and ``tests/test_cnn_verilator.py``
-(the int8 CNN forward pass) run on the same 4-lane build
+(the int8 CNN forward pass and ZO steps) run on the same 4-lane build
 with the special-function unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
@@ -13,11 +13,12 @@ import functools
 import numpy as np
 
 from ttrain.golden import config as C
-from ttrain.golden import qnn
+from ttrain.golden import qnn, zo
 from ttrain.golden.cnn_compiler import compile_cnn_forward
 from ttrain.golden.compiler import compile_dense, compile_tt_linear
 from ttrain.golden.config import TTSpec
 from ttrain.golden.model_compiler import compile_model
+from ttrain.golden.zo_compiler import compile_zo_step
 from ttrain.platforms.hw import hw_config
 from ttrain.platforms.sim.top import build_top
 
@@ -68,10 +69,23 @@ def cnn_programs():
     return {f"cnn_{name}": compile_cnn_forward(q, CNN_BATCH) for name, q in cnn_models().items()}
 
 
+#: The ZO steps run on the top: weight perturbation of every layer (stochastic rounding), and
+#: layer-wise queries with nearest rounding; a high rate so that every step moves weights.
+ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
+           "zo_digits_lw": zo.ZOSettings(mode="wp", queries=2, lr=0.3, layerwise=True,
+                                         rounding="nearest", seed=2)}
+
+
+@functools.lru_cache(maxsize=None)
+def zo_programs():
+    return {name: compile_zo_step(cnn_models()["digits"], CNN_BATCH, s)
+            for name, s in ZO_CHIP.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def shared_top():
     """The shared build (converted and looked up once per process: the conversion of the top
     alone takes ~16 s, and every Verilator test module asks for it)."""
-    programs = {**layer_programs(), **model_programs(), **cnn_programs()}
+    programs = {**layer_programs(), **model_programs(), **cnn_programs(), **zo_programs()}
     hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

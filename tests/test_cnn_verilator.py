@@ -10,7 +10,7 @@ import pytest
 from ttrain.golden import interpreter
 from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 
-from shared_top import CNN_BATCH, cnn_models, cnn_programs, shared_top
+from shared_top import ZO_CHIP, CNN_BATCH, cnn_models, cnn_programs, shared_top, zo_programs
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +88,80 @@ def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
     sess.run("prng", expect=want)
     res = run_top(top, sess, test_dir=tmp_path, timeout=600)
     assert [r["error_code"] for r in res] == [0]
+
+
+@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2)])
+def test_zo_steps_bit_exact_on_the_chip(top, tmp_path, name, steps):
+    """Whole compiled ZO steps (golden/zo_compiler.py) of the digits preset on the top: the
+    unperturbed pass, the perturbed queries (weights regenerated from seed words by the PRNG
+    ops), the regenerated estimate and the integer update; the host writes only a new batch and
+    the step's seeds between steps. Every store word after every step equals the golden
+    interpreter, whose parameters equal ``zo.zo_step`` (tests/test_zo_compiler.py)."""
+    from ttrain.golden import zo
+    cz = zo_programs()[name]
+    q = cnn_models()["digits"]
+    sizes = top.config["store_sizes"]
+    rng = np.random.default_rng(21)
+    sess = TopSession()
+    sess.program(cz.program.words())
+    image, golden = None, q.copy()
+    for step in range(steps):
+        x = rng.integers(-128, 128, (CNN_BATCH, *q.cfg.input_shape))
+        y = rng.integers(0, q.cfg.classes, CNN_BATCH)
+        if image is None:
+            image = pad_image(cz.initial_image(x, y, step), sizes)
+            sess.write_image(image)
+        else:                                     # only the batch and seed regions change
+            cz.set_step(image, x, y, step)
+            for region in ("in.x", "in.onehot", "zo.seeds"):
+                r = cz.memory_map[region]
+                sess.write(r.store, r.base, image[r.store][r.base:r.base + r.size])
+        want, st = interpreter.run(cz.program, image)
+        assert st.error == 0, st.message
+        zo.zo_step(golden, x, y, ZO_CHIP[name], step)
+        assert all(np.array_equal(cz.params(want).w[n], golden.w[n]) for n in golden.w)
+        sess.run(f"{name}_{step}", expect=want)
+        image = want
+    assert any(not np.array_equal(golden.w[n], q.w[n]) for n in q.w)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=900)
+    assert [r["error_code"] for r in res] == [0] * steps
+    print(f"{name}: cycles per step {[r['cycles'] for r in res]}")
+
+
+def test_illegal_integer_instructions_raise_the_error_flag_and_change_nothing(top, tmp_path):
+    """A ZO step with one integer/PRNG instruction made illegal (iadd saturation width 0,
+    perturb8 sigma 0, f2i reserved immediate bits): the chip stops at it with the golden's
+    error code and pc, every store word unchanged (the decode check runs before the first
+    instruction); then the valid step runs bit-exact."""
+    from ttrain.golden.isa import ERR_FIELD, decode_program
+    cz = zo_programs()["zo_digits"]
+    q = cnn_models()["digits"]
+    sizes = top.config["store_sizes"]
+    rng = np.random.default_rng(4)
+    x = rng.integers(-128, 128, (CNN_BATCH, *q.cfg.input_shape))
+    image = pad_image(cz.initial_image(x, rng.integers(0, 10, CNN_BATCH)), sizes)
+    words = cz.program.words()
+    instrs = decode_program(words)
+    sess = TopSession()
+    sess.write_image(image)
+    codes = []
+    for op, word, value in (("iadd", 3, 0), ("perturb8", 0, None), ("f2i", 3, 2)):
+        k = next(i for i, ins in enumerate(instrs) if ins.mnemonic == op)
+        bad = np.array(words, dtype=np.uint32)
+        if value is None:                         # flags (sigma) = 0
+            bad[16 * k] &= np.uint32(~0xFF00 & 0xFFFFFFFF)
+        else:
+            bad[16 * k + word] = value
+        after, st = interpreter.run(bad, image)
+        assert st.error == ERR_FIELD and st.error_pc == k, (op, st.message)
+        assert all(np.array_equal(after[s], image[s]) for s in image)
+        codes.append(st.error)
+        sess.program(bad)
+        sess.run(f"bad_{op}", expect=image, error=1, code=st.error, pc=k)
+    want, st = interpreter.run(cz.program, image)
+    assert st.error == 0
+    sess.program(words)
+    sess.run("valid", expect=want)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert [r["error_code"] for r in res] == codes + [0]
+    assert all(r["executed"] == 0 for r in res[:3])

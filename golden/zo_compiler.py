@@ -1,0 +1,224 @@
+"""Compile one quantized zeroth-order (ZO) step into one accelerator program.
+
+:func:`compile_zo_step` turns an int8 CNN (:class:`~ttrain.golden.qnn.QuantCNN`), a batch size
+and :class:`~ttrain.golden.zo.ZOSettings` into a program of the shared instruction table whose
+run, on the golden interpreter or the chip, leaves the parameters exactly as
+:func:`ttrain.golden.zo.zo_step` does (``docs/quantized-training.md`` has the data flow). The
+host writes, per step, the batch and ``Q + 1`` seed words (``Q`` queries' weight-perturbation
+seeds, then the rounding seed, all :func:`~ttrain.golden.zo.stream_seed`); nothing else
+crosses the host link.
+
+The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.ForwardBuilder`:
+
+1. the unperturbed forward pass and losses; ``L0`` (the mean loss) is copied aside;
+2. per query (``Q = n``, or ``n`` per trainable layer when ``layerwise``): a forward pass from
+   the group's first trainable node in which each trainable node first regenerates its
+   perturbed parameters into one shared scratch copy (``perturb8`` for the int8 weights,
+   ``perturb32`` for the int32 biases; seed = the query's seed word, index = the tensor's
+   offset in the step's stream) and reads them from there, then ``c_q = L_q - L0``.
+   Perturbations are never stored; the original parameters are never changed by a query.
+   Layerwise groups start later in the network: before a group, the unperturbed pass of the
+   nodes between the previous group's start and this one restores their outputs;
+3. per trainable tensor, in chunks of rows of at most :data:`GRAD_CHUNK` words: ``g = +0``
+   in one scratch buffer of that size (not a gradient copy of the model), ``raccum`` of ``c_q u_q`` for ``q = 0 .. Q-1`` in query order
+   (the PRNG regenerates ``u_q``: the same FP32 sum, in the same order, as the golden's),
+   ``mul`` by the per-channel constant :func:`~ttrain.golden.zo.wp_scale`, ``runif``
+   (stochastic rounding) and ``f2i`` (floor; or ``f2i`` nearest), and ``iadd`` saturating to
+   8 bits (weights) or 32 bits (biases).
+
+Compiled today: weight perturbation (``mode="wp"``), joint or layerwise, any subset of
+trainable layers, per-layer learning rates, nearest or stochastic rounding, forward
+differences. Not compiled (a clear error names them): node perturbation and the mixed mode
+(they need the per-sample activation perturbation and the local FP32 gradient contractions),
+sparse masks, antithetic queries and the in-place variant.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import zo
+from .cnn_compiler import CompiledCNN, ForwardBuilder, _Alloc
+from .contract import View
+from .isa import Elementwise, End, MAX_DIM, Random, f32_bits
+
+__all__ = ["CompiledZO", "compile_zo_step"]
+
+
+@dataclass
+class CompiledZO(CompiledCNN):
+    """A compiled ZO step: the program, its model, batch and settings, and host helpers."""
+    settings: zo.ZOSettings = None
+    queries: int = 0
+    tensors: tuple = ()          # (node index, "w"|"b", stream offset, group index)
+    group_dims: tuple = ()       # WP dim factor of each group
+    phase_ends: dict = None      # "forward" / "queries" -> index of the phase's last + 1
+
+    def initial_image(self, x, labels, step=0):
+        """The memory image of step ``step``: parameters, constants, batch and seeds."""
+        image = super().initial_image(x, labels)
+        self.set_constants(image)
+        self.set_seeds(image, step)
+        return image
+
+    def set_constants(self, image):
+        """The update constants (per-channel ``k``) and the zero word."""
+        self._put(image, "const.zero", np.zeros(1, np.uint32))
+        for i, kind, _, gi in self.tensors:
+            k = zo.wp_scale(self.q, self.settings, i, kind, self.group_dims[gi])
+            self._put(image, f"zo.k.{self.q.cfg.nodes[i].name}.{kind}",
+                      np.asarray(k, np.float32).view(np.uint32))
+
+    def seeds(self, step):
+        """The ``Q + 1`` seed words of step ``step`` (the host computes them)."""
+        s = self.settings
+        words = [zo.stream_seed(s.seed, step, qi, zo._STREAM_WP) for qi in range(self.queries)]
+        words.append(zo.stream_seed(s.seed, step, self.queries, zo._STREAM_ROUND))
+        return np.array(words, np.uint32)
+
+    def set_seeds(self, image, step):
+        self._put(image, "zo.seeds", self.seeds(step))
+
+    def set_step(self, image, x, labels, step):
+        """Write step ``step``'s batch and seeds (the parameters stay as the last step left
+        them)."""
+        self.set_batch(image, x, labels)
+        self.set_seeds(image, step)
+
+    def params(self, image):
+        """The int8 model with the image's parameters (a copy of the compiled model's scales)."""
+        q = self.q.copy()
+        for i, n in enumerate(q.cfg.nodes):
+            if n.kind == "conv":
+                for kind, store in (("w", q.w), ("b", q.b)):
+                    w = self._get(image, f"{n.name}.{kind}").astype(np.int64)
+                    store[n.name] = (w - ((w & 0x80000000) << 1)).reshape(store[n.name].shape)
+        return q
+
+    def loss(self, image):
+        """``L0``, the unperturbed batch's mean loss (FP32)."""
+        return self._get(image, "zo.L0").view(np.float32)[0]
+
+
+def _check_settings(s):
+    why = []
+    if s.mode != "wp":
+        why.append(f"mode {s.mode!r} (only weight perturbation, mode 'wp', is compiled; node "
+                   "perturbation runs in golden)")
+    if s.sparse != "none":
+        why.append(f"sparse mask {s.sparse!r}")
+    if s.antithetic:
+        why.append("antithetic queries")
+    if s.inplace:
+        why.append("the in-place variant")
+    if s.sigma_b > 255 or s.sigma_w > 255:
+        why.append("sigma above 255 (perturb8/32 hold sigma in 8 bits)")
+    if why:
+        raise ValueError("the ZO step compiler does not compile " + "; ".join(why) +
+                         "; train it with the golden rule (ttrain train --rule zo)")
+
+
+#: Words of the update's FP32 estimate buffer: tensors are updated in chunks of whole rows of
+#: at most this many words (at least one row), so the buffer does not grow with the model.
+GRAD_CHUNK = 1024
+
+
+def _chunks(rows, cols, limit=MAX_DIM):
+    step = max(1, min(MAX_DIM, limit // cols))
+    for lo in range(0, rows, step):
+        yield lo, min(step, rows - lo)
+
+
+def compile_zo_step(q, batch, settings):
+    """Compile one ZO step of ``q`` on ``batch`` images with ``settings`` (see the module)."""
+    s = settings
+    if not isinstance(s, zo.ZOSettings):
+        raise TypeError(f"settings must be a ZOSettings, not {type(s).__name__}")
+    _check_settings(s)
+    al = _Alloc()
+    fb = ForwardBuilder(q, batch, al)
+    nodes = q.cfg.nodes
+    wp_nodes, _ = zo._plan(q, s)
+    groups = [g for g, _ in zo._groups(s, wp_nodes, [])]
+    n = s.queries
+    Q = n * len(groups)
+
+    tensors, offset, size_of = [], 0, {}
+    group_of = {i: gi for gi, g in enumerate(groups) for i in g}
+    for i in wp_nodes:
+        nd = nodes[i]
+        for kind, size in (("w", int(np.prod(nd.weight_shape))), ("b", nd.shape[2])):
+            tensors.append((i, kind, offset, group_of[i]))
+            size_of[(i, kind)] = size
+            offset += size
+    dims = tuple(zo._dim_scale(n, sum(size_of[(i, k)] for i in g for k in "wb"))
+                 for g in groups)
+
+    seeds = al.region("zo.seeds", "act", Q + 1)
+    zero = al.region("const.zero", "param", 1)
+    l0 = al.region("zo.L0", "scratch", 1)
+    coef = al.region("zo.coef", "scratch", Q)
+    wq = al.region("zo.wq", "scratch", max(size_of[(i, "w")] for i in wp_nodes))
+    bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes))
+    gbuf = al.region("zo.g", "scratch", max(min(size, max(GRAD_CHUNK // nodes[i].shape[2], 1)
+                                                   * nodes[i].shape[2])
+                                               for (i, _), size in size_of.items()))
+    kreg = {(i, kind): al.region(f"zo.k.{nodes[i].name}.{kind}", "param", nodes[i].shape[2])
+            for i, kind, _, _ in tensors}
+    offs = {(i, kind): off for i, kind, off, _ in tensors}
+    lmean = fb.ce["loss.mean"]
+
+    def perturb(i, qi):
+        """Regenerate node ``i``'s perturbed weights and bias for query ``qi``."""
+        nd, r = nodes[i], fb.regions[i]
+        C = nd.shape[2]
+        seed = View("act", seeds + qi, 0, 0)
+        out = []
+        for lo, cnt in _chunks(size_of[(i, "w")] // C, C):
+            out.append(Random("perturb8", cnt, C, View("scratch", wq + lo * C, C, 1),
+                              View("param", r["w"] + lo * C, C, 1), seed,
+                              imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w))
+        out.append(Random("perturb32", 1, C, View("scratch", bq, C, 1),
+                          View("param", r["b"], C, 1), seed, imm=offs[(i, "b")],
+                          sigma=s.sigma_b))
+        return out
+
+    ins = fb.emit()
+    ins.append(Elementwise("copy", 1, 1, View("scratch", l0, 1, 1), View("act", lmean, 1, 1)))
+    ends = {"forward": len(ins)}
+    done = len(nodes)          # node outputs from here on hold a perturbed pass
+    for gi, g in enumerate(groups):
+        start = min(g)
+        if done < start:       # restore the unperturbed outputs up to this group's start
+            ins += fb.emit(done, stop=start)
+        for k in range(n):
+            qi = gi * n + k
+            src = {i: ("scratch", wq, "scratch", bq) for i in g}
+            ins += fb.emit(start, sources=src, before={i: perturb(i, qi) for i in g})
+            ins.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
+                                   View("act", lmean, 1, 1), View("scratch", l0, 1, 1)))
+        done = start
+
+    ends["queries"] = len(ins)
+    stochastic = s.rounding == "stochastic"
+    rseed = View("act", seeds + Q, 0, 0)
+    for i, kind, off, gi in tensors:
+        C = nodes[i].shape[2]
+        rows = size_of[(i, kind)] // C
+        param = fb.regions[i][kind]
+        for lo, cnt in _chunks(rows, C, GRAD_CHUNK):
+            gv = View("scratch", gbuf, C, 1)
+            pv = View("param", param + lo * C, C, 1)
+            ins.append(Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)))
+            for k in range(n):
+                qi = gi * n + k
+                ins.append(Random("raccum", cnt, C, gv, View("scratch", coef + qi, 0, 0),
+                                  View("act", seeds + qi, 0, 0), imm=off + lo * C))
+            ins.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
+            if stochastic:
+                ins.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
+            ins.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
+            ins.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
+    ins.append(End())
+    return CompiledZO(al.program(ins), q, batch, settings=s, queries=Q, tensors=tuple(tensors),
+                      group_dims=dims, phase_ends=ends)

@@ -1,0 +1,90 @@
+"""The compiled ZO step (golden/zo_compiler.py) on the golden interpreter leaves every int8
+weight and int32 bias exactly as the golden rule's ``zo.zo_step`` does, step after step, for
+the weight-perturbation variants it compiles; and what it does not compile is named."""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import interpreter, zo
+from ttrain.golden.zo_compiler import GRAD_CHUNK, compile_zo_step
+
+from shared_top import cnn_models
+
+VARIANTS = {
+    "joint": dict(queries=3, lr=0.3, seed=5),
+    "layerwise-nearest": dict(queries=2, lr=0.3, layerwise=True, rounding="nearest", seed=1),
+    "last-layer": dict(queries=4, lr=0.3, layers=("fc4",)),
+    "two-layers-rates": dict(queries=2, lr=0.2, layers=("conv0", "conv2"),
+                             layer_lr=(("conv0", 4.0),), sigma_w=2, sigma_b=200, seed=9),
+}
+
+
+@pytest.mark.parametrize("name, variant", [("digits", v) for v in VARIANTS]
+                         + [("parts", "joint"), ("parts", "layerwise-nearest")])
+def test_compiled_zo_steps_equal_the_golden_rule(name, variant):
+    q0 = cnn_models()[name]
+    opts = dict(VARIANTS[variant])
+    if name == "parts" and "layers" in opts:
+        opts.pop("layers")
+    s = zo.ZOSettings(mode="wp", **opts)
+    batch = 3
+    rng = np.random.default_rng(len(variant))
+    cz = compile_zo_step(q0, batch, s)
+    golden = q0.copy()
+    image = None
+    changed = 0
+    for step in range(3):
+        x = rng.integers(-128, 128, (batch, *q0.cfg.input_shape))
+        y = rng.integers(0, q0.cfg.classes, batch)
+        if image is None:
+            image = cz.initial_image(x, y, step)
+        else:
+            cz.set_step(image, x, y, step)
+        image, st = interpreter.run(cz.program, image)
+        assert st.error == 0, st.message
+        rec = zo.zo_step(golden, x, y, s, step)
+        chip = cz.params(image)
+        for n in golden.w:
+            assert np.array_equal(chip.w[n], golden.w[n]), (step, n)
+            assert np.array_equal(chip.b[n], golden.b[n]), (step, n)
+        assert cz.loss(image).view(np.uint32) == np.float32(rec["loss"]).view(np.uint32)
+        changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
+    assert changed > 0                      # the steps really moved the weights
+    ops = {i.mnemonic for i in cz.program.instructions}
+    assert {"perturb8", "perturb32", "raccum", "f2i", "iadd"} <= ops
+    assert ("runif" in ops) == (s.rounding == "stochastic")
+
+
+def test_the_step_keeps_no_gradient_or_perturbation_copy_of_the_model():
+    """The only per-element buffers beyond inference are one layer's perturbed copy and a
+    GRAD_CHUNK-word estimate chunk."""
+    q = cnn_models()["digits"]
+    cz = compile_zo_step(q, 2, zo.ZOSettings(mode="wp", queries=4))
+    m = cz.memory_map
+    largest = max(int(np.prod(n.weight_shape)) for n in q.cfg.nodes if n.kind == "conv")
+    assert m["zo.wq"].size == largest
+    assert m["zo.g"].size <= GRAD_CHUNK
+    assert m["zo.coef"].size == 4 and m["zo.seeds"].size == 5
+
+
+@pytest.mark.parametrize("opts, match", [
+    (dict(mode="np"), "mode 'np'"),
+    (dict(mode="mixed"), "mode 'mixed'"),
+    (dict(sparse="random", density=0.5), "sparse mask 'random'"),
+    (dict(antithetic=True), "antithetic"),
+    (dict(inplace=True), "in-place"),
+    (dict(sigma_b=300), "sigma above 255"),
+])
+def test_what_is_not_compiled_is_named(opts, match):
+    with pytest.raises(ValueError, match=match):
+        compile_zo_step(cnn_models()["digits"], 2, zo.ZOSettings(**opts))
+
+
+def test_bad_arguments_are_named():
+    q = cnn_models()["digits"]
+    with pytest.raises(TypeError, match="settings must be a ZOSettings"):
+        compile_zo_step(q, 2, {"mode": "wp"})
+    with pytest.raises(ValueError, match="batch must be a positive integer"):
+        compile_zo_step(q, 0, zo.ZOSettings())
+    with pytest.raises(ValueError, match="unknown layer"):
+        compile_zo_step(q, 2, zo.ZOSettings(layers=("conv9",)))
