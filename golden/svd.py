@@ -22,7 +22,8 @@ The sequence (:func:`jacobi_svd`), for ``A`` (q x q, FP32):
        d     = beta - alpha
        w     = d*d + 4*gamma*gamma          (computed as d*d + (gamma+gamma)*(gamma+gamma))
        root  = w * rsqrt(w)   (0 if w == 0)
-       t     = (gamma + gamma) * recip(|d| + root), sign flipped when d < 0   (0 if gamma == 0)
+       t     = (gamma + gamma) * recip(|d| + root), clamped to [-1, 1], sign flipped when
+               d < 0, 0 if gamma == 0 (the clamp only acts when recip overflows: den subnormal)
        c     = rsqrt(1 + t*t);  sn = c * t
        A[:,p], A[:,s] = c*A[:,p] - sn*A[:,s],  sn*A[:,p] + c*A[:,s]      (V likewise)
 
@@ -136,7 +137,7 @@ class FastOps(NumpyOps):
 
 
 def _fbits(a):
-    return np.ascontiguousarray(a, dtype=_F32).view(np.uint32).astype(np.int64)
+    return np.asarray(a, dtype=_F32).view(np.uint32).astype(np.int64)
 
 
 def _ffrom(b):
@@ -148,12 +149,14 @@ _OPS = FastOps()
 
 def fp32_rsqrt_fast(x):
     """:func:`ttrain.golden.special.fp32_rsqrt` of a float32 array (the same sequence)."""
-    return rsqrt_sequence(_OPS, np.asarray(x, dtype=_F32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return rsqrt_sequence(_OPS, np.asarray(x, dtype=_F32))
 
 
 def fp32_recip_fast(x):
     """:func:`ttrain.golden.special.fp32_recip` of a float32 array (the same sequence)."""
-    return recip_sequence(_OPS, np.asarray(x, dtype=_F32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return recip_sequence(_OPS, np.asarray(x, dtype=_F32))
 
 
 def fp32_sqrt(x):
@@ -202,8 +205,10 @@ def _rotation(alpha, beta, gamma):
     w = np.add(np.multiply(d, d), np.multiply(g2, g2))
     root = fp32_sqrt(w)
     den = np.add(np.abs(d), root)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore"):
         t = np.multiply(g2, fp32_recip_fast(den))
+    # |t| <= 1 in exact arithmetic; the clamp catches recip(den) overflowing for subnormal den.
+    t = np.maximum(np.minimum(t, _F32(1)), _F32(-1))
     t = np.where(d < 0, -t, t)
     t = np.where(gamma == 0, _F32(0), t).astype(_F32)
     c = fp32_rsqrt_fast(np.add(_F32(1), np.multiply(t, t)))

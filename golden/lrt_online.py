@@ -1,0 +1,206 @@
+"""Online training on a drifting stream: low-rank training and its baselines, one sample at a
+time, with writes per weight cell counted.
+
+Every rule runs the same loop on the same fixed-point model (:mod:`ttrain.golden.lrt_model`)
+and stream (:mod:`ttrain.golden.drift`): for each sample, **predict first** (online accuracy),
+then forward/backward once and train on it:
+
+* biases (16-bit, every rule, every sample): ``b -= f2i(bias_lr * dz * 2**12)``, saturated;
+* ``lrt``: every layer's ``dz (x) a`` goes through one rankReduce (:mod:`ttrain.golden.lrt`;
+  the cores of all layers are factored in one batched call, each on its own); after every
+  ``B`` samples since the last write (``B`` = 100 for dense layers, 10 for convolutions) the
+  read-out ``G = lr * L R^T`` (``norm="none"``) or ``G = lr * sqrt(B_eff) * MN(L) MN(R)^T``
+  (``norm="max"``, one :class:`~ttrain.golden.lrt.MaxNorm` per factor and layer) is quantized
+  to the weights' LSB, ``delta = f2i(G * 2**7)``, and written when at least 1% of its entries
+  are non-zero (:func:`~ttrain.golden.lrt.write_weights`); then the accumulator restarts;
+  otherwise it keeps accumulating and the rule is tried again ``B`` samples later (the
+  effective batch ``B_eff`` grows);
+* ``sgd``: 8-bit SGD at batch 1, ``delta = f2i(lr * (dz (x) a) * 2**7)`` applied every sample
+  (a cell is written when its value changes);
+* ``sgd-accum``: the same gradient summed in an FP32 accumulator of the weights' size (the
+  auxiliary memory LRT avoids), read out with the LRT write rule every ``B`` samples;
+* ``bias``: biases only, weights never written.
+
+A write of a cell is counted when its stored value changes (:class:`~ttrain.golden.lrt.
+WriteCounter`); saturated cells that keep their value are not written.
+"""
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import lrt
+from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC, quantize_input
+from .numerics import saturate
+from .quant import f2i, i2f
+from .svd import fp32_sqrt, jacobi_svd
+
+__all__ = ["RULES", "NORMS", "OnlineSettings", "run_online", "BENCHMARK_RUNS", "benchmark"]
+
+RULES = ("lrt", "sgd", "sgd-accum", "bias")
+NORMS = ("none", "max")
+_F32 = np.float32
+
+
+@dataclass(frozen=True)
+class OnlineSettings:
+    """One online run: ``rule`` of :data:`RULES`; LRT ``variant``/``norm``/``rank``/``kappa``;
+    ``batch`` the effective batch of dense layers; ``lr`` of the weights, ``bias_lr`` of the
+    biases (the same for every rule); ``seed`` of
+    the unbiased reduction's random signs."""
+    rule: str = "lrt"
+    variant: str = "biased"
+    norm: str = "none"
+    rank: int = 4
+    batch: int = 100
+    lr: float = 0.01
+    bias_lr: float = 0.01
+    kappa: float = lrt.KAPPA_TH
+    seed: int = 0
+
+    def check(self):
+        if self.rule not in RULES:
+            raise ValueError(f"unknown online rule {self.rule!r}; choose one of {', '.join(RULES)}")
+        if self.variant not in lrt.VARIANTS:
+            raise ValueError(f"unknown LRT variant {self.variant!r}; choose biased or unbiased")
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown norm {self.norm!r}; choose none or max")
+        for name, v, lo in (("rank", self.rank, 1), ("batch", self.batch, 1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, not {v!r}")
+        for name in ("lr", "bias_lr"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be positive and finite, not {v!r}")
+        if self.seed < 0 or self.seed >= 1 << 32:
+            raise ValueError(f"seed must lie in [0, 2**32), not {self.seed}")
+        return self
+
+
+def _outer(dz, a):
+    return np.multiply(dz[:, None], a[None, :])
+
+
+def _readout(lr, B_eff, L, R, norms):
+    if norms is None:
+        G = lrt._matmul(L, np.swapaxes(R, -1, -2))
+        return np.multiply(G, _F32(lr))
+    Ln, Rn = norms[0](L), norms[1](R)
+    G = lrt._matmul(Ln, np.swapaxes(Rn, -1, -2))
+    return np.multiply(G, np.multiply(_F32(lr), fp32_sqrt(_F32(B_eff))))
+
+
+def run_online(model, stream, settings, *, progress=None):
+    """Train ``model`` (a :class:`~ttrain.golden.lrt_model.FixedMLP`, modified in place) on
+    ``stream`` (:class:`~ttrain.golden.drift.DriftStream`) by ``settings``; returns the result
+    dict (online and final accuracy, writes per cell, auxiliary memory, counters)."""
+    s = settings.check()
+    t0 = time.process_time()
+    x_test = quantize_input(stream.test_images)
+    before = float(np.mean(model.predict(x_test) == stream.test_labels))
+    n_layers = len(model.w)
+    counters = [lrt.WriteCounter.of_shape(w.shape) for w in model.w]
+    bias_counters = [lrt.WriteCounter.of_shape(b.shape) for b in model.b]
+    states = [lrt.new_state(w.shape[0], w.shape[1], s.rank) for w in model.w]
+    accum = [np.zeros(w.shape, _F32) for w in model.w]
+    norms = [(lrt.MaxNorm(), lrt.MaxNorm()) if s.norm == "max" else None for _ in model.w]
+    since = [0] * n_layers
+    writes = [0] * n_layers
+    attempts = [0] * n_layers
+    skipped = [0] * n_layers
+    lr, blr = _F32(s.lr), _F32(s.bias_lr)
+    correct = 0
+    xs = quantize_input(stream.images)
+    for i in range(len(stream)):
+        y = int(stream.labels[i])
+        acts, logits = model.forward(xs[i:i + 1])
+        correct += int(np.argmax(logits[0]) == y)
+        g = model.backward(acts, logits, [y])
+        dzs = [np.multiply(i2f(g[l][0]), _F32(2.0 ** -G_FRAC)) for l in range(n_layers)]
+        avs = [np.multiply(i2f(acts[l][0]), _F32(2.0 ** -A_FRAC)) for l in range(n_layers)]
+        for l in range(n_layers):
+            db = f2i(np.multiply(np.multiply(blr, dzs[l]), _F32(2.0 ** B_FRAC)))
+            new_b = saturate(model.b[l] - db, 16)
+            bias_counters[l].record(model.b[l], new_b)
+            model.b[l] = new_b
+        if s.rule == "bias":
+            pass
+        elif s.rule == "sgd":
+            for l in range(n_layers):
+                delta = f2i(np.multiply(np.multiply(lr, _outer(dzs[l], avs[l])),
+                                        _F32(2.0 ** W_FRAC)))
+                model.w[l], written = lrt.write_weights(model.w[l], delta, counters[l],
+                                                        min_fraction=0.0)
+                writes[l] += int(written and np.any(delta))
+        else:
+            if s.rule == "lrt":
+                projs = [lrt.project(states[l], dzs[l], avs[l], s.kappa) for l in range(n_layers)]
+                cores = np.stack([lrt.core(states[l], projs[l]) for l in range(n_layers)])
+                U, sig, V = jacobi_svd(cores)
+                for l in range(n_layers):
+                    seeds = lrt.sign_seed(s.seed, l, i)
+                    states[l] = lrt.reduce_rotate(states[l], projs[l], U[l], sig[l], V[l],
+                                                  s.variant, seeds)
+                    skipped[l] += int(projs[l].skip)
+            else:
+                for l in range(n_layers):
+                    accum[l] = np.add(accum[l], _outer(dzs[l], avs[l]))
+            for l in range(n_layers):
+                since[l] += 1
+                if since[l] % s.batch:
+                    continue
+                attempts[l] += 1
+                if s.rule == "lrt":
+                    L, R = lrt.factors(states[l])
+                    G = _readout(s.lr, since[l], L, R, norms[l])
+                else:
+                    G = np.multiply(accum[l], lr)
+                delta = f2i(np.multiply(G, _F32(2.0 ** W_FRAC)))
+                model.w[l], written = lrt.write_weights(model.w[l], delta, counters[l])
+                if written:
+                    writes[l] += 1
+                    since[l] = 0
+                    states[l] = lrt.new_state(*model.w[l].shape, s.rank)
+                    accum[l][:] = 0
+        if progress is not None and (i + 1) % 500 == 0:
+            progress(i + 1, correct / (i + 1))
+    final = float(np.mean(model.predict(x_test) == stream.test_labels))
+    allc = lrt.WriteCounter(np.concatenate([c.counts.ravel() for c in counters]))
+    aux = {"lrt": [s.rank * (w.shape[0] + w.shape[1]) for w in model.w],
+           "sgd-accum": [w.size for w in model.w]}.get(s.rule, [0] * n_layers)
+    return {"settings": asdict(s), "samples": len(stream), "online_acc": correct / len(stream),
+            "final_acc": final, "before_acc": before, "writes": allc.summary(),
+            "layers": [{"shape": list(model.w[l].shape), "writes": counters[l].summary(),
+                        "weight_writes": writes[l], "readouts": attempts[l],
+                        "skipped": skipped[l], "aux_words": aux[l],
+                        "bias_writes_max": bias_counters[l].summary()["max"]}
+                       for l in range(n_layers)],
+            "cpu_s": time.process_time() - t0}
+
+
+#: The benchmark table: label -> settings (rank 4, effective batch 100 for the dense layers).
+BENCHMARK_RUNS = {
+    "lrt biased/none": OnlineSettings("lrt", "biased", "none"),
+    "lrt biased/max": OnlineSettings("lrt", "biased", "max"),
+    "lrt unbiased/none": OnlineSettings("lrt", "unbiased", "none"),
+    "lrt unbiased/max": OnlineSettings("lrt", "unbiased", "max"),
+    "sgd batch 1": OnlineSettings("sgd"),
+    "sgd accumulator": OnlineSettings("sgd-accum"),
+    "bias only": OnlineSettings("bias"),
+}
+
+
+def benchmark(model_factory, stream, runs=None, *, lr=None, progress=None):
+    """Run the labelled settings of :data:`BENCHMARK_RUNS` (or ``runs``: label -> settings) on
+    fresh copies of the model; ``lr`` (label -> float) overrides learning rates."""
+    from dataclasses import replace
+    runs = BENCHMARK_RUNS if runs is None else runs
+    out = {}
+    for label, st in runs.items():
+        if lr and label in lr:
+            st = replace(st, lr=lr[label])
+        out[label] = run_online(model_factory(), stream, st)
+        if progress:
+            progress(label, out[label])
+    return out
