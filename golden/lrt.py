@@ -185,7 +185,7 @@ def core(state, proj):
 
 def sign_seed(seed, layer, sample):
     """Seed of the random signs of one rankReduce: ``draw(seed, layer * 2**24 + sample)``."""
-    return prng.draw(np.uint32(seed), np.uint32((int(layer) << 24) + int(sample)))
+    return prng.draw(np.asarray(seed, dtype=np.uint32), np.uint32((int(layer) << 24) + int(sample)))
 
 
 def _okron(s, seeds):
