@@ -1,6 +1,7 @@
-"""``ttrain train`` for the int8 CNN presets: float pre-training on clean digits, and the
-quantized zeroth-order rule (``--rule zo``) adapting to digits-C, with the back-propagation
-references."""
+"""``ttrain train`` for the int8 CNN presets and the fixed-point digits MLP: float pre-training
+on clean digits, the quantized zeroth-order rule (``--rule zo``) adapting to digits-C with the
+back-propagation references, and online low-rank training (``--rule lrt``) with its SGD and
+bias-only baselines on the digits-drift stream (``--data digits-drift``)."""
 
 import json
 import os
@@ -8,23 +9,186 @@ import os
 
 def add_arguments(p):
     g = p.add_argument_group("int8 CNN presets (digits-cnn): --data digits | digits-c")
-    g.add_argument("--rule", choices=("sgd", "zo"), default="sgd",
+    g.add_argument("--rule", choices=("sgd", "zo", "lrt"), default="sgd",
                    help="sgd: back-propagation (float pre-training of a CNN preset on clean "
-                        "digits; the transformer presets' SGD); zo: quantized zeroth-order "
+                        "digits; the transformer presets' SGD; with --data digits-drift the "
+                        "online 8-bit SGD baseline of digits-mlp); zo: quantized zeroth-order "
                         "adaptation of the int8 model to digits-C, beside float and int8 "
-                        "back-propagation fine-tuning of the same model on the same data")
+                        "back-propagation fine-tuning of the same model on the same data; lrt: "
+                        "online low-rank training of digits-mlp on digits-drift")
     g.add_argument("--corruption", metavar="NAME",
                    help="--rule zo: one digits-C corruption (default: all 16, about 1.5 min each)")
     g.add_argument("--runs", metavar="A,B",
                    help="--rule zo: comma-separated subset of bp-float, bp-int8, zo-wp, zo-np, "
                         "zo-mixed, zo-sparse (default all)")
     g.add_argument("--json", metavar="FILE", dest="json_out",
-                   help="--rule zo: write the table (per corruption and averaged) as JSON")
+                   help="--rule zo: write the table (per corruption and averaged) as JSON; "
+                        "--data digits-drift: the run's result (accuracies, writes per cell "
+                        "with their histogram, per-layer counters)")
+    g = p.add_argument_group("online training of digits-mlp: --data digits-drift")
+    g.add_argument("--variant", metavar="biased|unbiased", default=None,
+                   help="--rule lrt: biased (top-r) or unbiased (optimal Kronecker sum with "
+                        "seeded random signs) rank reduction (default biased)")
+    g.add_argument("--norm", metavar="none|max", default=None,
+                   help="--rule lrt: gradient max-norm of the factors at the read-out (default "
+                        "none)")
+    g.add_argument("--rank", type=int, metavar="R", help="--rule lrt: rank (default 4)")
+    g.add_argument("--eff-batch", type=int, metavar="B",
+                   help="--rule lrt and --accumulate: samples per weight read-out (default 100, "
+                        "the paper's dense layers)")
+    g.add_argument("--accumulate", action="store_true",
+                   help="--rule sgd: the SGD baseline with a weight-sized gradient accumulator "
+                        "read out every --eff-batch samples")
+    g.add_argument("--bias-only", action="store_true",
+                   help="--rule sgd: train the biases only (weights never written)")
+    g.add_argument("--segments", type=int, metavar="K",
+                   help="digits-drift: corruptions in the stream (default 4)")
+    g.add_argument("--segment-len", type=int, metavar="N",
+                   help="digits-drift: samples per corruption (default 750)")
+
+
+_ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len")
 
 
 def is_cnn(name):
+    from ttrain.golden.lrt_model import MLP_PRESETS
     from ttrain.golden.qnn import CNN_PRESETS
-    return name in CNN_PRESETS
+    return name in CNN_PRESETS or name in MLP_PRESETS
+
+
+def _flag(name):
+    return "--" + name.replace("_out", "").replace("_", "-")
+
+
+def _check_online(args):
+    """Flags of the online runs (digits-mlp); ValueError naming the flag to change."""
+    from .commands import check_int, check_output_file, check_positive_float, check_seed
+    check_seed("--seed", args.seed)
+    check_output_file("--json", args.json_out)
+    check_positive_float("--lr", args.lr)
+    for flag in ("rank", "eff_batch", "segments", "segment_len"):
+        check_int(_flag(flag), getattr(args, flag), 1)
+    if args.segments is not None and args.segments > 16:
+        raise ValueError("--segments must be at most 16 (one per digits-C corruption)")
+    if args.seed >= 1 << 32:
+        raise ValueError(f"--seed must be below 2**32 for the online runs, got {args.seed}")
+    for flag in ("engine", "lanes", "batch_size", "schedule", "clip", "train_sentences",
+                 "max_steps", "epochs", "corruption", "runs", "out"):
+        v = getattr(args, flag, None)
+        if v is not None and not (flag == "engine" and v == "golden"):
+            raise ValueError(f"{_flag(flag)} does not apply to the online runs on digits-drift "
+                             "(one pass over the stream, golden NumPy)")
+    from ttrain.golden.lrt import VARIANTS
+    from ttrain.golden.lrt_online import NORMS
+    if args.variant is not None and args.variant not in VARIANTS:
+        raise ValueError(f"--variant {args.variant!r} is not a low-rank variant; choose "
+                         f"{' or '.join(VARIANTS)}")
+    if args.norm is not None and args.norm not in NORMS:
+        raise ValueError(f"--norm {args.norm!r} is not a gradient norm; choose "
+                         f"{' or '.join(NORMS)}")
+    if args.rule == "lrt":
+        for flag in ("accumulate", "bias_only"):
+            if getattr(args, flag):
+                raise ValueError(f"{_flag(flag)} applies to --rule sgd (the baselines), not "
+                                 "--rule lrt")
+    else:
+        for flag in ("variant", "norm", "rank"):
+            if getattr(args, flag) is not None:
+                raise ValueError(f"{_flag(flag)} applies to --rule lrt only")
+        if args.accumulate and args.bias_only:
+            raise ValueError("--accumulate and --bias-only are two different baselines; pass "
+                             "one of them")
+        if args.eff_batch is not None and not args.accumulate:
+            raise ValueError("--eff-batch applies to --rule lrt and --rule sgd --accumulate")
+    if args.init is not None and not os.path.isfile(args.init):
+        raise ValueError(f"--init {args.init} does not exist: pass a best.npz written by "
+                         f"`ttrain train --config {args.config} --data digits --out DIR`")
+
+
+def _online_label(args):
+    if args.rule == "lrt":
+        return f"lrt {args.variant or 'biased'}/{args.norm or 'none'}"
+    return "sgd accumulator" if args.accumulate else "bias only" if args.bias_only \
+        else "sgd batch 1"
+
+
+def run_mlp(args):
+    """``--config digits-mlp``: pre-training (``--data digits``) or an online run."""
+    from dataclasses import replace
+    from ttrain.golden import adapt, digits, drift, lrt_model, lrt_online
+    cfg = lrt_model.MLP_CONFIG
+    if args.rule == "zo":
+        raise ValueError(f"--rule zo trains the int8 CNN preset digits-cnn; {cfg.name} trains "
+                         "with --rule lrt or sgd on --data digits-drift")
+    online = args.data == "digits-drift"
+    if not online and not (args.rule == "sgd" and args.data == "digits"):
+        raise ValueError(f"--rule {args.rule} with {cfg.name} takes --data digits-drift (the "
+                         f"online stream){' or digits (pre-training)' if args.rule == 'sgd' else ''}"
+                         f", not {args.data!r}")
+    if not online:
+        for flag in _ONLINE_FLAGS + ("json_out", "accumulate", "bias_only"):
+            if getattr(args, flag) not in (None, False):
+                raise ValueError(f"{_flag(flag)} applies to the online runs (--data "
+                                 "digits-drift) only")
+        _check(args)
+    else:
+        _check_online(args)
+    if args.init is not None:
+        model = adapt.load_checkpoint(args.init, cfg)
+        clean = digits.load_digits_clean("pretrain")
+        fixed, shift, _ = lrt_model.quantize_mlp(model, clean.val.images, clean.val.labels)
+        test = float((fixed.predict(lrt_model.quantize_input(clean.test.images))
+                      == clean.test.labels).mean())
+        print(f"float model of {cfg.name} from {args.init}")
+    else:
+        model, rec = adapt.pretrain(cfg, seed=args.seed if not online else 0)
+        clean = digits.load_digits_clean("pretrain")
+        fixed, shift, _ = lrt_model.quantize_mlp(model, clean.val.images, clean.val.labels)
+        test = float((fixed.predict(lrt_model.quantize_input(clean.test.images))
+                      == clean.test.labels).mean())
+        print(f"{cfg.name}: {cfg.n_params:,} parameters; float pre-training on clean digits "
+              f"({adapt.PRETRAIN['epochs']} epochs): test {100 * rec['test']:.1f}%")
+    print(f"fixed-point model (8-bit weights and activations, 16-bit biases, power-of-two "
+          f"LSBs, hidden shift {shift}): clean test {100 * test:.1f}%")
+    if not online:
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            path = os.path.join(args.out, "best.npz")
+            adapt.save_checkpoint(path, model)
+            print(f"wrote {path} (load it with --init)")
+        return 0
+    kw = {k: v for k, v in (("segments", args.segments), ("segment_len", args.segment_len))
+          if v is not None}
+    stream = drift.make_stream(args.seed, **kw)
+    label = _online_label(args)
+    st = lrt_online.BENCHMARK_RUNS[label]
+    st = replace(st, seed=args.seed, lr=lrt_online.DEFAULT_LR[label] if args.lr is None
+                 else args.lr, rank=args.rank or st.rank, batch=args.eff_batch or st.batch)
+    print(f"digits-drift seed {args.seed}: {' -> '.join(stream.corruptions)} (severity 5), "
+          f"{len(stream):,} samples; held-out test: {stream.corruptions[-1]} (400 images)")
+    detail = f", rank {st.rank}, effective batch {st.batch}" if st.rule == "lrt" else \
+        f", effective batch {st.batch}" if st.rule == "sgd-accum" else ""
+    print(f"{label}{detail}, lr {st.lr:g} (biases {st.bias_lr:g})")
+    r = lrt_online.run_online(fixed, stream, st)
+    w = r["writes"]
+    print(f"online accuracy {100 * r['online_acc']:.1f}%  final accuracy "
+          f"{100 * r['final_acc']:.1f}% (before training {100 * r['before_acc']:.1f}%)")
+    print(f"writes per weight cell: max {w['max']}, mean {w['mean']:.3g} ({w['cells']:,} "
+          "cells)")
+    for name, layer in zip(("fc0", "fc1"), r["layers"]):
+        extra = f", {layer['skipped']} samples skipped" if st.rule == "lrt" else ""
+        print(f"  {name} {layer['shape'][0]}x{layer['shape'][1]}: {layer['weight_writes']} "
+              f"weight writes{extra}, aux memory {layer['aux_words']:,} words, writes per "
+              f"cell max {layer['writes']['max']} mean {layer['writes']['mean']:.3g}")
+    if args.json_out:
+        from ttrain.golden.train import write_atomically
+        rec = {"config": cfg.name, "label": label, "stream": {
+            "seed": args.seed, "corruptions": list(stream.corruptions), "samples": len(stream)},
+            **r}
+        text = json.dumps(rec, indent=1)
+        write_atomically(args.json_out, lambda f: f.write(text.encode()))
+        print(f"wrote {args.json_out}")
+    return 0
 
 
 def _check(args):
@@ -65,7 +229,16 @@ def _check(args):
 
 
 def run(args):
-    from ttrain.golden import adapt, digits, qnn, zo
+    from ttrain.golden import adapt, digits, lrt_model, qnn, zo
+    if args.config in lrt_model.MLP_PRESETS:
+        return run_mlp(args)
+    if args.rule == "lrt" or args.data == "digits-drift":
+        raise ValueError(f"--rule lrt and --data digits-drift train the fixed-point MLP of the "
+                         f"paper's FC experiments; use --config digits-mlp, not {args.config}")
+    for flag in _ONLINE_FLAGS + ("accumulate", "bias_only"):
+        if getattr(args, flag) not in (None, False):
+            raise ValueError(f"{_flag(flag)} applies to the online runs of digits-mlp (--data "
+                             "digits-drift) only")
     cfg = qnn.get_cnn_config(args.config)
     _check(args)
     if cfg.input_shape != (8, 8, 1):

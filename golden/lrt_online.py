@@ -204,3 +204,42 @@ def benchmark(model_factory, stream, runs=None, *, lr=None, progress=None):
         if progress:
             progress(label, out[label])
     return out
+
+
+#: Learning-rate grid of :func:`tune` (weights; biases keep ``bias_lr`` = 0.01).
+TUNE_GRID = {
+    "lrt biased/none": (3e-4, 1e-3, 3e-3), "lrt biased/max": (1e-4, 3e-4, 1e-3),
+    "lrt unbiased/none": (3e-4, 1e-3, 3e-3), "lrt unbiased/max": (1e-4, 3e-4, 1e-3),
+    "sgd batch 1": (3e-3, 1e-2, 3e-2), "sgd accumulator": (3e-4, 1e-3, 3e-3),
+}
+#: The tuning stream: digits-drift seed 1 (another corruption sequence than the benchmark's
+#: seed 0), 4 segments of 500 samples.
+TUNE_STREAM = {"seed": 1, "segments": 4, "segment_len": 500, "ramp": 250}
+
+
+def tune(model_factory, stream, grid=None, *, progress=None):
+    """Run every (label, lr) of ``grid`` (default :data:`TUNE_GRID`) on ``stream``; returns
+    ``{label: {lr: result}}`` and, per label, the lr of the best final accuracy (ties: the
+    better online accuracy, then the smaller lr)."""
+    from dataclasses import replace
+    grid = TUNE_GRID if grid is None else grid
+    table, best = {}, {}
+    for label, lrs in grid.items():
+        table[label] = {}
+        for lr in lrs:
+            r = run_online(model_factory(), stream, replace(BENCHMARK_RUNS[label], lr=lr))
+            table[label][lr] = r
+            if progress:
+                progress(label, lr, r)
+        best[label] = max(lrs, key=lambda v: (table[label][v]["final_acc"],
+                                              table[label][v]["online_acc"], -v))
+    return table, best
+
+
+#: Default weight learning rates of the CLI and the benchmark: the best of :data:`TUNE_GRID` on
+#: the tuning stream :data:`TUNE_STREAM` (``docs/lrt.md`` has the grid); ``bias only`` has no
+#: weight rate (its entry is unused).
+DEFAULT_LR = {
+    "lrt biased/none": 1e-3, "lrt biased/max": 3e-4, "lrt unbiased/none": 1e-3,
+    "lrt unbiased/max": 3e-4, "sgd batch 1": 1e-2, "sgd accumulator": 1e-3, "bias only": 1e-2,
+}

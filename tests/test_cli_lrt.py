@@ -1,0 +1,91 @@
+"""``ttrain train --config digits-mlp``: online low-rank training and its baselines on small
+digits-drift streams (accuracies and writes per cell printed and in --json), pre-training with
+a checkpoint, and bad input named in one line with exit code 2."""
+
+import json
+
+import pytest
+
+from ttrain.main import main
+
+from test_cli_errors import error_line
+
+SMALL = ["--segments", "1", "--segment-len", "120"]
+BASE = ["train", "--config", "digits-mlp", "--data", "digits-drift", *SMALL]
+
+
+def _lines(text):
+    return {line.split(" ")[0]: line for line in text.splitlines()}
+
+
+def test_lrt_prints_accuracies_and_writes_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "lrt.json"
+    assert main([*BASE, "--rule", "lrt", "--variant", "unbiased", "--norm", "max",
+                 "--eff-batch", "40", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "lrt unbiased/max, rank 4, effective batch 40" in text
+    assert "online accuracy" in text and "final accuracy" in text
+    assert "writes per weight cell: max" in text and "mean" in text
+    rec = json.loads(out.read_text())
+    assert rec["label"] == "lrt unbiased/max" and rec["samples"] == 120
+    assert rec["settings"]["batch"] == 40 and rec["settings"]["variant"] == "unbiased"
+    assert rec["writes"]["cells"] == 64 * 64 + 10 * 64
+    assert sum(rec["writes"]["histogram"]) == rec["writes"]["cells"]
+    for layer in rec["layers"]:
+        assert layer["readouts"] == 3 and layer["writes"]["max"] <= 3
+    assert 0 <= rec["online_acc"] <= 1 and 0 <= rec["final_acc"] <= 1
+
+
+@pytest.mark.parametrize("extra, label", [
+    ([], "sgd batch 1"), (["--accumulate", "--eff-batch", "50"], "sgd accumulator"),
+    (["--bias-only"], "bias only")])
+def test_baselines_on_the_same_stream(extra, label, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main([*BASE, "--rule", "sgd", *extra, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert label in text and "online accuracy" in text and "writes per weight cell" in text
+    rec = json.loads(out.read_text())
+    assert rec["label"] == label
+    if label == "bias only":
+        assert rec["writes"]["max"] == 0
+    if label == "sgd accumulator":
+        assert rec["layers"][0]["aux_words"] == 64 * 64
+
+
+def test_pretrain_checkpoint_then_online_run(tmp_path, capsys):
+    d = tmp_path / "pre"
+    assert main(["train", "--config", "digits-mlp", "--data", "digits", "--out", str(d)]) == 0
+    assert (d / "best.npz").exists() and "fixed-point model" in capsys.readouterr().out
+    assert main([*BASE, "--rule", "lrt", "--init", str(d / "best.npz")]) == 0
+    assert "from " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--rule", "lrt", "--variant", "exact"], "--variant 'exact' is not a low-rank variant"),
+    (["--rule", "lrt", "--norm", "l2"], "--norm 'l2' is not a gradient norm"),
+    (["--rule", "lrt", "--rank", "0"], "--rank must be at least 1"),
+    (["--rule", "lrt", "--accumulate"], "--accumulate applies to --rule sgd"),
+    (["--rule", "sgd", "--variant", "biased"], "--variant applies to --rule lrt only"),
+    (["--rule", "sgd", "--accumulate", "--bias-only"], "two different baselines"),
+    (["--rule", "sgd", "--eff-batch", "10"], "--eff-batch applies to --rule lrt and"),
+    (["--rule", "lrt", "--epochs", "3"], "--epochs does not apply to the online runs"),
+    (["--rule", "lrt", "--segments", "17"], "--segments must be at most 16"),
+    (["--rule", "zo"], "--rule zo trains the int8 CNN preset digits-cnn"),
+    (["--rule", "lrt", "--init", "/nonexistent/best.npz"], "does not exist"),
+])
+def test_online_runs_reject_bad_input(argv, needle, capsys):
+    error_line(capsys, [*BASE, *argv], needle)
+
+
+def test_wrong_data_or_config_for_the_rule(tmp_path, capsys):
+    error_line(capsys, ["train", "--config", "digits-mlp", "--rule", "lrt", "--data", "digits"],
+               "--rule lrt with digits-mlp takes --data digits-drift")
+    error_line(capsys, ["train", "--config", "digits-mlp", "--rule", "sgd", "--data",
+                        "digits-c"], "takes --data digits-drift (the online stream) or digits")
+    error_line(capsys, ["train", "--config", "digits-cnn", "--rule", "lrt", "--data",
+                        "digits-drift"], "use --config digits-mlp")
+    error_line(capsys, ["train", "--config", "digits-cnn", "--data", "digits", "--variant",
+                        "biased"], "--variant applies to the online runs")
+    error_line(capsys, ["train", "--config", "digits-mlp", "--data", "digits", "--norm", "max"],
+               "--norm applies to the online runs")
+    error_line(capsys, [*BASE, "--rule", "lrt", "--json", str(tmp_path)], "is a directory")
