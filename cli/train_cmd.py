@@ -203,7 +203,8 @@ def run(args):
     t = result["cfg"]
     clip = result['clip'] if result['clip'] is None else \
         f"{result['clip']} ({result['clip_mode']})"
-    warm = f", warm-up {result['warmup']:g}" if result["schedule"] == "linear" else ""
+    warm = f", warm-up {result['warmup']:g}" if result["schedule"] == "linear" \
+        and result["warmup"] else ""
     print(f"config {t.name}: batch {result['batch_size']}, lr {result['lr']:g} "
           f"({result['schedule']}{warm}), clip {clip}, word dropout "
           f"{result['word_dropout']:g}, {result['epochs']} epochs, seed {result['seed']}, "
