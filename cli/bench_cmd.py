@@ -58,9 +58,42 @@ def _layer(args):
     return 0
 
 
+def _zo_step(args):
+    from ttrain.golden import qnn
+    from ttrain.testbench.bench_zo import bench_zo
+    config = args.config or "digits-cnn"
+    if config not in qnn.cnn_preset_names():
+        raise ValueError(f"--rule zo benchmarks the int8 CNN presets "
+                         f"({', '.join(qnn.cnn_preset_names())}), not {config}")
+    if args.positions is not None:
+        raise ValueError("--positions applies to the transformer presets (--rule sgd) only")
+    rep = bench_zo(config, run=args.zo_run or "zo-wp",
+                   batch=50 if args.batch is None else args.batch, queries=args.queries,
+                   steps=args.steps, out_json=args.out, **_top_args(args))
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"{rep['config']} ({rep['model']}), ZO run {rep['run']}: batch {rep['batch']}, "
+          f"{rep['queries']} queries, {rep['instructions']} instructions, "
+          f"{rep['lanes']} lanes")
+    for e in rep["entries"]:
+        print(f"step {e['step']}: {e['cycles']:,} cycles = unperturbed pass "
+              f"{e['forward_cycles']:,} + queries {e['query_cycles']:,} "
+              f"({e['cycles_per_query']:,.0f} per query) + update {e['update_cycles']:,}; "
+              f"{e['macs']:,} MACs, utilization {e['utilization']:.1%}; bit-exact")
+    cyc = rep["entries"][-1]["cycles"]
+    print(f"{cyc / 250e3:.2f} ms per step at 250 MHz, {cyc / 300e3:.2f} ms at 300 MHz")
+    return 0
+
+
 def _step(args):
+    if args.rule == "zo":
+        return _zo_step(args)
+    for flag in ("zo_run", "batch", "queries"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
     from ttrain.testbench.bench_step import bench_step
-    rep = bench_step(args.config, steps=args.steps, out_json=args.out,
+    rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
                      positions=args.positions, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
@@ -126,8 +159,18 @@ def register(sub):
     add_sim_debug_flags(la)
     la.set_defaults(func=with_sim_debug(_layer))
     st = bsub.add_parser("step", help="whole-model training steps on the accelerator top")
-    st.add_argument("--config", default="paper-l1", metavar="NAME",
-                    help="preset (default paper-l1)")
+    st.add_argument("--config", default=None, metavar="NAME",
+                    help="preset (default paper-l1; digits-cnn with --rule zo)")
+    st.add_argument("--rule", choices=("sgd", "zo"), default="sgd",
+                    help="sgd: a transformer training step (default); zo: a compiled "
+                         "zeroth-order step of an int8 CNN preset")
+    st.add_argument("--zo-run", default=None, choices=("zo-wp", "wp-all"),
+                    help="--rule zo: the digits table's WP run (zo-wp: last layer, default) or "
+                         "WP of every layer (wp-all)")
+    st.add_argument("--batch", type=int, default=None, metavar="B",
+                    help="--rule zo: images per step (default 50)")
+    st.add_argument("--queries", type=int, default=None, metavar="N",
+                    help="--rule zo: queries per step (default the run's, 20)")
     st.add_argument("--json", action="store_true", help="print the JSON report")
     st.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report here")
     st.add_argument("--lanes", type=int, default=8, help="engine lanes = banks (default 8)")

@@ -44,6 +44,13 @@ def register(sub):
                         "attention/FFN half's LayerNorm x_hat, run the half again before its "
                         "backward pass) or layer (default: keep each encoder block's output "
                         "x_hat only); the table of all three is printed either way")
+    p.add_argument("--rule", choices=("sgd", "zo"), default="sgd",
+                   help="sgd: a transformer training step (default); zo: the compiled "
+                        "zeroth-order step of an int8 CNN preset (digits-cnn, mcunet-s), dense "
+                        "and sparse, beside an int8 back-propagation estimate")
+    p.add_argument("--sparse-layers", type=int, default=2, metavar="K",
+                   help="--rule zo: the sparse step trains the last K convolution layers "
+                        "(default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--steps", action="store_true",
                    help="with --json: include every contraction step of every order")
@@ -143,7 +150,86 @@ def format_report(rep):
     return "\n".join(out)
 
 
+def zo_plan_report(config, *, batch=1, sparse_layers=2):
+    """Memory of the compiled ZO step of a CNN preset: dense (every layer) and sparse (the
+    last ``sparse_layers`` convolution layers), and an int8 BP estimate."""
+    from .golden import qnn, zo
+    from .golden.zo_compiler import (GRAD_CHUNK, bp_memory_estimate, compile_zo_step,
+                                     figures_model, zo_memory)
+    if config not in qnn.cnn_preset_names():
+        raise ValueError(f"--rule zo plans the int8 CNN presets "
+                         f"({', '.join(qnn.cnn_preset_names())}), not {config}")
+    cfg = qnn.get_cnn_config(config)
+    convs = [n.name for n in cfg.nodes if n.kind == "conv"]
+    if isinstance(sparse_layers, bool) or not 1 <= sparse_layers < len(convs):
+        raise ValueError(f"--sparse-layers must be in 1..{len(convs) - 1} for {config} "
+                         f"({len(convs)} convolution layers), not {sparse_layers}")
+    q = figures_model(cfg)
+    steps = {}
+    for name, layers in (("dense", None), ("sparse", tuple(convs[-sparse_layers:]))):
+        cz = compile_zo_step(q, batch, zo.ZOSettings(mode="wp", layers=layers))
+        steps[name] = {"layers": list(layers) if layers else "all", "queries": cz.queries,
+                       "instructions": len(cz.program.instructions),
+                       "store_words": dict(cz.program.store_sizes), **zo_memory(cz)}
+    return {"config": cfg.name, "note": cfg.note, "params": cfg.n_params, "batch": batch,
+            "grad_chunk_words": GRAD_CHUNK, "zo": steps,
+            "bp_int8_estimate": bp_memory_estimate(q, batch),
+            "budgets_bytes": {"dense": 1024 * 1024, "sparse": 256 * 1024},
+            "labels": {
+                "bytes": "as compiled: one value per 32-bit store word (what the chip holds)",
+                "packed_int8_projection": "NOT BUILT: the same map with int8 values packed "
+                                          "four to a word (weights, node outputs, the input, "
+                                          "the perturbed copy); the chip does not pack yet",
+                "writable": "everything but the frozen parameters, constants and program "
+                            "(the MCU's SRAM; read-only data would sit in its flash)",
+                "bp_int8_estimate": "an estimate: the int8 back-propagation step is not "
+                                    "compiled"}}
+
+
+def format_zo_report(rep):
+    kb = 1024
+    out = [f"{rep['config']} ({rep['note']}): {rep['params']:,} parameters, batch "
+           f"{rep['batch']}; compiled ZO steps (weight perturbation, "
+           f"{rep['zo']['dense']['queries']} queries)"]
+    head = (f"{'step':<8} {'layers':>7} {'instr':>6} {'as compiled KB':>15} {'writable':>9} "
+            f"{'packed-int8 KB (projection)':>28} {'writable':>9}  budget")
+    out += ["", head, "-" * len(head)]
+    for name, st in rep["zo"].items():
+        pj = st["packed_int8_projection"]
+        lay = "all" if st["layers"] == "all" else str(len(st["layers"]))
+        budget = rep["budgets_bytes"][name]
+        key = "total_bytes" if name == "dense" else "writable_bytes"
+        verdict = "fits" if pj[key] <= budget else "over"
+        out.append(f"{name:<8} {lay:>7} {st['instructions']:>6,} {st['total_bytes'] / kb:>15,.1f} "
+                   f"{st['writable_bytes'] / kb:>9,.1f} {pj['total_bytes'] / kb:>28,.1f} "
+                   f"{pj['writable_bytes'] / kb:>9,.1f}  {budget // kb} KB "
+                   f"({'total' if name == 'dense' else 'writable'}): projection {verdict}; "
+                   f"as compiled "
+                   f"{'fits' if st[key] <= budget else 'over'}")
+    out += ["", "per class (KB as compiled / packed-int8 projection):"]
+    for name, st in rep["zo"].items():
+        pj = st["packed_int8_projection"]["bytes"]
+        out.append(f"  {name}: " + ", ".join(f"{c} {v / kb:,.1f}/{pj[c] / kb:,.1f}"
+                                           for c, v in st["bytes"].items())
+                   + f", program {st['program_bytes'] / kb:,.1f}")
+    bp = rep["bp_int8_estimate"]
+    out += ["", f"int8 BP training (estimate, not compiled): {bp['total_bytes'] / kb:,.1f} KB as "
+            f"32-bit words, {bp['packed_int8_projection']['total_bytes'] / kb:,.1f} KB packed: "
+            + ", ".join(f"{k} {v / kb:,.1f}" for k, v in bp["bytes"].items())]
+    out += [""] + [f"{k}: {v}" for k, v in rep["labels"].items()]
+    return "\n".join(out)
+
+
 def run(args):
+    if args.rule == "zo":
+        rep = zo_plan_report(args.config, batch=1 if args.batch is None else args.batch,
+                             sparse_layers=args.sparse_layers)
+        if args.json:
+            json.dump(rep, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(format_zo_report(rep))
+        return 0
     rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
                       fused_update=args.fused_update, recompute=args.recompute)
     if args.json:

@@ -26,7 +26,7 @@ zero-point term; ``requant`` writes the next ``x~`` with the clamp bounds ``lo -
   batch mean by ``rsum`` and ``scale`` by ``1/B``.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -158,36 +158,47 @@ class ForwardBuilder:
     parameters read from perturbed copies.
     """
 
-    def __init__(self, q, batch, al):
+    def __init__(self, q, batch, al, share=None):
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
         self.q, self.N, self.al = q, batch, al
         cfg, N = q.cfg, batch
         H0, W0, C0 = cfg.input_shape
+        L = len(cfg.nodes)
         self.x_base = {-1: al.region("in.x", "act", N * H0 * W0 * C0, (N, H0, W0, C0))}
         self.shapes = {-1: cfg.input_shape}
         hw_max = max(max(n.shape[0] * n.shape[1] for n in cfg.nodes), H0 * W0)
         self.ones = al.region("const.ones", "param", hw_max)
         self.regions = {}
+        y_base = self._share_outputs(share) if share is not None else None
+        if share is not None:
+            acc_words = max(N * int(np.prod(n.shape)) for n in cfg.nodes)
+            shared_acc = al.region("acc", "scratch", acc_words)
         for i, nd in enumerate(cfg.nodes):
             H, W, C = nd.shape
-            r = {"y": al.region(f"{nd.name}.y", "act", N * H * W * C, (N, H, W, C))}
+            size = N * H * W * C
+            if y_base is None:
+                r = {"y": al.region(f"{nd.name}.y", "act", size, (N, H, W, C))}
+            else:
+                al.map[f"{nd.name}.y"] = Region("act", y_base[i], size, (N, H, W, C))
+                r = {"y": y_base[i]}
             if nd.kind == "conv":
                 r["w"] = al.region(f"{nd.name}.w", "param", int(np.prod(nd.weight_shape)),
                                    nd.weight_shape)
                 r["b"] = al.region(f"{nd.name}.b", "param", C)
                 r["rq"] = al.region(f"{nd.name}.rq", "param", C)
-                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
             elif nd.kind == "add":
                 r["mab"] = al.region(f"{nd.name}.mab", "param", 2)
                 r["rq"] = al.region(f"{nd.name}.rq", "param", 1)
-                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * H * W * C)
             else:
                 r["rq"] = al.region(f"{nd.name}.rq", "param", 1)
-                r["acc"] = al.region(f"{nd.name}.acc", "scratch", N * C)
+            acc = size if nd.kind != "pool" else N * C
+            r["acc"] = (shared_acc if share is not None
+                        else al.region(f"{nd.name}.acc", "scratch", acc))
             self.regions[i] = r
             self.x_base[i] = r["y"]
             self.shapes[i] = nd.shape
+        assert len(self.regions) == L
         K = cfg.classes
         ce = {}
         for name, store, size in (("logits", "act", N * K), ("in.onehot", "act", N * K),
@@ -200,9 +211,48 @@ class ForwardBuilder:
             ce[name] = al.region(name, store, size, shape)
         self.ce = ce
 
-    def emit(self, start=0, sources=None, before=None, stop=None):
+    def _share_outputs(self, starts):
+        """Act-store bases of the node outputs packed by liveness (first fit, in node order).
+
+        Within a pass node ``i``'s output lives from ``i`` to its last consumer (the last node's
+        to the losses). A pass may start at any node of ``starts``: an output read across a
+        start (``i < s <= j`` for a consumer ``j``) is kept for the whole program (it is the
+        cache the later-starting passes read), as is a node's output of a pass's first node's
+        inputs. Returns ``{node: base}``; the act store's top moves past the packed block.
+        """
+        cfg, N, al = self.q.cfg, self.N, self.al
+        L = len(cfg.nodes)
+        last = {i: i for i in range(L)}
+        last[L - 1] = L
+        for j, nd in enumerate(cfg.nodes):
+            for i in nd.inputs:
+                if i >= 0:
+                    last[i] = max(last[i], j)
+        starts = {int(s) for s in starts if 0 < s < L}
+        pinned = {i for i in range(L) for j, nd in enumerate(cfg.nodes) if i in nd.inputs
+                  for s in starts if i < s <= j}
+        base0 = al.top["act"]
+        live, top, out = [], 0, {}            # live: (lo, hi, last use) in words from base0
+        for i, nd in enumerate(cfg.nodes):
+            live = [b for b in live if b[2] >= i]
+            size = N * int(np.prod(nd.shape))
+            lo = 0
+            for a, b, _ in sorted(live):
+                if a - lo >= size:
+                    break
+                lo = max(lo, b)
+            end = L + 1 if i in pinned else last[i]
+            live.append((lo, lo + size, end))
+            out[i] = base0 + lo
+            top = max(top, lo + size)
+        al.top["act"] = base0 + top
+        return out
+
+    def emit(self, start=0, sources=None, before=None, stop=None, sample_loop=True):
         """Instructions of a pass over nodes ``start ..`` and the losses (no END); with
         ``stop``, over nodes ``start .. stop - 1`` only, without the losses.
+        ``sample_loop=False`` unrolls the convolutions' LOOP over the samples, so that the
+        pass can itself sit in a LOOP (loops do not nest).
 
         ``sources`` maps a conv node index to ``(w_view_store, w_base, b_store, b_base)``
         (default its own parameter regions); ``before`` maps a node index to instructions
@@ -248,7 +298,19 @@ class ForwardBuilder:
                             whi = min(W - 1, (Wi - 1 + p - kx) // s)
                             if hhi < hlo or whi < wlo:
                                 continue
-                            for g in range(nd.groups):
+                            rows = hhi - hlo + 1
+                            if nd.groups > rows:  # batch over the groups, rows unrolled
+                                for r in range(hlo, hhi + 1):
+                                    a_base = x_base[j] + ((s * r + ky - p) * Wi
+                                                          + (s * wlo + kx - p)) * Ci
+                                    body.append((whi - wlo + 1, cout_g, cin_g,
+                                                 View("act", a_base, s * Ci, 1, cin_g),
+                                                 View(ws, wb + (ky * k + kx) * cin_g * C, C, 1,
+                                                      cout_g),
+                                                 View("scratch", acc + (r * W + wlo) * C, C, 1,
+                                                      cout_g), nd.groups))
+                                continue
+                            for g in range(nd.groups):   # batch over the output rows
                                 a_base = x_base[j] + ((s * hlo + ky - p) * Wi
                                                       + (s * wlo + kx - p)) * Ci + g * cin_g
                                 b_base = wb + (ky * k + kx) * cin_g * C + g * cout_g
@@ -256,15 +318,18 @@ class ForwardBuilder:
                                 body.append((whi - wlo + 1, cout_g, cin_g,
                                              View("act", a_base, s * Ci, 1, s * Wi * Ci),
                                              View(ws, b_base, C, 1, 0),
-                                             View("scratch", c_base, C, 1, W * C),
-                                             hhi - hlo + 1))
-                    if N > 1:
+                                             View("scratch", c_base, C, 1, W * C), rows))
+                    if N > 1 and sample_loop:
                         ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
-                    for m_, n_, k_, a, b, c, bt in body:
-                        contract(m_, n_, k_, a, b, c, True, batch=bt,
-                                 step=(1, 2, 0) if N > 1 else (0, 0, 0))
-                    if N > 1:
+                        for m_, n_, k_, a, b, c, bt in body:
+                            contract(m_, n_, k_, a, b, c, True, batch=bt, step=(1, 2, 0))
                         ins.append(EndLoop())
+                    else:                         # one sample after the other, unrolled
+                        for t in range(N):
+                            for m_, n_, k_, a, b, c, bt in body:
+                                contract(m_, n_, k_, replace(a, base=a.base + t * Hi * Wi * Ci),
+                                         b, replace(c, base=c.base + t * H * W * C), True,
+                                         batch=bt)
                 lo_b = (z if nd.relu else -128) - z
                 for lo, cnt in _rows_split(P):
                     ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),

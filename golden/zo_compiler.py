@@ -33,16 +33,17 @@ differences. Not compiled (a clear error names them): node perturbation and the 
 sparse masks, antithetic queries and the in-place variant.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import zo
 from .cnn_compiler import CompiledCNN, ForwardBuilder, _Alloc
 from .contract import View
-from .isa import Elementwise, End, MAX_DIM, Random, f32_bits
+from .isa import Elementwise, End, EndLoop, Loop, MAX_DIM, Random
 
-__all__ = ["CompiledZO", "compile_zo_step"]
+__all__ = ["CompiledZO", "compile_zo_step", "zo_memory", "bp_memory_estimate", "figures_model",
+           "ZO_MEMORY_CLASSES", "GRAD_CHUNK"]
 
 
 @dataclass
@@ -120,7 +121,7 @@ def _check_settings(s):
 
 #: Words of the update's FP32 estimate buffer: tensors are updated in chunks of whole rows of
 #: at most this many words (at least one row), so the buffer does not grow with the model.
-GRAD_CHUNK = 1024
+GRAD_CHUNK = 4096
 
 
 def _chunks(rows, cols, limit=MAX_DIM):
@@ -129,17 +130,21 @@ def _chunks(rows, cols, limit=MAX_DIM):
         yield lo, min(step, rows - lo)
 
 
-def compile_zo_step(q, batch, settings):
-    """Compile one ZO step of ``q`` on ``batch`` images with ``settings`` (see the module)."""
+def compile_zo_step(q, batch, settings, *, query_loop=None):
+    """Compile one ZO step of ``q`` on ``batch`` images with ``settings`` (see the module).
+
+    ``query_loop``: run each group's queries as one LOOP (the passes' per-sample convolution
+    loops unrolled: loops do not nest) or unrolled; default the shorter program.
+    """
     s = settings
     if not isinstance(s, zo.ZOSettings):
         raise TypeError(f"settings must be a ZOSettings, not {type(s).__name__}")
     _check_settings(s)
-    al = _Alloc()
-    fb = ForwardBuilder(q, batch, al)
-    nodes = q.cfg.nodes
     wp_nodes, _ = zo._plan(q, s)
     groups = [g for g, _ in zo._groups(s, wp_nodes, [])]
+    al = _Alloc()
+    fb = ForwardBuilder(q, batch, al, share={min(g) for g in groups})
+    nodes = q.cfg.nodes
     n = s.queries
     Q = n * len(groups)
 
@@ -168,19 +173,40 @@ def compile_zo_step(q, batch, settings):
     offs = {(i, kind): off for i, kind, off, _ in tensors}
     lmean = fb.ce["loss.mean"]
 
-    def perturb(i, qi):
-        """Regenerate node ``i``'s perturbed weights and bias for query ``qi``."""
+    def perturb(i, qi, step):
+        """Regenerate node ``i``'s perturbed weights and bias for query ``qi`` (the seed
+        view stepped by ``step``: the query LOOP's select 1)."""
         nd, r = nodes[i], fb.regions[i]
         C = nd.shape[2]
         seed = View("act", seeds + qi, 0, 0)
+        st = (0, 0, step)
         out = []
         for lo, cnt in _chunks(size_of[(i, "w")] // C, C):
             out.append(Random("perturb8", cnt, C, View("scratch", wq + lo * C, C, 1),
                               View("param", r["w"] + lo * C, C, 1), seed,
-                              imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w))
+                              imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w, step=st))
         out.append(Random("perturb32", 1, C, View("scratch", bq, C, 1),
                           View("param", r["b"], C, 1), seed, imm=offs[(i, "b")],
-                          sigma=s.sigma_b))
+                          sigma=s.sigma_b, step=st))
+        return out
+
+    def queries(g, gi, start, looped):
+        """The ``n`` query passes of group ``g``: one LOOP body (the conv sample loops
+        unrolled) or ``n`` unrolled passes."""
+        src = {i: ("scratch", wq, "scratch", bq) for i in g}
+        if looped:
+            body = fb.emit(start, sources=src, before={i: perturb(i, gi * n, 1) for i in g},
+                           sample_loop=False)
+            return [Loop(n, (1, 0, 0)), *body,
+                    Elementwise("sub", 1, 1, View("scratch", coef + gi * n, 1, 1),
+                                View("act", lmean, 1, 1), View("scratch", l0, 1, 1),
+                                step=(1, 0, 0)), EndLoop()]
+        out = []
+        for k in range(n):
+            qi = gi * n + k
+            out += fb.emit(start, sources=src, before={i: perturb(i, qi, 0) for i in g})
+            out.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
+                                   View("act", lmean, 1, 1), View("scratch", l0, 1, 1)))
         return out
 
     ins = fb.emit()
@@ -191,12 +217,11 @@ def compile_zo_step(q, batch, settings):
         start = min(g)
         if done < start:       # restore the unperturbed outputs up to this group's start
             ins += fb.emit(done, stop=start)
-        for k in range(n):
-            qi = gi * n + k
-            src = {i: ("scratch", wq, "scratch", bq) for i in g}
-            ins += fb.emit(start, sources=src, before={i: perturb(i, qi) for i in g})
-            ins.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
-                                   View("act", lmean, 1, 1), View("scratch", l0, 1, 1)))
+        if query_loop is None:
+            a, b = queries(g, gi, start, True), queries(g, gi, start, False)
+            ins += a if len(a) <= len(b) else b
+        else:
+            ins += queries(g, gi, start, bool(query_loop) and n > 1)
         done = start
 
     ends["queries"] = len(ins)
@@ -210,10 +235,12 @@ def compile_zo_step(q, batch, settings):
             gv = View("scratch", gbuf, C, 1)
             pv = View("param", param + lo * C, C, 1)
             ins.append(Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)))
-            for k in range(n):
-                qi = gi * n + k
-                ins.append(Random("raccum", cnt, C, gv, View("scratch", coef + qi, 0, 0),
-                                  View("act", seeds + qi, 0, 0), imm=off + lo * C))
+            acc = Random("raccum", cnt, C, gv, View("scratch", coef + gi * n, 0, 0),
+                         View("act", seeds + gi * n, 0, 0), imm=off + lo * C)
+            if n > 1:                 # g += c_q u_q, q = 0 .. n-1 in order
+                ins += [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
+            else:
+                ins.append(acc)
             ins.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
             if stochastic:
                 ins.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
@@ -222,3 +249,94 @@ def compile_zo_step(q, batch, settings):
     ins.append(End())
     return CompiledZO(al.program(ins), q, batch, settings=s, queries=Q, tensors=tuple(tensors),
                       group_dims=dims, phase_ends=ends)
+
+
+#: Memory classes of a compiled ZO step's regions (:func:`zo_memory`).
+ZO_MEMORY_CLASSES = ("trainable", "frozen", "activations", "accumulators", "zo_buffers",
+                     "constants", "batch")
+
+
+def _region_class(name, trainable):
+    node, _, kind = name.rpartition(".")
+    if name.startswith(("zo.k.", "const.")):
+        return "constants"
+    if kind in ("w", "b"):
+        return "trainable" if node in trainable else "frozen"
+    if kind == "y":
+        return "activations"
+    if name == "acc" or name.startswith("ce.") or name in ("loss.sum",):
+        return "accumulators"
+    if name.startswith("zo.k.") or name.startswith("const.") or kind in ("rq", "mab"):
+        return "constants"
+    if name.startswith("zo."):
+        return "zo_buffers"
+    return "batch"                      # in.x, in.onehot, logits, loss, loss.mean
+
+
+def zo_memory(cz):
+    """On-chip memory of a compiled ZO step, from its memory map, per class.
+
+    Returns words per class (one value per 32-bit word, as the chip stores them today), the
+    program's instruction words, the bytes that must be writable (everything but the frozen
+    parameters, the constants and the program: the MCU's SRAM) and read-only, and a
+    *projection* (not built) of the bytes with int8 values packed four to a word.
+    """
+    nodes = cz.q.cfg.nodes
+    trainable = {nodes[i].name for i, _, _, _ in cz.tensors}
+    spans = {}                             # (class, store, int8) -> set of word addresses
+    for name, r in cz.memory_map.items():
+        int8 = (name.endswith((".w", ".y")) and not name.startswith("zo.k.")
+                or name in ("in.x", "zo.wq"))
+        key = (_region_class(name, trainable), r.store, int8)
+        spans.setdefault(key, []).append((r.base, r.base + r.size))
+    words = dict.fromkeys(ZO_MEMORY_CLASSES, 0)
+    packed = dict.fromkeys(ZO_MEMORY_CLASSES, 0)
+    for (c, _, int8), iv in spans.items():     # regions may share words (liveness): union
+        n, end = 0, -1
+        for lo, hi in sorted(iv):
+            n += max(0, hi - max(lo, end))
+            end = max(end, hi)
+        words[c] += n
+        packed[c] += 4 * -(-n // 4) if int8 else 4 * n
+    program_words = 16 * len(cz.program.instructions)
+    read_only = ("frozen", "constants")
+    out = {"words": words, "program_words": program_words,
+           "bytes": {c: 4 * w for c, w in words.items()},
+           "program_bytes": 4 * program_words}
+    out["writable_bytes"] = sum(v for c, v in out["bytes"].items() if c not in read_only)
+    out["read_only_bytes"] = (sum(out["bytes"][c] for c in read_only) + out["program_bytes"])
+    out["total_bytes"] = out["writable_bytes"] + out["read_only_bytes"]
+    out["packed_int8_projection"] = {
+        "bytes": packed,
+        "writable_bytes": sum(v for c, v in packed.items() if c not in read_only),
+        "total_bytes": sum(packed.values()) + out["program_bytes"]}
+    return out
+
+
+def figures_model(cfg, seed=0):
+    """An int8 model of ``cfg`` with seeded random weights, calibrated on seeded random images:
+    enough for memory maps and program shapes, which do not depend on the weights' values."""
+    from . import qnn
+    rng = np.random.default_rng(seed)
+    calib = rng.uniform(0, 1, (4, *cfg.input_shape)).astype(np.float32)
+    return qnn.quantize(qnn.FloatCNN(cfg, seed=seed), calib)
+
+
+def bp_memory_estimate(q, batch):
+    """An *estimate* (the int8 back-propagation step is not compiled) of the on-chip bytes of
+    int8 BP training of ``q``: parameters, an FP32 gradient per parameter, every node output
+    kept for the backward pass, two FP32 node-gradient buffers of the largest output and one
+    int32 accumulator; 32-bit words as the chip stores them, and int8 values packed."""
+    nodes = q.cfg.nodes
+    w = sum(int(np.prod(n.weight_shape)) for n in nodes if n.kind == "conv")
+    b = sum(n.shape[2] for n in nodes if n.kind == "conv")
+    outs = [batch * int(np.prod(n.shape)) for n in nodes]
+    x = batch * int(np.prod(q.cfg.input_shape))
+    words = {"parameters": w + b, "gradients": w + b, "activations": sum(outs) + x,
+             "backward_buffers": 2 * max(outs), "accumulators": max(outs)}
+    packed = {"parameters": w + 4 * b, "gradients": 4 * (w + b),
+              "activations": sum(outs) + x, "backward_buffers": 8 * max(outs),
+              "accumulators": 4 * max(outs)}
+    return {"words": words, "bytes": {k: 4 * v for k, v in words.items()},
+            "total_bytes": 4 * sum(words.values()),
+            "packed_int8_projection": {"bytes": packed, "total_bytes": sum(packed.values())}}

@@ -75,10 +75,12 @@ def _pos_int(name, value, *, power_of_two=False):
 
 def round_store_words(program_sizes, banks, minimum=None):
     """Return ``{store: words}`` for every store: ``program_sizes`` rounded up to whole rows of
-    ``banks`` words, at least one row and at least ``minimum[store]``."""
+    ``banks`` words, at least two rows (a one-row store would have a zero-width row address)
+    and at least ``minimum[store]``."""
     out = {}
     for name in _STORES:
-        need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)), 1)
+        need = max(int(program_sizes.get(name, 0)), int((minimum or {}).get(name, 0)),
+                   2 * banks)
         out[name] = -(-need // banks) * banks
     return out
 

@@ -5,8 +5,8 @@ the weight-perturbation variants it compiles; and what it does not compile is na
 import numpy as np
 import pytest
 
-from ttrain.golden import interpreter, zo
-from ttrain.golden.zo_compiler import GRAD_CHUNK, compile_zo_step
+from ttrain.golden import interpreter, qnn, zo
+from ttrain.golden.zo_compiler import GRAD_CHUNK, compile_zo_step, figures_model, zo_memory
 
 from shared_top import cnn_models
 
@@ -19,9 +19,14 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name, variant", [("digits", v) for v in VARIANTS]
-                         + [("parts", "joint"), ("parts", "layerwise-nearest")])
-def test_compiled_zo_steps_equal_the_golden_rule(name, variant):
+@pytest.mark.parametrize("name, variant, query_loop",
+                         [("digits", v, None) for v in VARIANTS]
+                         + [("digits", "joint", True), ("digits", "layerwise-nearest", False),
+                            ("parts", "joint", False), ("parts", "layerwise-nearest", True)])
+def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop):
+    """Three consecutive steps; ``query_loop`` True runs each group's queries as one LOOP
+    (the convolutions' sample loops unrolled), False unrolls the queries, None picks the
+    shorter program."""
     q0 = cnn_models()[name]
     opts = dict(VARIANTS[variant])
     if name == "parts" and "layers" in opts:
@@ -29,7 +34,7 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant):
     s = zo.ZOSettings(mode="wp", **opts)
     batch = 3
     rng = np.random.default_rng(len(variant))
-    cz = compile_zo_step(q0, batch, s)
+    cz = compile_zo_step(q0, batch, s, query_loop=query_loop)
     golden = q0.copy()
     image = None
     changed = 0
@@ -50,8 +55,10 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant):
         assert cz.loss(image).view(np.uint32) == np.float32(rec["loss"]).view(np.uint32)
         changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
     assert changed > 0                      # the steps really moved the weights
-    ops = {i.mnemonic for i in cz.program.instructions}
-    assert {"perturb8", "perturb32", "raccum", "f2i", "iadd"} <= ops
+    ops = [i.mnemonic for i in cz.program.instructions]
+    if query_loop:             # one perturbation per trainable layer, not one per query
+        assert ops.count("perturb8") == len(zo._plan(q0, s)[0]) and "loop" in ops
+    assert {"perturb8", "perturb32", "raccum", "f2i", "iadd"} <= set(ops)
     assert ("runif" in ops) == (s.rounding == "stochastic")
 
 
@@ -88,3 +95,42 @@ def test_bad_arguments_are_named():
         compile_zo_step(q, 0, zo.ZOSettings())
     with pytest.raises(ValueError, match="unknown layer"):
         compile_zo_step(q, 2, zo.ZOSettings(layers=("conv9",)))
+
+
+@pytest.mark.parametrize("layers", [("b5.dw", "b9.project"), ("b5.dw", "b5.project", "b9.expand")])
+def test_mcunet_scale_layerwise_step_with_residual_skips_is_exact(layers):
+    """The MCUNet-scale preset (figures only): layer-wise queries starting inside residual
+    blocks, whose skip inputs come from before the start (kept by the liveness packing), and
+    the restore pass between groups; the parameters equal ``zo.zo_step``."""
+    cfg = qnn.get_cnn_config("mcunet-s")
+    q = figures_model(cfg)
+    s = zo.ZOSettings(mode="wp", queries=1, lr=0.5, layers=layers, layerwise=True, sigma_b=200)
+    cz = compile_zo_step(q, 1, s)
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, *cfg.input_shape))
+    out, st = interpreter.run(cz.program, cz.initial_image(x, np.array([3]), 0))
+    assert st.error == 0, st.message
+    golden = q.copy()
+    zo.zo_step(golden, x, np.array([3]), s, 0)
+    chip = cz.params(out)
+    assert all(np.array_equal(chip.w[n], golden.w[n]) and np.array_equal(chip.b[n], golden.b[n])
+               for n in golden.w)
+    assert any(not np.array_equal(golden.w[n], q.w[n]) for n in layers)
+    # the node outputs share the act store: far fewer words than one region per node
+    y = sum(r.size for k, r in cz.memory_map.items() if k.endswith(".y"))
+    assert zo_memory(cz)["words"]["activations"] < y / 2
+
+
+def test_memory_report_classes_add_up():
+    q = cnn_models()["digits"]
+    convs = q.cfg.conv_names
+    dense = zo_memory(compile_zo_step(q, 2, zo.ZOSettings(mode="wp")))
+    sparse = zo_memory(compile_zo_step(q, 2, zo.ZOSettings(mode="wp", layers=convs[-2:])))
+    n_params = sum(q.w[n].size + q.b[n].size for n in convs)
+    assert dense["words"]["trainable"] == n_params and dense["words"]["frozen"] == 0
+    assert sparse["words"]["trainable"] + sparse["words"]["frozen"] == n_params
+    for m in (dense, sparse):
+        assert m["total_bytes"] == m["writable_bytes"] + m["read_only_bytes"]
+        assert m["total_bytes"] == 4 * sum(m["words"].values()) + m["program_bytes"]
+        assert m["packed_int8_projection"]["total_bytes"] < m["total_bytes"]
+    assert sparse["writable_bytes"] < dense["writable_bytes"]

@@ -1,0 +1,46 @@
+"""``ttrain plan --rule zo`` (the compiled ZO step's memory, dense and sparse, beside an int8 BP
+estimate) and the argument checks of ``ttrain bench step --rule zo``."""
+
+import json
+
+import pytest
+
+from ttrain.main import main
+
+from test_cli_errors import error_line
+
+
+def test_plan_zo_json_reports_the_compiled_steps(capsys):
+    assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    dense, sparse = rep["zo"]["dense"], rep["zo"]["sparse"]
+    assert dense["words"]["trainable"] == rep["params"] and dense["words"]["frozen"] == 0
+    assert sparse["layers"] == ["conv12", "fc14"]
+    assert sparse["words"]["trainable"] + sparse["words"]["frozen"] == rep["params"]
+    # as compiled (32-bit words) every value takes 4 bytes; the projection is labelled
+    assert dense["bytes"]["trainable"] == 4 * rep["params"]
+    assert "NOT BUILT" in rep["labels"]["packed_int8_projection"]
+    assert "estimate" in rep["labels"]["bp_int8_estimate"]
+    assert rep["bp_int8_estimate"]["total_bytes"] > dense["total_bytes"]
+    assert dense["store_words"]["param"] >= dense["words"]["trainable"]
+
+
+def test_plan_zo_text(capsys):
+    assert main(["plan", "--config", "digits-cnn", "--rule", "zo", "--sparse-layers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "dense" in text and "sparse" in text and "projection" in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["plan", "--config", "paper-l1", "--rule", "zo"], "--rule zo plans the int8 CNN presets"),
+    (["plan", "--config", "mcunet-s", "--rule", "zo", "--sparse-layers", "0"],
+     "--sparse-layers must be in 1..34 for mcunet-s"),
+    (["bench", "step", "--config", "paper-l1", "--rule", "zo"],
+     "--rule zo benchmarks the int8 CNN presets"),
+    (["bench", "step", "--config", "tiny", "--queries", "3"], "--queries applies to --rule zo"),
+    (["bench", "step", "--rule", "zo", "--positions", "4"], "--positions applies to the "
+                                                            "transformer presets"),
+    (["bench", "step", "--rule", "zo", "--batch", "0"], "batch must be an int in 1..4096"),
+])
+def test_bad_zo_plan_and_bench_arguments_are_named(argv, needle, capsys):
+    error_line(capsys, argv, needle)
