@@ -240,6 +240,64 @@ def tune(model_factory, stream, grid=None, *, progress=None):
 #: the tuning stream :data:`TUNE_STREAM` (``docs/lrt.md`` has the grid); ``bias only`` has no
 #: weight rate (its entry is unused).
 DEFAULT_LR = {
-    "lrt biased/none": 1e-3, "lrt biased/max": 3e-4, "lrt unbiased/none": 1e-3,
-    "lrt unbiased/max": 3e-4, "sgd batch 1": 1e-2, "sgd accumulator": 1e-3, "bias only": 1e-2,
+    "lrt biased/none": 3e-3, "lrt biased/max": 1e-3, "lrt unbiased/none": 3e-3,
+    "lrt unbiased/max": 3e-4, "sgd batch 1": 3e-3, "sgd accumulator": 3e-3, "bias only": 1e-2,
 }
+
+
+def format_table(results):
+    """Return the benchmark table (one line per run) as text."""
+    lines = [f"{'run':20s} {'lr':>7s} {'online %':>9s} {'final %':>8s} {'writes/cell max':>16s} "
+             f"{'mean':>7s} {'weight writes':>14s} {'skipped %':>10s} {'aux words':>10s}"]
+    for label, r in results.items():
+        layers = r["layers"]
+        ww = "/".join(str(L["weight_writes"]) for L in layers)
+        sk = sum(L["skipped"] for L in layers) / (len(layers) * r["samples"])
+        aux = sum(L["aux_words"] for L in layers)
+        lines.append(f"{label:20s} {r['settings']['lr']:7g} {100 * r['online_acc']:9.1f} "
+                     f"{100 * r['final_acc']:8.1f} {r['writes']['max']:16d} "
+                     f"{r['writes']['mean']:7.3f} {ww:>14s} {100 * sk:10.1f} {aux:10,d}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """``python -m ttrain.golden.lrt_online [--tune] [--seed S] [--json FILE]``: the benchmark
+    table on digits-drift (seed 0: the stream of ``docs/lrt.md``), or the learning-rate grid
+    on the tuning stream."""
+    import argparse
+    import json
+    from . import drift, lrt_model
+    p = argparse.ArgumentParser(prog="python -m ttrain.golden.lrt_online")
+    p.add_argument("--tune", action="store_true", help="run the learning-rate grid instead")
+    p.add_argument("--seed", type=int, default=0, help="digits-drift seed (default 0)")
+    p.add_argument("--json", metavar="FILE", help="write every run's result as JSON")
+    args = p.parse_args(argv)
+
+    def factory():
+        return lrt_model.pretrained_mlp(0)[0]
+
+    if args.tune:
+        stream = drift.make_stream(**TUNE_STREAM)
+        print(f"tuning stream {TUNE_STREAM}: {' -> '.join(stream.corruptions)}")
+        table, best = tune(factory, stream, progress=lambda label, lr, r: print(
+            f"{label:20s} lr {lr:<7g} online {100 * r['online_acc']:.1f} final "
+            f"{100 * r['final_acc']:.1f} writes max {r['writes']['max']} mean "
+            f"{r['writes']['mean']:.3f}", flush=True))
+        print("best:", best)
+        out = {label: {str(lr): r for lr, r in rows.items()} for label, rows in table.items()}
+    else:
+        stream = drift.make_stream(args.seed)
+        print(f"digits-drift seed {args.seed}: {' -> '.join(stream.corruptions)}, "
+              f"{len(stream)} samples; test: {stream.corruptions[-1]}")
+        out = benchmark(factory, stream, lr=DEFAULT_LR, progress=lambda label, r: print(
+            f"  {label}: {r['cpu_s']:.0f} s CPU", flush=True))
+        print(f"before training: final {100 * next(iter(out.values()))['before_acc']:.1f}%")
+        print(format_table(out))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
