@@ -25,7 +25,12 @@ def add_arguments(p):
                    help="--rule zo: write the table (per corruption and averaged) as JSON; "
                         "--data digits-drift: the run's result (accuracies, writes per cell "
                         "with their histogram, per-layer counters)")
-    g = p.add_argument_group("online training of digits-mlp: --data digits-drift")
+    g = p.add_argument_group(
+        "online training of digits-mlp: --data digits-drift",
+        "one pass over the stream, predicting each sample before training on it; --seed "
+        "chooses the stream and the unbiased variant's random signs (the model is always the "
+        "seed-0 pre-training); --lr is the weights' rate (default: tuned per rule, "
+        "docs/lrt.md), biases use 0.01")
     g.add_argument("--variant", metavar="biased|unbiased", default=None,
                    help="--rule lrt: biased (top-r) or unbiased (optimal Kronecker sum with "
                         "seeded random signs) rank reduction (default biased)")

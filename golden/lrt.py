@@ -199,7 +199,10 @@ def _okron(s, seeds):
     kk = (q - 1 - np.arange(q)).astype(_F32)                 # q - m for 1-based m = j + 1
     ok = np.multiply(kk, s) <= suffix
     m0 = np.argmax(ok, axis=-1)                               # first true (always by q - 2)
-    take = lambda x: np.take_along_axis(x, m0[..., None], axis=-1)[..., 0]   # noqa: E731
+
+    def take(x):
+        return np.take_along_axis(x, m0[..., None], axis=-1)[..., 0]
+
     t = take(suffix)
     k = (q - 1 - m0).astype(_F32)
     tail = np.arange(q) >= m0[..., None]
