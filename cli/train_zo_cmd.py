@@ -180,6 +180,8 @@ def run_mlp(args):
           f"{100 * r['final_acc']:.1f}% (before training {100 * r['before_acc']:.1f}%)")
     print(f"writes per weight cell: max {w['max']}, mean {w['mean']:.3g} ({w['cells']:,} "
           "cells)")
+    hist = ", ".join(f"{n}: {c:,}" for n, c in enumerate(w["histogram"]) if c)
+    print(f"  cells by number of writes: {hist}")
     for name, layer in zip(("fc0", "fc1"), r["layers"]):
         extra = f", {layer['skipped']} samples skipped" if st.rule == "lrt" else ""
         print(f"  {name} {layer['shape'][0]}x{layer['shape'][1]}: {layer['weight_writes']} "

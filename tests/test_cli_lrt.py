@@ -26,6 +26,7 @@ def test_lrt_prints_accuracies_and_writes_and_writes_json(tmp_path, capsys):
     assert "lrt unbiased/max, rank 4, effective batch 40" in text
     assert "online accuracy" in text and "final accuracy" in text
     assert "writes per weight cell: max" in text and "mean" in text
+    assert "cells by number of writes: 0: " in text
     rec = json.loads(out.read_text())
     assert rec["label"] == "lrt unbiased/max" and rec["samples"] == 120
     assert rec["settings"]["batch"] == 40 and rec["settings"]["variant"] == "unbiased"
