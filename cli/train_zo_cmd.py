@@ -127,9 +127,9 @@ def run_mlp(args):
                          "with --rule lrt or sgd on --data digits-drift")
     online = args.data == "digits-drift"
     if not online and not (args.rule == "sgd" and args.data == "digits"):
+        alt = " or digits (pre-training)" if args.rule == "sgd" else ""
         raise ValueError(f"--rule {args.rule} with {cfg.name} takes --data digits-drift (the "
-                         f"online stream){' or digits (pre-training)' if args.rule == 'sgd' else ''}"
-                         f", not {args.data!r}")
+                         f"online stream){alt}, not {args.data!r}")
     if not online:
         for flag in _ONLINE_FLAGS + ("json_out", "accumulate", "bias_only"):
             if getattr(args, flag) not in (None, False):

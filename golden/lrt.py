@@ -39,7 +39,8 @@ Bases in 16 bits (:func:`quantize_basis`): one FP32 ``step = max|Q| * 2**-15`` p
 entries ``f2i(Q * recip(step))`` saturated to [-32767, 32767] (the largest entry loses at most
 one part in 32768); dequantized as ``i2f(q) * step``.
 
-Read-out (:func:`factors`): ``L = Q_L diag(sqrt c_x)``, ``R = Q_R diag(sqrt c_x)``, ``sum ~= L R^T``.
+Read-out (:func:`factors`): ``L = Q_L diag(sqrt c_x)``, ``R = Q_R diag(sqrt c_x)``,
+``sum ~= L R^T``.
 
 Convolutions (:func:`feed_pixels`): a convolution is one matrix-vector product per output
 pixel (the paper's appendix B.2: the unrolled kernel-size input slice maps to all output

@@ -55,7 +55,8 @@ from .special import NumpyOps, _wrap_int, recip_sequence, rsqrt_sequence
 __all__ = ["SWEEPS", "FastOps", "fp32_rsqrt_fast", "fp32_recip_fast", "fp32_sqrt",
            "pivot_schedule", "jacobi_svd", "accuracy_report"]
 
-#: Fixed number of Jacobi sweeps (4 already reach FP32 accuracy on 5x5 cores, one more for margin; docs/lrt.md).
+#: Fixed number of Jacobi sweeps: 4 already reach FP32 accuracy on 5x5 cores, one more is the
+#: margin (docs/lrt.md).
 SWEEPS = 5
 
 _F32 = np.float32

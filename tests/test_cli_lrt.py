@@ -14,10 +14,6 @@ SMALL = ["--segments", "1", "--segment-len", "120"]
 BASE = ["train", "--config", "digits-mlp", "--data", "digits-drift", *SMALL]
 
 
-def _lines(text):
-    return {line.split(" ")[0]: line for line in text.splitlines()}
-
-
 def test_lrt_prints_accuracies_and_writes_and_writes_json(tmp_path, capsys):
     out = tmp_path / "lrt.json"
     assert main([*BASE, "--rule", "lrt", "--variant", "unbiased", "--norm", "max",

@@ -64,7 +64,8 @@ def test_jacobi_svd_factors_are_sorted_and_orthogonal():
     u = rng.standard_normal((5, 1)).astype(np.float32)
     U1, s1, V1 = svd.jacobi_svd(u @ u.T)
     assert np.all(np.isfinite(U1)) and np.all(np.isfinite(V1))
-    assert s1[0] == pytest.approx(float((u.T @ u).item()), rel=1e-5) and np.all(s1[1:] < 1e-5 * s1[0])
+    assert s1[0] == pytest.approx(float((u.T @ u).item()), rel=1e-5)
+    assert np.all(s1[1:] < 1e-5 * s1[0])
 
 
 def test_jacobi_svd_batch_is_bit_identical_to_one_matrix_at_a_time():
@@ -313,7 +314,8 @@ def test_fixed_point_forward_matches_a_python_reference():
     for n in range(4):
         h = []
         for o in range(6):
-            acc = sum(int(model.w[0][o, i]) * int(x[n, i]) for i in range(5)) + 4 * int(model.b[0][o])
+            acc = sum(int(model.w[0][o, i]) * int(x[n, i]) for i in range(5))
+            acc += 4 * int(model.b[0][o])
             h.append(min(max((acc + 64) >> 7, 0), 255))
         assert acts[1][n].tolist() == h
         for o in range(3):
