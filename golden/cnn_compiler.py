@@ -35,7 +35,8 @@ from .isa import (Contract, Elementwise, End, EndLoop, Loop, Program, Reduce, Re
                   f32_bits, MAX_DIM)
 from .quant import check_int8
 
-__all__ = ["CompiledCNN", "ForwardBuilder", "compile_cnn_forward"]
+__all__ = ["CompiledCNN", "ForwardBuilder", "compile_cnn_forward", "pack_int8", "unpack_int8",
+           "UNPACK_WORDS"]
 
 
 def _pack_rq(m, s):
@@ -50,12 +51,31 @@ def _w32(v):
     return (np.asarray(v, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32)
 
 
+def pack_int8(values):
+    """int8 values packed four to a little-endian word (byte ``k`` of word ``w`` = element
+    ``4w + k``, the ISA's ``ext8``/``ins8`` numbering), zero-padded to whole words."""
+    v = check_int8(np.asarray(values).ravel(), "values").astype(np.int8)
+    v = np.concatenate([v, np.zeros(-v.size % 4, np.int8)])
+    return v.view(np.uint32).copy()
+
+
+def unpack_int8(words, n):
+    """The first ``n`` int8 values of packed ``words`` (inverse of :func:`pack_int8`)."""
+    return np.asarray(words, dtype=np.uint32).view(np.int8)[:n].astype(np.int64)
+
+
+#: Words of the unpack buffer of packed weights: a convolution's weights are unpacked whole when
+#: they fit, else per kernel offset (k x k) or per block of input channels (1 x 1).
+UNPACK_WORDS = 4096
+
+
 @dataclass
 class CompiledCNN:
     """A compiled forward pass: the program, its model and batch, and image helpers."""
     program: Program
     q: object
     batch: int
+    packed: bool = False         # int8 weights packed four to a word (golden/zo_compiler.py)
 
     @property
     def memory_map(self):
@@ -87,7 +107,8 @@ class CompiledCNN:
         q = self.q if q is None else q
         for i, n in enumerate(q.cfg.nodes):
             if n.kind == "conv":
-                self._put(image, f"{n.name}.w", _w32(q.w[n.name]))
+                self._put(image, f"{n.name}.w", pack_int8(q.w[n.name]) if self.packed
+                          else _w32(q.w[n.name]))
                 self._put(image, f"{n.name}.b", _w32(q.b[n.name]))
                 self._put(image, f"{n.name}.rq", _pack_rq(q.mult[i], q.shift[i]))
             elif n.kind == "add":
@@ -158,13 +179,18 @@ class ForwardBuilder:
     parameters read from perturbed copies.
     """
 
-    def __init__(self, q, batch, al, share=None):
+    def __init__(self, q, batch, al, share=None, packed=False, unpack_words=UNPACK_WORDS):
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
-        self.q, self.N, self.al = q, batch, al
+        self.q, self.N, self.al, self.packed = q, batch, al, bool(packed)
         cfg, N = q.cfg, batch
         H0, W0, C0 = cfg.input_shape
         L = len(cfg.nodes)
+        if self.packed:
+            self.units = {i: self._units(nd, unpack_words) for i, nd in enumerate(cfg.nodes)
+                          if nd.kind == "conv"}
+            unpack = max(4 * -(-u[1] // 4) for us in self.units.values() for u in us)
+            self.wbuf = al.region("wunpack", "scratch", unpack)
         self.x_base = {-1: al.region("in.x", "act", N * H0 * W0 * C0, (N, H0, W0, C0))}
         self.shapes = {-1: cfg.input_shape}
         hw_max = max(max(n.shape[0] * n.shape[1] for n in cfg.nodes), H0 * W0)
@@ -183,8 +209,9 @@ class ForwardBuilder:
                 al.map[f"{nd.name}.y"] = Region("act", y_base[i], size, (N, H, W, C))
                 r = {"y": y_base[i]}
             if nd.kind == "conv":
-                r["w"] = al.region(f"{nd.name}.w", "param", int(np.prod(nd.weight_shape)),
-                                   nd.weight_shape)
+                n_w = int(np.prod(nd.weight_shape))
+                r["w"] = al.region(f"{nd.name}.w", "param", -(-n_w // 4) if self.packed
+                                   else n_w, () if self.packed else nd.weight_shape)
                 r["b"] = al.region(f"{nd.name}.b", "param", C)
                 r["rq"] = al.region(f"{nd.name}.rq", "param", C)
             elif nd.kind == "add":
@@ -210,6 +237,50 @@ class ForwardBuilder:
             shape = (N, K) if name in ("logits", "in.onehot") else ()
             ce[name] = al.region(name, store, size, shape)
         self.ce = ce
+
+    @staticmethod
+    def _units(nd, limit):
+        """Unpack units of a conv's packed weights: ``(first element, elements, kind)`` with
+        kind ``"all"`` (the whole tensor), ``"offset"`` (one kernel offset's cin/g x C slice) or
+        ``"rows"`` (a block of input channels of a 1 x 1 convolution)."""
+        n_w = int(np.prod(nd.weight_shape))
+        if n_w <= limit:
+            return [(0, n_w, "all")]
+        C = nd.shape[2]
+        if nd.k > 1:
+            S = n_w // (nd.k * nd.k)
+            if S % 4 or S > limit:
+                raise ValueError(f"{nd.name}: a kernel offset's {S} weights must be a multiple "
+                                 f"of 4 and at most {limit} to unpack packed int8 "
+                                 "weights per offset")
+            return [(o * S, S, "offset") for o in range(nd.k * nd.k)]
+        if nd.stride != 1 or nd.pad != 0 or nd.groups != 1:
+            raise ValueError(f"{nd.name}: packed weights of a strided, padded or grouped 1x1 "
+                             "convolution above the unpack buffer are not supported")
+        kb = limit // C
+        while kb > 1 and (kb * C) % 4:
+            kb -= 1
+        if kb < 1 or (kb * C) % 4:
+            raise ValueError(f"{nd.name}: {C} output channels cannot be unpacked in word-aligned "
+                             "blocks of input channels")
+        Ci = nd.cin
+        return [(r * C, min(kb, Ci - r) * C, "rows") for r in range(0, Ci, kb)]
+
+    def unpack(self, i, e0, n, hook=None):
+        """Instructions unpacking elements ``e0 .. e0 + n`` of node ``i``'s packed weights into
+        the unpack buffer (``e0`` a multiple of 4), then ``hook(i, e0, n, buffer view)``'s."""
+        words = -(-n // 4)
+        w = self.regions[i]["w"] + e0 // 4
+        out = []
+        for lo in range(0, words, MAX_DIM):
+            cnt = min(MAX_DIM, words - lo)
+            for k in range(4):
+                out.append(Elementwise("ext8", 1, cnt, View("scratch", self.wbuf + 4 * lo + k,
+                                                            0, 4),
+                                       View("param", w + lo, 0, 1), imm=k))
+        if hook is not None:
+            out += list(hook(i, e0, n, self.wbuf))
+        return out
 
     def _share_outputs(self, starts):
         """Act-store bases of the node outputs packed by liveness (first fit, in node order).
@@ -248,11 +319,14 @@ class ForwardBuilder:
         al.top["act"] = base0 + top
         return out
 
-    def emit(self, start=0, sources=None, before=None, stop=None, sample_loop=True):
+    def emit(self, start=0, sources=None, before=None, stop=None, sample_loop=True,
+             unit_hook=None):
         """Instructions of a pass over nodes ``start ..`` and the losses (no END); with
         ``stop``, over nodes ``start .. stop - 1`` only, without the losses.
         ``sample_loop=False`` unrolls the convolutions' LOOP over the samples, so that the
-        pass can itself sit in a LOOP (loops do not nest).
+        pass can itself sit in a LOOP (loops do not nest). With packed weights,
+        ``unit_hook(i, e0, n, buffer)`` adds instructions after each unpack of node ``i``'s
+        weights ``e0 .. e0 + n`` (e.g. their perturbation in the buffer).
 
         ``sources`` maps a conv node index to ``(w_view_store, w_base, b_store, b_base)``
         (default its own parameter regions); ``before`` maps a node index to instructions
@@ -278,12 +352,26 @@ class ForwardBuilder:
                 Hi, Wi, Ci = shapes[j]
                 ws, wb, bs, bb = sources.get(i, ("param", reg["w"], "param", reg["b"]))
                 rq, acc = reg["rq"], reg["acc"]
+                units = self.units[i] if self.packed else [(0, 0, "none")]
+                per_offset = units[0][2] == "offset"
+                if self.packed:                   # the contractions read the unpack buffer
+                    ws, wb = "scratch", self.wbuf
                 P = N * H * W
                 for lo, cnt in _rows_split(P):            # acc = bias, every position
                     ins.append(Elementwise("copy", cnt, C, View("scratch", acc + lo * C, C, 1),
                                            View(bs, bb, 0, 1)))
+                if units[0][2] == "all":
+                    ins += self.unpack(i, 0, units[0][1], unit_hook)
                 cin_g, cout_g = Ci // nd.groups, C // nd.groups
-                if nd.k == 1 and nd.stride == 1 and nd.pad == 0 and nd.groups == 1:
+                if units[0][2] == "rows":         # 1 x 1: blocks of input channels
+                    for e0, n_el, _ in units:
+                        ins += self.unpack(i, e0, n_el, unit_hook)
+                        r0, kb = e0 // C, n_el // C
+                        for lo, cnt in _rows_split(P):
+                            contract(cnt, C, kb, View("act", x_base[j] + lo * Ci + r0, Ci, 1),
+                                     View(ws, wb, C, 1), View("scratch", acc + lo * C, C, 1),
+                                     True)
+                elif nd.k == 1 and nd.stride == 1 and nd.pad == 0 and nd.groups == 1:
                     for lo, cnt in _rows_split(P):
                         contract(cnt, C, Ci, View("act", x_base[j] + lo * Ci, Ci, 1),
                                  View(ws, wb, C, 1), View("scratch", acc + lo * C, C, 1), True)
@@ -298,6 +386,10 @@ class ForwardBuilder:
                             whi = min(W - 1, (Wi - 1 + p - kx) // s)
                             if hhi < hlo or whi < wlo:
                                 continue
+                            o_base = (ky * k + kx) * cin_g * C   # the offset's weight slice
+                            if per_offset:        # unpacked alone: it starts the buffer
+                                body.append(self.unpack(i, o_base, cin_g * C, unit_hook))
+                                o_base = 0
                             rows = hhi - hlo + 1
                             if nd.groups > rows:  # batch over the groups, rows unrolled
                                 for r in range(hlo, hhi + 1):
@@ -305,31 +397,36 @@ class ForwardBuilder:
                                                           + (s * wlo + kx - p)) * Ci
                                     body.append((whi - wlo + 1, cout_g, cin_g,
                                                  View("act", a_base, s * Ci, 1, cin_g),
-                                                 View(ws, wb + (ky * k + kx) * cin_g * C, C, 1,
-                                                      cout_g),
+                                                 View(ws, wb + o_base, C, 1, cout_g),
                                                  View("scratch", acc + (r * W + wlo) * C, C, 1,
                                                       cout_g), nd.groups))
                                 continue
                             for g in range(nd.groups):   # batch over the output rows
                                 a_base = x_base[j] + ((s * hlo + ky - p) * Wi
                                                       + (s * wlo + kx - p)) * Ci + g * cin_g
-                                b_base = wb + (ky * k + kx) * cin_g * C + g * cout_g
+                                b_base = wb + o_base + g * cout_g
                                 c_base = acc + (hlo * W + wlo) * C + g * cout_g
                                 body.append((whi - wlo + 1, cout_g, cin_g,
                                              View("act", a_base, s * Ci, 1, s * Wi * Ci),
                                              View(ws, b_base, C, 1, 0),
                                              View("scratch", c_base, C, 1, W * C), rows))
-                    if N > 1 and sample_loop:
+                    looped = N > 1 and sample_loop
+                    if looped:
                         ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
-                        for m_, n_, k_, a, b, c, bt in body:
+                    for e in body:
+                        if isinstance(e, list):           # an offset's unpack (and hook)
+                            ins += e
+                            continue
+                        m_, n_, k_, a, b, c, bt = e
+                        if looped:
                             contract(m_, n_, k_, a, b, c, True, batch=bt, step=(1, 2, 0))
+                            continue
+                        for t in range(N):                # unrolled: every sample in turn
+                            contract(m_, n_, k_, replace(a, base=a.base + t * Hi * Wi * Ci),
+                                     b, replace(c, base=c.base + t * H * W * C), True,
+                                     batch=bt)
+                    if looped:
                         ins.append(EndLoop())
-                    else:                         # one sample after the other, unrolled
-                        for t in range(N):
-                            for m_, n_, k_, a, b, c, bt in body:
-                                contract(m_, n_, k_, replace(a, base=a.base + t * Hi * Wi * Ci),
-                                         b, replace(c, base=c.base + t * H * W * C), True,
-                                         batch=bt)
                 lo_b = (z if nd.relu else -128) - z
                 for lo, cnt in _rows_split(P):
                     ins.append(Elementwise("requant", cnt, C, View("act", out + lo * C, C, 1),

@@ -1222,6 +1222,17 @@ def _iadd(a, b, imm):
     return _w32(np.clip(_s32(a) + _s32(b), -(1 << (imm - 1)), (1 << (imm - 1)) - 1))
 
 
+def _ext8(a, b, imm):
+    v = (np.asarray(a, dtype=np.int64) >> (8 * int(imm))) & 0xFF
+    return _w32((v ^ 0x80) - 0x80)
+
+
+def _ins8(a, b, imm):
+    sh = 8 * int(imm)
+    keep = np.asarray(a, dtype=np.int64) & (0xFFFFFFFF ^ (0xFF << sh))
+    return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFF) << sh))
+
+
 def _requant(a, b, imm):
     b = np.asarray(b, dtype=np.int64)
     m, shift = b & 0x7FFF, (b >> 15) & 0x3F
@@ -1258,6 +1269,12 @@ OPS = (
     # requant: d = clamp(round_half_up(a * m >> shift), lo, hi); b = m[14:0] | shift[20:15]
     # per element (a per-channel row broadcast), imm = lo[15:0] | hi[31:16] (signed)
     _elementwise("requant", 0x1B, 2, _requant, imm=True, int_imm=True),
+    # packed int8 storage (four values to a word, byte k = element 4w + k):
+    # ext8: d = sign-extended byte imm of a; ins8: d = a with byte imm replaced by b's low byte
+    _elementwise("ext8", 0x1C, 1, _ext8, imm=True, int_imm=True,
+                 imm_rule=("ext8 immediate (byte) must be in 0..3", lambda v: v > 3)),
+    _elementwise("ins8", 0x1D, 2, _ins8, imm=True, int_imm=True,
+                 imm_rule=("ins8 immediate (byte) must be in 0..3", lambda v: v > 3)),
     OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
     OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
     OpSpec("gather", 0x28, Gather, "vector"),

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import zo
-from .cnn_compiler import CompiledCNN, ForwardBuilder, _Alloc
+from .cnn_compiler import UNPACK_WORDS, CompiledCNN, ForwardBuilder, _Alloc, unpack_int8
 from .contract import View
 from .isa import Elementwise, End, EndLoop, Loop, MAX_DIM, Random
 
@@ -92,8 +92,13 @@ class CompiledZO(CompiledCNN):
         for i, n in enumerate(q.cfg.nodes):
             if n.kind == "conv":
                 for kind, store in (("w", q.w), ("b", q.b)):
-                    w = self._get(image, f"{n.name}.{kind}").astype(np.int64)
-                    store[n.name] = (w - ((w & 0x80000000) << 1)).reshape(store[n.name].shape)
+                    shape = store[n.name].shape
+                    words = self._get(image, f"{n.name}.{kind}")
+                    if kind == "w" and self.packed:
+                        store[n.name] = unpack_int8(words, int(np.prod(shape))).reshape(shape)
+                        continue
+                    w = words.astype(np.int64)
+                    store[n.name] = (w - ((w & 0x80000000) << 1)).reshape(shape)
         return q
 
     def loss(self, image):
@@ -124,18 +129,34 @@ def _check_settings(s):
 GRAD_CHUNK = 4096
 
 
-def _chunks(rows, cols, limit=MAX_DIM):
+def _chunks(rows, cols, limit=MAX_DIM, align=1):
+    """Row chunks of at most ``limit`` words (at least one row); with ``align``, each chunk's
+    first element is a multiple of ``align`` (whole packed words)."""
     step = max(1, min(MAX_DIM, limit // cols))
+    while step > 1 and (step * cols) % align:
+        step -= 1
+    if (step * cols) % align and rows > step:
+        raise ValueError(f"rows of {cols} elements cannot be chunked on {align}-element "
+                         "boundaries")
     for lo in range(0, rows, step):
         yield lo, min(step, rows - lo)
 
 
-def compile_zo_step(q, batch, settings, *, query_loop=None):
+def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_chunk=GRAD_CHUNK,
+                    unpack_words=UNPACK_WORDS):
     """Compile one ZO step of ``q`` on ``batch`` images with ``settings`` (see the module).
 
     ``query_loop``: run each group's queries as one LOOP (the passes' per-sample convolution
     loops unrolled: loops do not nest) or unrolled; default the shorter program.
+    ``packed``: int8 weights stored four to a word (default), unpacked (``ext8``) into one
+    buffer per kernel offset or channel block before their contraction, perturbed there, and
+    written back by the update with ``ins8``; ``False``: one weight per word.
+    ``grad_chunk`` / ``unpack_words``: words of the estimate chunk and of the unpack buffer
+    (smaller: less writable memory, more instructions).
     """
+    for name, v in (("grad_chunk", grad_chunk), ("unpack_words", unpack_words)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 4 <= v <= MAX_DIM:
+            raise ValueError(f"{name} must be an int in 4..{MAX_DIM}, not {v!r}")
     s = settings
     if not isinstance(s, zo.ZOSettings):
         raise TypeError(f"settings must be a ZOSettings, not {type(s).__name__}")
@@ -143,7 +164,8 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
     wp_nodes, _ = zo._plan(q, s)
     groups = [g for g, _ in zo._groups(s, wp_nodes, [])]
     al = _Alloc()
-    fb = ForwardBuilder(q, batch, al, share={min(g) for g in groups})
+    fb = ForwardBuilder(q, batch, al, share={min(g) for g in groups}, packed=packed,
+                        unpack_words=unpack_words)
     nodes = q.cfg.nodes
     n = s.queries
     Q = n * len(groups)
@@ -163,9 +185,10 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
     zero = al.region("const.zero", "param", 1)
     l0 = al.region("zo.L0", "scratch", 1)
     coef = al.region("zo.coef", "scratch", Q)
-    wq = al.region("zo.wq", "scratch", max(size_of[(i, "w")] for i in wp_nodes))
+    wq = None if packed else al.region("zo.wq", "scratch",
+                                         max(size_of[(i, "w")] for i in wp_nodes))
     bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes))
-    gbuf = al.region("zo.g", "scratch", max(min(size, max(GRAD_CHUNK // nodes[i].shape[2], 1)
+    gbuf = al.region("zo.g", "scratch", max(min(size, max(grad_chunk // nodes[i].shape[2], 1)
                                                    * nodes[i].shape[2])
                                                for (i, _), size in size_of.items()))
     kreg = {(i, kind): al.region(f"zo.k.{nodes[i].name}.{kind}", "param", nodes[i].shape[2])
@@ -181,7 +204,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
         seed = View("act", seeds + qi, 0, 0)
         st = (0, 0, step)
         out = []
-        for lo, cnt in _chunks(size_of[(i, "w")] // C, C):
+        for lo, cnt in ([] if packed else _chunks(size_of[(i, "w")] // C, C)):
             out.append(Random("perturb8", cnt, C, View("scratch", wq + lo * C, C, 1),
                               View("param", r["w"] + lo * C, C, 1), seed,
                               imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w, step=st))
@@ -190,13 +213,25 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
                           sigma=s.sigma_b, step=st))
         return out
 
+    def unit_perturb(g, qi, step):
+        """Packed weights: perturb each unpacked unit of a node of ``g`` in the buffer."""
+        seed = View("act", seeds + qi, 0, 0)
+
+        def hook(i, e0, n_el, buf):
+            if i not in g:
+                return []
+            return [Random("perturb8", 1, n_el, View("scratch", buf, 0, 1),
+                           View("scratch", buf, 0, 1), seed, imm=offs[(i, "w")] + e0,
+                           sigma=s.sigma_w, step=(0, 0, step))]
+        return hook
+
     def queries(g, gi, start, looped):
         """The ``n`` query passes of group ``g``: one LOOP body (the conv sample loops
         unrolled) or ``n`` unrolled passes."""
         src = {i: ("scratch", wq, "scratch", bq) for i in g}
         if looped:
             body = fb.emit(start, sources=src, before={i: perturb(i, gi * n, 1) for i in g},
-                           sample_loop=False)
+                           sample_loop=False, unit_hook=unit_perturb(g, gi * n, 1))
             return [Loop(n, (1, 0, 0)), *body,
                     Elementwise("sub", 1, 1, View("scratch", coef + gi * n, 1, 1),
                                 View("act", lmean, 1, 1), View("scratch", l0, 1, 1),
@@ -204,7 +239,8 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
         out = []
         for k in range(n):
             qi = gi * n + k
-            out += fb.emit(start, sources=src, before={i: perturb(i, qi, 0) for i in g})
+            out += fb.emit(start, sources=src, before={i: perturb(i, qi, 0) for i in g},
+                           unit_hook=unit_perturb(g, qi, 0))
             out.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
                                    View("act", lmean, 1, 1), View("scratch", l0, 1, 1)))
         return out
@@ -231,7 +267,9 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
         C = nodes[i].shape[2]
         rows = size_of[(i, kind)] // C
         param = fb.regions[i][kind]
-        for lo, cnt in _chunks(rows, C, GRAD_CHUNK):
+        packed_w = packed and kind == "w"
+        limit = min(grad_chunk, al.map["wunpack"].size) if packed_w else grad_chunk
+        for lo, cnt in _chunks(rows, C, limit, align=4 if packed_w else 1):
             gv = View("scratch", gbuf, C, 1)
             pv = View("param", param + lo * C, C, 1)
             ins.append(Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)))
@@ -245,10 +283,23 @@ def compile_zo_step(q, batch, settings, *, query_loop=None):
             if stochastic:
                 ins.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
             ins.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
-            ins.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
+            if not packed_w:
+                ins.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
+                continue
+            # packed weights: unpack the chunk, add the steps saturating, insert the bytes back
+            e0, n_el = lo * C, cnt * C
+            ins += fb.unpack(i, e0, n_el)
+            buf = al.map["wunpack"].base
+            ins.append(Elementwise("iadd", cnt, C, View("scratch", buf, C, 1),
+                                   View("scratch", buf, C, 1), gv, imm=8))
+            words, w0 = -(-n_el // 4), param + e0 // 4
+            for k in range(4):
+                ins.append(Elementwise("ins8", 1, words, View("param", w0, 0, 1),
+                                       View("param", w0, 0, 1),
+                                       View("scratch", buf + k, 0, 4), imm=k))
     ins.append(End())
-    return CompiledZO(al.program(ins), q, batch, settings=s, queries=Q, tensors=tuple(tensors),
-                      group_dims=dims, phase_ends=ends)
+    return CompiledZO(al.program(ins), q, batch, packed=bool(packed), settings=s, queries=Q,
+                      tensors=tuple(tensors), group_dims=dims, phase_ends=ends)
 
 
 #: Memory classes of a compiled ZO step's regions (:func:`zo_memory`).
@@ -268,7 +319,7 @@ def _region_class(name, trainable):
         return "accumulators"
     if name.startswith("zo.k.") or name.startswith("const.") or kind in ("rq", "mab"):
         return "constants"
-    if name.startswith("zo."):
+    if name.startswith("zo.") or name == "wunpack":
         return "zo_buffers"
     return "batch"                      # in.x, in.onehot, logits, loss, loss.mean
 
@@ -285,8 +336,8 @@ def zo_memory(cz):
     trainable = {nodes[i].name for i, _, _, _ in cz.tensors}
     spans = {}                             # (class, store, int8) -> set of word addresses
     for name, r in cz.memory_map.items():
-        int8 = (name.endswith((".w", ".y")) and not name.startswith("zo.k.")
-                or name in ("in.x", "zo.wq"))
+        int8 = (name.endswith(".y") or name in ("in.x", "zo.wq")
+                or name.endswith(".w") and not name.startswith("zo.k.") and not cz.packed)
         key = (_region_class(name, trainable), r.store, int8)
         spans.setdefault(key, []).append((r.base, r.base + r.size))
     words = dict.fromkeys(ZO_MEMORY_CLASSES, 0)

@@ -1,7 +1,7 @@
 """Integer element-wise datapath of the vector units (the quantized rules' ops).
 
 Combinational expression builders for the integer elementwise ops of the ISA table
-(:data:`ttrain.golden.isa.OPS`: ``i2f``, ``f2i``, ``iadd``, ``requant``), shared by
+(:data:`ttrain.golden.isa.OPS`: ``i2f``, ``f2i``, ``iadd``, ``requant``, ``ext8``, ``ins8``), shared by
 :class:`~ttrain.rtl.vector_wide.WideVectorUnit` (one per lane) and the one-element reference
 unit of the sequencer tests. Golden: the ops' ``semantics`` in :mod:`ttrain.golden.isa`, built
 on :mod:`ttrain.golden.quant`:
@@ -19,6 +19,10 @@ on :mod:`ttrain.golden.quant`:
     ``s = b[20:15]``, ``lo = imm[15:0]``, ``hi = imm[31:16]`` (signed): a 32 x 15 multiply
     (one DSP48E2), a 64-bit rounding add and arithmetic shift, two compares.
 
+``ext8(a, k)`` / ``ins8(a, b, k)``
+    packed int8 storage: the sign-extended byte ``k`` (``imm[1:0]``) of ``a``; ``a`` with its
+    byte ``k`` replaced by the low byte of ``b``.
+
 They are purely combinational; the vector unit computes them at the head of its multiply stage
 and carries the result through the stage's registers (latency unchanged). See
 ``docs/vector-unit.md``.
@@ -26,7 +30,7 @@ and carries the result through the stage's registers (latency unchanged). See
 
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
-__all__ = ["i2f", "f2i", "iadd", "requant"]
+__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8"]
 
 
 def _lzc32(m, v, name):
@@ -133,4 +137,22 @@ def requant(m, a, b, imm, name="requant"):
     m.d.comb += c1.eq(Mux(q < lo, lo, q))
     out = Signal(32, name=f"{name}_out")
     m.d.comb += out.eq(Mux(c1 > hi, hi, c1)[:32])
+    return out
+
+
+def ext8(m, a, k, name="ext8"):
+    """Return byte ``k`` (the 2 low bits of ``k``) of ``a``, sign-extended to 32 bits."""
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(a.word_select(k[:2], 8).as_signed())
+    return out
+
+
+def ins8(m, a, b, k, name="ins8"):
+    """Return ``a`` with byte ``k`` (the 2 low bits of ``k``) replaced by ``b[7:0]``."""
+    out = Signal(32, name=f"{name}_out")
+    sh = Signal(5, name=f"{name}_sh")
+    m.d.comb += sh.eq(Cat(Const(0, 3), k[:2]))
+    mask = Signal(32, name=f"{name}_mask")
+    m.d.comb += mask.eq(Const(0xFF, 32) << sh)
+    m.d.comb += out.eq((a & ~mask) | ((b[0:8] << sh)[:32]))
     return out

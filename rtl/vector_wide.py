@@ -2,7 +2,7 @@
 
 :class:`WideVectorUnit` executes the same decoded instructions as
 :class:`~ttrain.testbench.vector_ref.VectorUnit` (:data:`~ttrain.rtl.command.VectorCommand`: elementwise
-``add sub mul scale addi copy fill max`` and the integer ``i2f f2i iadd requant``
+``add sub mul scale addi copy fill max`` and the integer ``i2f f2i iadd requant ext8 ins8``
 (:mod:`ttrain.rtl.intops`), reductions ``rsum``/``rmax`` with ``accumulate``,
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
@@ -361,7 +361,7 @@ class WideVectorUnit(wiring.Component):
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
-        int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"]
+        int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"] | ew["ext8"] | ew["ins8"]
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_rnd = _or(rnd.values())
         is_racc = rnd["raccum"]
@@ -856,7 +856,10 @@ class WideVectorUnit(wiring.Component):
             i_f2i = intops.f2i(m, x6, c.imm[0], name=f"f2i{w}")
             i_add = intops.iadd(m, x6, y6, c.imm, name=f"iadd{w}")
             i_rq = intops.requant(m, x6, y6, c.imm, name=f"requant{w}")
-            int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add, i_rq)))
+            i_ext = intops.ext8(m, x6, c.imm, name=f"ext8{w}")
+            i_ins = intops.ins8(m, x6, y6, c.imm, name=f"ins8{w}")
+            int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add,
+                       Mux(ew["ext8"], i_ext, Mux(ew["ins8"], i_ins, i_rq)))))
             m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max,
                                                           Mux(int_op, int6,
                                                               Mux(is_pert, i_pert, x6)))))

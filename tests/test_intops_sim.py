@@ -1,5 +1,5 @@
 """The vector units' integer ops (rtl/intops.py) against their golden semantics in the ISA table
-(golden.isa.OPS: i2f, f2i, iadd, requant) on edge cases and random words, Amaranth simulator."""
+(golden.isa.OPS: i2f, f2i, iadd, requant, ext8, ins8) on edge cases and random words, Amaranth simulator."""
 
 import numpy as np
 from amaranth.hdl import Module, Signal
@@ -31,6 +31,10 @@ def _run(op, a_words, b_words, imms):
         out = intops.f2i(m, a, imm[0])
     elif op == "iadd":
         out = intops.iadd(m, a, b, imm)
+    elif op == "ext8":
+        out = intops.ext8(m, a, imm)
+    elif op == "ins8":
+        out = intops.ins8(m, a, b, imm)
     else:
         out = intops.requant(m, a, b, imm)
     got = []
@@ -99,3 +103,24 @@ def test_requant_rounds_half_up_shifts_and_clamps():
     b = (m | s << 15 | rng.integers(0, 1 << 11, n) << 21).astype(np.uint64)   # junk high bits
     imm = ((lo & 0xFFFF) | (hi & 0xFFFF) << 16).astype(np.uint64)
     _check("requant", (acc & 0xFFFFFFFF).astype(np.uint64), b, imm)
+
+
+def test_packed_int8_extract_and_insert_every_byte():
+    rng = np.random.default_rng(8)
+    n = 1200
+    a = rng.integers(0, 1 << 32, n, dtype=np.uint64)
+    a[:8] = [0, 0xFFFFFFFF, 0x80808080, 0x7F7F7F7F, 0x01020304, 0xFF00FF00, 0x00FF00FF,
+             0x7F80017F]
+    b = rng.integers(0, 1 << 32, n, dtype=np.uint64)              # only the low byte counts
+    b[:8] = [0x7F, 0x80, 0xFFFFFF80, 0x12345601, 0, 0xFF, 0x100, 0xFFFFFFFF]
+    k = np.tile(np.arange(4, dtype=np.uint64), n // 4)
+    _check("ext8", a, np.zeros_like(a), k)
+    _check("ins8", a, b, k)
+    # by hand: the signed bytes of one word, and a word rebuilt byte by byte
+    w = np.array([0x80FF017F], np.uint32)
+    assert [int(np.int32(SPEC["ext8"].semantics(w, w, i)[0])) for i in range(4)] == \
+        [127, 1, -1, -128]
+    out = np.zeros(1, np.uint32)
+    for i, v in enumerate((-2, 3, -128, 127)):
+        out = SPEC["ins8"].semantics(out, np.array([v & 0xFFFFFFFF], np.uint32), i)
+    assert int(out[0]) == 0x7F8003FE

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ttrain.golden import interpreter, qnn, zo
+from ttrain.golden.cnn_compiler import UNPACK_WORDS
 from ttrain.golden.zo_compiler import GRAD_CHUNK, compile_zo_step, figures_model, zo_memory
 
 from shared_top import cnn_models
@@ -19,14 +20,17 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("name, variant, query_loop",
-                         [("digits", v, None) for v in VARIANTS]
-                         + [("digits", "joint", True), ("digits", "layerwise-nearest", False),
-                            ("parts", "joint", False), ("parts", "layerwise-nearest", True)])
-def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop):
+@pytest.mark.parametrize("name, variant, query_loop, packed",
+                         [("digits", v, None, True) for v in VARIANTS]
+                         + [("digits", "joint", True, False),
+                            ("digits", "layerwise-nearest", False, True),
+                            ("digits", "two-layers-rates", None, False),
+                            ("parts", "joint", False, True),
+                            ("parts", "layerwise-nearest", True, False)])
+def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, packed):
     """Three consecutive steps; ``query_loop`` True runs each group's queries as one LOOP
     (the convolutions' sample loops unrolled), False unrolls the queries, None picks the
-    shorter program."""
+    shorter program; ``packed`` stores the int8 weights four to a word."""
     q0 = cnn_models()[name]
     opts = dict(VARIANTS[variant])
     if name == "parts" and "layers" in opts:
@@ -34,7 +38,7 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop):
     s = zo.ZOSettings(mode="wp", **opts)
     batch = 3
     rng = np.random.default_rng(len(variant))
-    cz = compile_zo_step(q0, batch, s, query_loop=query_loop)
+    cz = compile_zo_step(q0, batch, s, query_loop=query_loop, packed=packed)
     golden = q0.copy()
     image = None
     changed = 0
@@ -56,22 +60,29 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop):
         changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
     assert changed > 0                      # the steps really moved the weights
     ops = [i.mnemonic for i in cz.program.instructions]
-    if query_loop:             # one perturbation per trainable layer, not one per query
+    if query_loop and not packed:  # one perturbation per trainable layer, not per query
         assert ops.count("perturb8") == len(zo._plan(q0, s)[0]) and "loop" in ops
+    assert ({"ext8", "ins8"} <= set(ops)) == packed
     assert {"perturb8", "perturb32", "raccum", "f2i", "iadd"} <= set(ops)
     assert ("runif" in ops) == (s.rounding == "stochastic")
 
 
 def test_the_step_keeps_no_gradient_or_perturbation_copy_of_the_model():
-    """The only per-element buffers beyond inference are one layer's perturbed copy and a
-    GRAD_CHUNK-word estimate chunk."""
+    """The only per-element buffers beyond inference are one layer's perturbed copy (one
+    kernel offset's unpacked weights when packed) and a GRAD_CHUNK-word estimate chunk; packed
+    weights take a quarter of the words."""
     q = cnn_models()["digits"]
-    cz = compile_zo_step(q, 2, zo.ZOSettings(mode="wp", queries=4))
-    m = cz.memory_map
-    largest = max(int(np.prod(n.weight_shape)) for n in q.cfg.nodes if n.kind == "conv")
-    assert m["zo.wq"].size == largest
+    convs = [n for n in q.cfg.nodes if n.kind == "conv"]
+    m = compile_zo_step(q, 2, zo.ZOSettings(mode="wp", queries=4), packed=False).memory_map
+    assert m["zo.wq"].size == max(int(np.prod(n.weight_shape)) for n in convs)
     assert m["zo.g"].size <= GRAD_CHUNK
     assert m["zo.coef"].size == 4 and m["zo.seeds"].size == 5
+    mp = compile_zo_step(q, 2, zo.ZOSettings(mode="wp", queries=4)).memory_map
+    assert "zo.wq" not in mp
+    assert mp["wunpack"].size <= max(int(np.prod(n.weight_shape[2:])) for n in convs
+                                     if n.k > 1 and np.prod(n.weight_shape) > UNPACK_WORDS)
+    for n in convs:
+        assert mp[f"{n.name}.w"].size == -(-int(np.prod(n.weight_shape)) // 4)
 
 
 @pytest.mark.parametrize("opts, match", [
@@ -126,7 +137,7 @@ def test_memory_report_classes_add_up():
     convs = q.cfg.conv_names
     dense = zo_memory(compile_zo_step(q, 2, zo.ZOSettings(mode="wp")))
     sparse = zo_memory(compile_zo_step(q, 2, zo.ZOSettings(mode="wp", layers=convs[-2:])))
-    n_params = sum(q.w[n].size + q.b[n].size for n in convs)
+    n_params = sum(-(-q.w[n].size // 4) + q.b[n].size for n in convs)   # packed weights
     assert dense["words"]["trainable"] == n_params and dense["words"]["frozen"] == 0
     assert sparse["words"]["trainable"] + sparse["words"]["frozen"] == n_params
     for m in (dense, sparse):
