@@ -5,8 +5,9 @@ turns a :class:`~ttrain.golden.qnn.QuantCNN` and a batch size into a
 :class:`~ttrain.golden.isa.Program` of the shared instruction table whose result, run by the
 golden interpreter or the chip, equals :func:`ttrain.golden.qnn.int_forward` (every node's int8
 output) and :func:`ttrain.golden.qnn.sample_losses` / :func:`~ttrain.golden.qnn.mean_loss` bit
-for bit. A ZO step is this program run once per query with perturbed parameters (next: the
-PRNG instructions on the chip).
+for bit. :class:`ForwardBuilder` is the building block the ZO step compiler
+(:mod:`ttrain.golden.zo_compiler`) reuses: several passes over one set of regions, node outputs
+packed by liveness, int8 weights packed four to a word and unpacked (``ext8``) per contraction.
 
 Representation: activations are stored *zero-point free*, ``x~ = q - z`` (one int32 word per
 value; the input image is ``q + 128`` in [0, 255]), so padding is 0 and the contraction needs no

@@ -11,20 +11,22 @@ crosses the host link.
 The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.ForwardBuilder`:
 
 1. the unperturbed forward pass and losses; ``L0`` (the mean loss) is copied aside;
-2. per query (``Q = n``, or ``n`` per trainable layer when ``layerwise``): a forward pass from
-   the group's first trainable node in which each trainable node first regenerates its
-   perturbed parameters into one shared scratch copy (``perturb8`` for the int8 weights,
-   ``perturb32`` for the int32 biases; seed = the query's seed word, index = the tensor's
-   offset in the step's stream) and reads them from there, then ``c_q = L_q - L0``.
+2. per query (``Q = n``, or ``n`` per trainable layer when ``layerwise``; one LOOP per group,
+   or unrolled, whichever program is shorter): a forward pass from the group's first
+   trainable node in which each trainable node regenerates its perturbed parameters
+   (``perturb8`` on the int8 weights where the pass unpacks them — or, with ``packed=False``,
+   into one shared scratch copy — and ``perturb32`` on the int32 bias; seed = the query's seed
+   word, index = the element's offset in the step's stream), then ``c_q = L_q - L0``.
    Perturbations are never stored; the original parameters are never changed by a query.
    Layerwise groups start later in the network: before a group, the unperturbed pass of the
    nodes between the previous group's start and this one restores their outputs;
-3. per trainable tensor, in chunks of rows of at most :data:`GRAD_CHUNK` words: ``g = +0``
-   in one scratch buffer of that size (not a gradient copy of the model), ``raccum`` of ``c_q u_q`` for ``q = 0 .. Q-1`` in query order
-   (the PRNG regenerates ``u_q``: the same FP32 sum, in the same order, as the golden's),
-   ``mul`` by the per-channel constant :func:`~ttrain.golden.zo.wp_scale`, ``runif``
-   (stochastic rounding) and ``f2i`` (floor; or ``f2i`` nearest), and ``iadd`` saturating to
-   8 bits (weights) or 32 bits (biases).
+3. per trainable tensor, in chunks of whole rows (``grad_chunk`` words): ``g = +0`` in one
+   scratch buffer of that size (not a gradient copy of the model), a LOOP of ``raccum`` of
+   ``c_q u_q`` for ``q = 0 .. Q-1`` in query order (the PRNG regenerates ``u_q``: the same
+   FP32 sum, in the same order, as the golden's), ``mul`` by the per-channel constant
+   :func:`~ttrain.golden.zo.wp_scale`, ``runif`` (stochastic rounding) and ``f2i`` (floor; or
+   ``f2i`` nearest), and ``iadd`` saturating to 8 bits (weights: on the chunk unpacked with
+   ``ext8``, written back with ``ins8``) or 32 bits (biases).
 
 Compiled today: weight perturbation (``mode="wp"``), joint or layerwise, any subset of
 trainable layers, per-layer learning rates, nearest or stochastic rounding, forward
