@@ -205,13 +205,29 @@ def _check(args):
     check_int("--epochs", args.epochs, 1)
     check_output_dir("--out", args.out)
     check_output_file("--json", args.json_out)
+    chip = args.rule == "zo" and args.engine in ("interpreter", "rtl")
     for flag in ("engine", "lanes", "batch_size", "schedule", "clip", "train_sentences",
                  "max_steps"):
         v = getattr(args, flag, None)
-        if v is not None and not (flag == "engine" and v == "golden"):
-            raise ValueError(f"--{flag.replace('_', '-')} does not apply to the CNN preset "
-                             f"{args.config} (its runs are golden NumPy; the chip programs of "
-                             "the integer rules are not compiled yet)")
+        if v is None or (flag == "engine" and (v == "golden" or chip)) or \
+                (flag == "lanes" and args.engine == "rtl" and chip):
+            continue
+        raise ValueError(f"--{flag.replace('_', '-')} does not apply to the CNN preset "
+                         f"{args.config} with --rule {args.rule}" +
+                         (" (--engine interpreter|rtl runs the compiled ZO step: --rule zo)"
+                          if flag == "engine" else "") +
+                         (" (--lanes goes with --engine rtl)" if flag == "lanes" else ""))
+    if chip:
+        from ttrain.golden.zo_compiler import _check_settings
+        for r in (args.runs or "zo-wp").split(","):
+            if r in adapt.ZO_RUNS:
+                try:
+                    _check_settings(adapt.ZO_RUNS[r])
+                except ValueError as e:
+                    raise ValueError(f"--runs {r} cannot run with --engine {args.engine}: {e}; "
+                                     "choose zo-wp (or use --engine golden)") from None
+        if args.lanes is not None and (args.lanes < 4 or args.lanes & (args.lanes - 1)):
+            raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
     want = "digits-c" if args.rule == "zo" else "digits"
     if args.data != want:
         raise ValueError(f"--rule {args.rule} with {args.config} takes --data {want} (the built-in "
@@ -233,6 +249,16 @@ def _check(args):
     if args.init is not None and not os.path.isfile(args.init):
         raise ValueError(f"--init {args.init} does not exist: pass a best.npz written by "
                          f"`ttrain train --config {args.config} --data digits --out DIR`")
+
+
+def _chip_stepper(args):
+    """``settings -> stepper`` of the compiled ZO step for ``--engine``."""
+    if args.engine == "interpreter":
+        from ttrain.golden.zo_compiler import InterpretedZO
+        return InterpretedZO
+    from ttrain.platforms.host.zo_chip import ChipZO
+    lanes = 4 if args.lanes is None else args.lanes
+    return lambda s: ChipZO(s, lanes=lanes, progress=lambda m: print(m, flush=True))
 
 
 def run(args):
@@ -271,6 +297,14 @@ def run(args):
         return 0
     corruptions = [args.corruption] if args.corruption else list(digits.CORRUPTIONS)
     runs = None if args.runs is None else args.runs.split(",")
+    stepper = None
+    if args.engine in ("interpreter", "rtl"):
+        runs = runs or ["zo-wp"]
+        stepper = _chip_stepper(args)
+        where = ("the golden interpreter" if args.engine == "interpreter" else
+                 "the simulated chip (Verilator), checked against the interpreter every step")
+        print(f"the ZO runs execute the compiled step (golden/zo_compiler.py) on {where}; the "
+              "back-propagation references run on the golden fast path")
     epochs = 10 if args.epochs is None else args.epochs
     table = {}
     labels = runs or (list(adapt.REFERENCE_LR) + list(adapt.ZO_RUNS))
@@ -279,7 +313,7 @@ def run(args):
     print(f"{'corruption':18s}" + "".join(f"{lab:>16s}" for lab in labels))
     for c in corruptions:
         table[c] = adapt.adapt_corruption(model, q, c, runs=runs, epochs=epochs,
-                                          seed=args.seed)
+                                          seed=args.seed, stepper=stepper)
         row = "".join(f"{100 * r['before']:6.1f} -> {100 * r['after']:5.1f}"
                       for r in table[c].values())
         print(f"{c:18s}{row}", flush=True)

@@ -95,10 +95,12 @@ def load_checkpoint(path, cfg):
 
 
 def adapt_corruption(model, qmodel, corruption, *, runs=None, epochs=10, batch=50, seed=0,
-                     severity=digits.DEFAULT_SEVERITY, progress=None):
+                     severity=digits.DEFAULT_SEVERITY, progress=None, stepper=None):
     """Adapt to one corruption; returns ``{label: result}`` with before/after test accuracy.
 
     ``runs`` chooses labels among ``bp-float``, ``bp-int8`` and :data:`ZO_RUNS` (default all).
+    ``stepper(settings)``, if given, returns the step function of a ZO run (see
+    :func:`ttrain.golden.zo.train_zo`), e.g. the compiled step on the interpreter.
     """
     labels = list(REFERENCE_LR) + list(ZO_RUNS)
     runs = labels if runs is None else list(runs)
@@ -116,7 +118,12 @@ def adapt_corruption(model, qmodel, corruption, *, runs=None, epochs=10, batch=5
                                 batch=batch, seed=seed)
         else:
             s = replace(ZO_RUNS[label], seed=seed)
-            r, _ = zo.train_zo(qmodel, data, s, epochs=epochs, batch=batch)
+            st = None if stepper is None else stepper(s)
+            r, _ = zo.train_zo(qmodel, data, s, epochs=epochs, batch=batch, stepper=st)
+            if hasattr(st, "close"):        # a chip stepper verifies its queued steps
+                st.close()
+            if st is not None:
+                r["compiled_steps"] = st.steps
             r["settings"] = {k: v for k, v in asdict(s).items()}
         out[label] = r
         if progress:

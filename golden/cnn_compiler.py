@@ -412,11 +412,16 @@ class ForwardBuilder:
                                              View(ws, b_base, C, 1, 0),
                                              View("scratch", c_base, C, 1, W * C), rows))
                     looped = N > 1 and sample_loop
-                    if looped:
-                        ins.append(Loop(N, (H * W * C, Hi * Wi * Ci, 0)))
+                    loop = Loop(N, (H * W * C, Hi * Wi * Ci, 0))
+                    if looped and not per_offset:
+                        ins.append(loop)
                     for e in body:
-                        if isinstance(e, list):           # an offset's unpack (and hook)
+                        if isinstance(e, list):   # an offset's unpack (and hook), then its
+                            if looped and ins and isinstance(ins[-1], Contract):  # own loop
+                                ins.append(EndLoop())
                             ins += e
+                            if looped:
+                                ins.append(loop)
                             continue
                         m_, n_, k_, a, b, c, bt = e
                         if looped:

@@ -473,13 +473,16 @@ def _result(history, best):
             "best_epoch": best[1], "best_val": best[0], "history": history}
 
 
-def train_zo(q, data, s, *, epochs=10, batch=50, progress=None):
+def train_zo(q, data, s, *, epochs=10, batch=50, progress=None, stepper=None):
     """Adapt the int8 model ``q`` (a copy is trained) with the ZO rule; returns the record and
-    the trained model (parameters of the best validation epoch)."""
+    the trained model (parameters of the best validation epoch). ``stepper(q, x, labels, s,
+    step)`` replaces :func:`zo_step` (e.g. the compiled step on the interpreter or the chip,
+    :mod:`ttrain.golden.zo_compiler`); it must leave ``q`` as the step does."""
     q = q.copy()
+    stepper = zo_step if stepper is None else stepper
 
     def step(xb, yb, k):
-        return zo_step(q, qnn.quantize_input(xb), yb, s, k)["loss"]
+        return stepper(q, qnn.quantize_input(xb), yb, s, k)["loss"]
 
     history, best = _loop(step, lambda sp: evaluate(q, sp.images, sp.labels),
                           lambda: (q.copy()), data, epochs=epochs, batch=batch, seed=s.seed,

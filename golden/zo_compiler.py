@@ -45,7 +45,7 @@ from .contract import View
 from .isa import Elementwise, End, EndLoop, Loop, MAX_DIM, Random
 
 __all__ = ["CompiledZO", "compile_zo_step", "zo_memory", "bp_memory_estimate", "figures_model",
-           "ZO_MEMORY_CLASSES", "GRAD_CHUNK"]
+           "InterpretedZO", "ZO_MEMORY_CLASSES", "GRAD_CHUNK"]
 
 
 @dataclass
@@ -393,3 +393,50 @@ def bp_memory_estimate(q, batch):
     return {"words": words, "bytes": {k: 4 * v for k, v in words.items()},
             "total_bytes": 4 * sum(words.values()),
             "packed_int8_projection": {"bytes": packed, "total_bytes": sum(packed.values())}}
+
+
+class InterpretedZO:
+    """The compiled ZO step as a ``stepper`` of :func:`ttrain.golden.zo.train_zo`: each step
+    writes the batch and seeds into one memory image kept across steps, runs the program on
+    the golden interpreter (the chip's numbers) and copies the image's parameters back into
+    the model. The first call compiles for the model's scales and the batch size."""
+
+    def __init__(self, settings, **compile_options):
+        self.settings = settings
+        self.options = compile_options
+        self.cz = self.image = None
+        self.steps = 0
+
+    def _run(self, image):
+        from . import interpreter
+        out, st = interpreter.run(self.cz.program, image)
+        if st.error:
+            raise RuntimeError(f"the compiled ZO step stopped: {st.message}")
+        return out
+
+    def prepare(self, image):
+        """The image the first step starts from (a subclass may pad it)."""
+        return image
+
+    def after(self, step, image_in, image_out):
+        """Called after each step with the image before and after it (a subclass checks)."""
+
+    def __call__(self, q, x, labels, s, step):
+        if s != self.settings:
+            raise ValueError("this stepper was built for other ZO settings")
+        if self.cz is None:
+            self.cz = compile_zo_step(q, len(x), s, **self.options)
+            image_in = self.prepare(self.cz.initial_image(x, labels, step))
+        else:
+            if len(x) != self.cz.batch:
+                raise ValueError(f"the compiled step takes batches of {self.cz.batch}, got "
+                                 f"{len(x)}")
+            image_in = self.image
+            self.cz.set_step(image_in, x, labels, step)
+        self.image = self._run(image_in)
+        self.after(step, image_in, self.image)
+        self.steps += 1
+        got = self.cz.params(self.image)
+        for n in q.cfg.conv_names:
+            q.w[n], q.b[n] = got.w[n], got.b[n]
+        return {"loss": float(self.cz.loss(self.image))}

@@ -16,8 +16,15 @@ from test_cli_errors import error_line
     (["--rule", "zo", "--data", "digits"], "--rule zo with digits-cnn takes --data digits-c"),
     (["--data", "digits", "--corruption", "contrast"], "--corruption applies to --rule zo only"),
     (["--rule", "zo", "--data", "digits-c", "--runs", "zo-wp,adam"], "unknown run(s) adam"),
-    (["--rule", "zo", "--data", "digits-c", "--engine", "rtl"],
-     "--engine does not apply to the CNN preset digits-cnn"),
+    (["--data", "digits", "--engine", "rtl"],
+     "--engine does not apply to the CNN preset digits-cnn with --rule sgd"),
+    (["--rule", "zo", "--data", "digits-c", "--engine", "rtl", "--runs", "zo-np"],
+     "--runs zo-np cannot run with --engine rtl: the ZO step compiler does not compile mode "
+     "'np'"),
+    (["--rule", "zo", "--data", "digits-c", "--engine", "interpreter", "--lanes", "4"],
+     "--lanes does not apply to the CNN preset digits-cnn with --rule zo"),
+    (["--rule", "zo", "--data", "digits-c", "--engine", "rtl", "--lanes", "6"],
+     "--lanes must be a power of two >= 4, not 6"),
     (["--rule", "zo", "--data", "digits-c", "--init", "/nonexistent/best.npz"],
      "--init /nonexistent/best.npz does not exist"),
 ])
@@ -61,3 +68,16 @@ def test_transformer_commands_name_the_cnn_presets(capsys):
     error_line(capsys, ["plan", "--config", "mcunet-s"], "is an int8 CNN preset",
                "this command takes a transformer preset")
     error_line(capsys, ["hw", "--config", "digits-cnn"], "is an int8 CNN preset")
+
+
+def test_zo_on_the_interpreter_equals_the_golden_rule(capsys):
+    """``--engine interpreter``: the zo-wp run executes the compiled ZO step on the golden
+    interpreter, step after step, and reaches exactly the golden rule's accuracies (same
+    parameters after every step; tests/test_zo_compiler.py compares them word for word)."""
+    argv = ["train", "--config", "digits-cnn", "--rule", "zo", "--data", "digits-c",
+            "--corruption", "contrast", "--runs", "zo-wp", "--epochs", "1"]
+    assert main(argv) == 0
+    golden = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(argv + ["--engine", "interpreter"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled step" in out and out.strip().splitlines()[-1] == golden
