@@ -370,6 +370,7 @@ PRESETS = {
     ),
 }
 
+
 def _paper_atis(cfg, epochs):
     """paper-l1 / paper-l2 tuned on ATIS with plain batch-1 SGD, chip-runnable settings only
     (docs/atis-training.md): Q and K start at 0.1x (dense equivalent; without it the attention
