@@ -167,6 +167,11 @@ def run(args):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_out', '')} applies to the CNN presets with "
                              "--rule zo only")
+    for flag in ("variant", "norm", "rank", "eff_batch", "segments", "segment_len",
+                 "accumulate", "bias_only"):
+        if getattr(args, flag, None) not in (None, False):
+            raise ValueError(f"--{flag.replace('_', '-')} applies to the online runs of "
+                             "digits-mlp (--data digits-drift) only")
     _check_args(args)
     slot_head = True if args.slot_head else None
     ck = None if args.init is None else _load_init(args.init, cfg, slot_head)

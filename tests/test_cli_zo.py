@@ -32,6 +32,13 @@ def test_cnn_train_rejects_bad_input(argv, needle, capsys):
     error_line(capsys, ["train", "--config", "digits-cnn", *argv], needle)
 
 
+def test_transformer_presets_reject_the_online_flags(capsys):
+    error_line(capsys, ["train", "--config", "tiny", "--variant", "biased"],
+               "--variant applies to the online runs of digits-mlp")
+    error_line(capsys, ["train", "--config", "tiny", "--bias-only"],
+               "--bias-only applies to the online runs of digits-mlp")
+
+
 def test_transformer_presets_reject_the_cnn_flags(capsys):
     error_line(capsys, ["train", "--config", "tiny", "--rule", "zo"],
                "--rule zo trains the int8 CNN presets")
