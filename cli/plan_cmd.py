@@ -234,17 +234,14 @@ def run(args):
     if args.rule == "zo":
         rep = zo_plan_report(args.config, batch=1 if args.batch is None else args.batch,
                              sparse_layers=args.sparse_layers)
-        if args.json:
-            json.dump(rep, sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            print(format_zo_report(rep))
-        return 0
-    rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
-                      fused_update=args.fused_update, recompute=args.recompute)
+        text = format_zo_report
+    else:
+        rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
+                          fused_update=args.fused_update, recompute=args.recompute)
+        text = format_report
     if args.json:
         json.dump(rep, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(format_report(rep))
+        print(text(rep))
     return 0

@@ -55,6 +55,16 @@ def add_arguments(p):
 _ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len")
 
 
+def _write_checkpoint(out, model):
+    """The pre-trained float model as ``out/best.npz`` (``--out``; nothing when None)."""
+    if out:
+        from ttrain.golden import adapt
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "best.npz")
+        adapt.save_checkpoint(path, model)
+        print(f"wrote {path} (load it with --init)")
+
+
 def is_cnn(name):
     from ttrain.golden.lrt_model import MLP_PRESETS
     from ttrain.golden.qnn import CNN_PRESETS
@@ -156,11 +166,7 @@ def run_mlp(args):
     print(f"fixed-point model (8-bit weights and activations, 16-bit biases, power-of-two "
           f"LSBs, hidden shift {shift}): clean test {100 * test:.1f}%")
     if not online:
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            path = os.path.join(args.out, "best.npz")
-            adapt.save_checkpoint(path, model)
-            print(f"wrote {path} (load it with --init)")
+        _write_checkpoint(args.out, model)
         return 0
     kw = {k: v for k, v in (("segments", args.segments), ("segment_len", args.segment_len))
           if v is not None}
@@ -289,11 +295,7 @@ def run(args):
     print(f"int8 model (per-channel weights, calibrated activations): clean test "
           f"{100 * zo.evaluate(q, clean.test.images, clean.test.labels):.1f}%")
     if args.rule == "sgd":
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            path = os.path.join(args.out, "best.npz")
-            adapt.save_checkpoint(path, model)
-            print(f"wrote {path} (load it with --init)")
+        _write_checkpoint(args.out, model)
         return 0
     corruptions = [args.corruption] if args.corruption else list(digits.CORRUPTIONS)
     runs = None if args.runs is None else args.runs.split(",")
