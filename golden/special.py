@@ -167,6 +167,10 @@ class NumpyOps:
     behaviour on every class of input, since the RTL reproduces it bit for bit.
     """
 
+    # bits <-> binary32 of the bit operations below (a subclass may swap in faster views)
+    _bits = staticmethod(_bits)
+    _float = staticmethod(_from_bits)
+
     # -- FP32 operations ------------------------------------------------------------------
     @staticmethod
     def const(value):
@@ -181,49 +185,49 @@ class NumpyOps:
     lt = staticmethod(nx.fp32_lt)
 
     # -- classification and bool logic ---------------------------------------------------
-    @staticmethod
-    def is_nan(a):
+    @classmethod
+    def is_nan(cls, a):
         """Return whether ``a`` is a NaN."""
-        return (_bits(a) & 0x7FFFFFFF) > 0x7F800000
+        return (cls._bits(a) & 0x7FFFFFFF) > 0x7F800000
 
-    @staticmethod
-    def is_inf(a):
+    @classmethod
+    def is_inf(cls, a):
         """Return whether ``a`` is an infinity."""
-        return (_bits(a) & 0x7FFFFFFF) == 0x7F800000
+        return (cls._bits(a) & 0x7FFFFFFF) == 0x7F800000
 
-    @staticmethod
-    def is_zero(a):
+    @classmethod
+    def is_zero(cls, a):
         """Return whether ``a`` is ``+0`` or ``-0``."""
-        return (_bits(a) & 0x7FFFFFFF) == 0
+        return (cls._bits(a) & 0x7FFFFFFF) == 0
 
-    @staticmethod
-    def sign(a):
+    @classmethod
+    def sign(cls, a):
         """Return bit 31 of ``a``."""
-        return (_bits(a) >> 31) == 1
+        return (cls._bits(a) >> 31) == 1
 
     and_ = staticmethod(np.logical_and)
     or_ = staticmethod(np.logical_or)
     not_ = staticmethod(np.logical_not)
 
     # -- bit operations -------------------------------------------------------------------
-    @staticmethod
-    def select(c, a, b):
+    @classmethod
+    def select(cls, c, a, b):
         """Return ``a`` where ``c`` else ``b``, bit for bit."""
-        a, b = np.broadcast_arrays(_bits(a), _bits(b))
-        return _from_bits(np.where(c, a, b))
+        a, b = np.broadcast_arrays(cls._bits(a), cls._bits(b))
+        return cls._float(np.where(c, a, b))
 
-    @staticmethod
-    def abs(a):
+    @classmethod
+    def abs(cls, a):
         """Return ``a`` with bit 31 cleared."""
-        return _from_bits(_bits(a) & 0x7FFFFFFF)
+        return cls._float(cls._bits(a) & 0x7FFFFFFF)
 
-    @staticmethod
-    def with_sign(a, s):
+    @classmethod
+    def with_sign(cls, a, s):
         """Return ``a`` with bit 31 set to the bool ``s``."""
-        return _from_bits((_bits(a) & 0x7FFFFFFF) | (np.asarray(s, dtype=np.int64) << 31))
+        return cls._float((cls._bits(a) & 0x7FFFFFFF) | (np.asarray(s, dtype=np.int64) << 31))
 
-    @staticmethod
-    def split(a):
+    @classmethod
+    def split(cls, a):
         """Split ``a`` (bit 31 ignored) into significand ``m`` and exponent ``e``.
 
         With exponent field ``E`` and fraction ``F`` of ``a``:
@@ -236,7 +240,7 @@ class NumpyOps:
 
         For a finite nonzero ``a``, ``|a| = m * 2**e`` exactly with ``m`` in ``[1, 2)``.
         """
-        bits = _bits(a) & 0x7FFFFFFF
+        bits = cls._bits(a) & 0x7FFFFFFF
         field = bits >> 23
         frac = bits & 0x7FFFFF
         # Bit length of the 23-bit fraction, exactly (integers below 2**53 convert exactly).
@@ -244,34 +248,34 @@ class NumpyOps:
         z = 23 - length
         sub_frac = (frac << (z + 1)) & 0x7FFFFF
         normal = field != 0
-        m = _from_bits(0x3F800000 | np.where(normal, frac, sub_frac))
+        m = cls._float(0x3F800000 | np.where(normal, frac, sub_frac))
         e = np.where(normal, field - 127, -127 - z)
         return m, _wrap_int(e)
 
-    @staticmethod
-    def pow2(n):
+    @classmethod
+    def pow2(cls, n):
         """Return ``2**n`` by exponent insertion: bits ``((n + 127) & 0xFF) << 23``."""
-        return _from_bits(((np.asarray(n, dtype=np.int64) + 127) & 0xFF) << 23)
+        return cls._float(((np.asarray(n, dtype=np.int64) + 127) & 0xFF) << 23)
 
-    @staticmethod
-    def scale_exp(a, n):
+    @classmethod
+    def scale_exp(cls, a, n):
         """Return the float with bits ``bits(a) + (n << 23)`` (32-bit wrap)."""
-        return _from_bits(_bits(a) + (np.asarray(n, dtype=np.int64) << 23))
+        return cls._float(cls._bits(a) + (np.asarray(n, dtype=np.int64) << 23))
 
-    @staticmethod
-    def int_from_magic(k):
+    @classmethod
+    def int_from_magic(cls, k):
         """Return ``bits(k) - 0x4B400000`` as an integer."""
-        return _wrap_int(_bits(k) - _MAGIC_BITS)
+        return _wrap_int(cls._bits(k) - _MAGIC_BITS)
 
-    @staticmethod
-    def magic_from_int(n):
+    @classmethod
+    def magic_from_int(cls, n):
         """Return the float with bits ``0x4B400000 + n`` (``1.5*2**23 + n`` for ``|n| < 2**22``)."""
-        return _from_bits(_MAGIC_BITS + np.asarray(n, dtype=np.int64))
+        return cls._float(_MAGIC_BITS + np.asarray(n, dtype=np.int64))
 
-    @staticmethod
-    def rsqrt_seed(a):
+    @classmethod
+    def rsqrt_seed(cls, a):
         """Return the float with bits ``0x5F3759DF - (bits(a) >> 1)`` (``a`` positive)."""
-        return _from_bits(_RSQRT_MAGIC - (_bits(a) >> 1))
+        return cls._float(_RSQRT_MAGIC - (cls._bits(a) >> 1))
 
     # -- integers -------------------------------------------------------------------------
     @staticmethod

@@ -50,7 +50,7 @@ figures are in ``docs/lrt.md`` and ``tests/test_golden_lrt.py`` holds the tolera
 
 import numpy as np
 
-from .special import NumpyOps, _wrap_int, recip_sequence, rsqrt_sequence
+from .special import NumpyOps, recip_sequence, rsqrt_sequence
 
 __all__ = ["SWEEPS", "FastOps", "fp32_rsqrt_fast", "fp32_recip_fast", "fp32_sqrt",
            "pivot_schedule", "jacobi_svd", "accuracy_report"]
@@ -60,6 +60,14 @@ __all__ = ["SWEEPS", "FastOps", "fp32_rsqrt_fast", "fp32_recip_fast", "fp32_sqrt
 SWEEPS = 5
 
 _F32 = np.float32
+
+
+def _fbits(a):
+    return np.asarray(a, dtype=_F32).view(np.uint32).astype(np.int64)
+
+
+def _ffrom(b):
+    return (np.asarray(b, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32).view(_F32)
 
 
 class FastOps(NumpyOps):
@@ -82,67 +90,13 @@ class FastOps(NumpyOps):
     add = staticmethod(np.add)
     sub = staticmethod(np.subtract)
 
-    # The bit operations of NumpyOps, written on array views (same formulas, no checks).
-    @staticmethod
-    def is_nan(a):
-        return (_fbits(a) & 0x7FFFFFFF) > 0x7F800000
-
-    @staticmethod
-    def is_inf(a):
-        return (_fbits(a) & 0x7FFFFFFF) == 0x7F800000
-
-    @staticmethod
-    def is_zero(a):
-        return (_fbits(a) & 0x7FFFFFFF) == 0
-
-    @staticmethod
-    def sign(a):
-        return (_fbits(a) >> 31) == 1
+    # The bit operations of NumpyOps on array views (no checks): only the conversions differ.
+    _bits = staticmethod(_fbits)
+    _float = staticmethod(_ffrom)
 
     @staticmethod
     def select(c, a, b):
         return np.where(c, np.asarray(a, dtype=_F32), np.asarray(b, dtype=_F32))
-
-    @staticmethod
-    def abs(a):
-        return _ffrom(_fbits(a) & 0x7FFFFFFF)
-
-    @staticmethod
-    def with_sign(a, s):
-        return _ffrom((_fbits(a) & 0x7FFFFFFF) | (np.asarray(s, dtype=np.int64) << 31))
-
-    @staticmethod
-    def split(a):
-        bits = _fbits(a) & 0x7FFFFFFF
-        field = bits >> 23
-        frac = bits & 0x7FFFFF
-        length = np.where(frac > 0, np.frexp(frac.astype(np.float64))[1], 0)
-        z = 23 - length
-        sub_frac = (frac << (z + 1)) & 0x7FFFFF
-        normal = field != 0
-        m = _ffrom(0x3F800000 | np.where(normal, frac, sub_frac))
-        e = np.where(normal, field - 127, -127 - z)
-        return m, _wrap_int(e)
-
-    @staticmethod
-    def pow2(n):
-        return _ffrom(((np.asarray(n, dtype=np.int64) + 127) & 0xFF) << 23)
-
-    @staticmethod
-    def scale_exp(a, n):
-        return _ffrom(_fbits(a) + (np.asarray(n, dtype=np.int64) << 23))
-
-    @staticmethod
-    def rsqrt_seed(a):
-        return _ffrom(0x5F3759DF - (_fbits(a) >> 1))
-
-
-def _fbits(a):
-    return np.asarray(a, dtype=_F32).view(np.uint32).astype(np.int64)
-
-
-def _ffrom(b):
-    return (np.asarray(b, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32).view(_F32)
 
 
 _OPS = FastOps()
