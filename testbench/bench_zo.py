@@ -37,14 +37,12 @@ def _settings(run, queries):
 
 def _model(cfg, seed):
     """The pre-trained int8 digits model; seeded random weights for the figures-only presets."""
-    from ..golden import adapt, qnn
+    from ..golden import adapt
+    from ..golden.zo_compiler import figures_model
     if cfg.input_shape == (8, 8, 1) and cfg.classes == 10:
         model, _ = adapt.pretrain(cfg, seed=seed)
         return adapt.quantized(model), "pre-trained on clean digits, quantized"
-    rng = np.random.default_rng(seed)
-    model = qnn.FloatCNN(cfg, seed=seed)
-    calib = rng.uniform(0, 1, (8, *cfg.input_shape)).astype(np.float32)
-    return qnn.quantize(model, calib), "seeded random weights (figures only: never trained)"
+    return figures_model(cfg, seed), "seeded random weights (figures only: never trained)"
 
 
 def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=8, slots=16,
