@@ -38,7 +38,7 @@ import numpy as np
 from .contract import (Descriptor, View, ERROR_NONE, ERROR_STORE, ERROR_DIM, ERROR_A_RANGE,
                        ERROR_B_RANGE, ERROR_C_RANGE, check_descriptor, contract, validate,
                        view_addresses)
-from .numerics import fp32_add, fp32_max, fp32_mul, fp32_sub, fp32_sum
+from .numerics import fp32_add, fp32_eq, fp32_le, fp32_lt, fp32_max, fp32_mul, fp32_sub, fp32_sum
 from .special import FUNCTION_CODES, fp32_special
 from . import quant as _quant
 
@@ -1233,6 +1233,25 @@ def _ins8(a, b, imm):
     return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFF) << sh))
 
 
+#: fcmp predicates (the immediate): d = all ones when ``a <pred> b`` holds, else 0 (IEEE:
+#: false when either operand is NaN, ``-0 == +0``).
+FCMP_PREDICATES = {"lt": 0, "le": 1, "eq": 2}
+_FCMP = (fp32_lt, fp32_le, fp32_eq)
+#: bitop functions (the immediate) on the 32-bit words.
+BITOP_FUNCTIONS = {"and": 0, "andn": 1, "or": 2, "xor": 3}
+
+
+def _fcmp(a, b, imm):
+    hit = _FCMP[int(imm)](_words_f32(a), _words_f32(b))
+    return np.where(hit, np.uint32(0xFFFFFFFF), np.uint32(0)).astype(np.uint32)
+
+
+def _bitop(a, b, imm):
+    a = np.asarray(a, dtype=np.uint32)
+    b = np.asarray(b, dtype=np.uint32)
+    return (a & b, a & ~b, a | b, a ^ b)[int(imm)].astype(np.uint32)
+
+
 def _requant(a, b, imm):
     b = np.asarray(b, dtype=np.int64)
     m, shift = b & 0x7FFF, (b >> 15) & 0x3F
@@ -1275,6 +1294,16 @@ OPS = (
                  imm_rule=("ext8 immediate (byte) must be in 0..3", lambda v: v > 3)),
     _elementwise("ins8", 0x1D, 2, _ins8, imm=True, int_imm=True,
                  imm_rule=("ins8 immediate (byte) must be in 0..3", lambda v: v > 3)),
+    # predicates and masks (data-dependent choices without branches: low-rank training's
+    # Jacobi SVD, sort and reductions): fcmp d = all ones if a <pred> b else 0 (imm: 0 lt,
+    # 1 le, 2 eq; FP32 compare); bitop d = a & b, a & ~b, a | b, a ^ b (imm 0..3), so
+    # select(m, a, b) = (a & m) | (b & ~m) and |a| = a & 0x7FFFFFFF
+    _elementwise("fcmp", 0x1E, 2, _fcmp, imm=True, int_imm=True,
+                 imm_rule=("fcmp immediate (predicate) must be 0 (lt), 1 (le) or 2 (eq)",
+                           lambda v: v > 2)),
+    _elementwise("bitop", 0x1F, 2, _bitop, imm=True, int_imm=True,
+                 imm_rule=("bitop immediate (function) must be 0 (and), 1 (andn), 2 (or) or "
+                           "3 (xor)", lambda v: v > 3)),
     OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
     OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
     OpSpec("gather", 0x28, Gather, "vector"),

@@ -1,7 +1,8 @@
 """Integer element-wise datapath of the vector units (the quantized rules' ops).
 
 Combinational expression builders for the integer elementwise ops of the ISA table
-(:data:`ttrain.golden.isa.OPS`: ``i2f``, ``f2i``, ``iadd``, ``requant``, ``ext8``, ``ins8``), shared by
+(:data:`ttrain.golden.isa.OPS`: ``i2f``, ``f2i``, ``iadd``, ``requant``, ``ext8``, ``ins8``,
+``fcmp``, ``bitop``), shared by
 :class:`~ttrain.rtl.vector_wide.WideVectorUnit` (one per lane) and the one-element reference
 unit of the sequencer tests. Golden: the ops' ``semantics`` in :mod:`ttrain.golden.isa`, built
 on :mod:`ttrain.golden.quant`:
@@ -23,6 +24,12 @@ on :mod:`ttrain.golden.quant`:
     packed int8 storage: the sign-extended byte ``k`` (``imm[1:0]``) of ``a``; ``a`` with its
     byte ``k`` replaced by the low byte of ``b``.
 
+``fcmp(a, b, pred)`` / ``bitop(a, b, fn)``
+    masks: all ones when the binary32 comparison ``a < b`` / ``a <= b`` / ``a == b``
+    (``pred = imm[1:0]`` 0 / 1 / 2; a combinational
+    :class:`~ttrain.rtl.fp32.FP32Compare`) holds, else 0; ``a & b``, ``a & ~b``, ``a | b``,
+    ``a ^ b`` (``fn = imm[1:0]``).
+
 They are purely combinational; the vector unit computes them at the head of its multiply stage
 and carries the result through the stage's registers (latency unchanged). See
 ``docs/vector-unit.md``.
@@ -30,7 +37,9 @@ and carries the result through the stage's registers (latency unchanged). See
 
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
-__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8"]
+from .fp32 import FP32Compare
+
+__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8", "fcmp", "bitop"]
 
 
 def _lzc32(m, v, name):
@@ -155,4 +164,27 @@ def ins8(m, a, b, k, name="ins8"):
     mask = Signal(32, name=f"{name}_mask")
     m.d.comb += mask.eq(Const(0xFF, 32) << sh)
     m.d.comb += out.eq((a & ~mask) | ((b[0:8] << sh)[:32]))
+    return out
+
+
+def fcmp(m, a, b, pred, name="fcmp"):
+    """Return all ones when ``a < b`` (``pred[1:0]`` 0), ``a <= b`` (1) or ``a == b`` (2) as
+    binary32 values (IEEE: false on NaN, ``-0 == +0``), else 0."""
+    cmp = FP32Compare(latency=0)
+    m.submodules[f"{name}_cmp"] = cmp
+    m.d.comb += [cmp.i.valid.eq(1), cmp.i.payload.a.eq(a), cmp.i.payload.b.eq(b)]
+    hit = Signal(name=f"{name}_hit")
+    r = cmp.o.payload
+    m.d.comb += hit.eq(Mux(pred[:2] == 0, r.is_lt, Mux(pred[:2] == 1, r.is_le,
+                                                        Mux(pred[:2] == 2, r.is_eq, 0))))
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(Mux(hit, Const(0xFFFFFFFF, 32), 0))
+    return out
+
+
+def bitop(m, a, b, fn, name="bitop"):
+    """Return ``a & b``, ``a & ~b``, ``a | b`` or ``a ^ b`` for ``fn[1:0]`` = 0, 1, 2, 3."""
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(Mux(fn[:2] == 0, a & b, Mux(fn[:2] == 1, a & ~b,
+                                                    Mux(fn[:2] == 2, a | b, a ^ b))))
     return out

@@ -3,6 +3,7 @@
 :class:`WideVectorUnit` executes the same decoded instructions as
 :class:`~ttrain.testbench.vector_ref.VectorUnit` (:data:`~ttrain.rtl.command.VectorCommand`: elementwise
 ``add sub mul scale addi copy fill max`` and the integer ``i2f f2i iadd requant ext8 ins8``
+(and the mask ops ``fcmp bitop``)
 (:mod:`ttrain.rtl.intops`), reductions ``rsum``/``rmax`` with ``accumulate``,
 ``gather``/``scatter_add`` and UPDATE), bit-exactly as :func:`ttrain.golden.interpreter.run`,
 but moves ``width`` words per beat through a :class:`~ttrain.rtl.port.StorePortSignature` and
@@ -361,7 +362,8 @@ class WideVectorUnit(wiring.Component):
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
-        int_op = ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"] | ew["ext8"] | ew["ins8"]
+        int_op = (ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"] | ew["ext8"] | ew["ins8"]
+                  | ew["fcmp"] | ew["bitop"])
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_rnd = _or(rnd.values())
         is_racc = rnd["raccum"]
@@ -858,8 +860,15 @@ class WideVectorUnit(wiring.Component):
             i_rq = intops.requant(m, x6, y6, c.imm, name=f"requant{w}")
             i_ext = intops.ext8(m, x6, c.imm, name=f"ext8{w}")
             i_ins = intops.ins8(m, x6, y6, c.imm, name=f"ins8{w}")
+            # fcmp reuses the max comparator's flags; bitop is plain logic
+            hit = Mux(c.imm[:2] == 0, emax.o.payload.is_lt,
+                      Mux(c.imm[:2] == 1, emax.o.payload.is_le,
+                          Mux(c.imm[:2] == 2, emax.o.payload.is_eq, 0)))
+            i_cmp = Mux(hit, Const(0xFFFFFFFF, 32), 0)
+            i_bit = intops.bitop(m, x6, y6, c.imm, name=f"bitop{w}")
             int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add,
-                       Mux(ew["ext8"], i_ext, Mux(ew["ins8"], i_ins, i_rq)))))
+                       Mux(ew["ext8"], i_ext, Mux(ew["ins8"], i_ins, Mux(
+                           ew["fcmp"], i_cmp, Mux(ew["bitop"], i_bit, i_rq)))))))
             m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max,
                                                           Mux(int_op, int6,
                                                               Mux(is_pert, i_pert, x6)))))

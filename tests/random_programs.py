@@ -68,7 +68,9 @@ _INT_IMM = {"f2i": lambda rng: int(rng.integers(0, 2)),
             "iadd": lambda rng: int(rng.choice([8, 9, 16, 32, int(rng.integers(1, 33))])),
             "requant": _requant_imm,
             "ext8": lambda rng: int(rng.integers(0, 4)),
-            "ins8": lambda rng: int(rng.integers(0, 4))}
+            "ins8": lambda rng: int(rng.integers(0, 4)),
+            "fcmp": lambda rng: int(rng.integers(0, 3)),
+            "bitop": lambda rng: int(rng.integers(0, 4))}
 
 __all__ = ["STORES", "ProgramGen", "rich_words", "mul_pairs", "add_pairs", "subnormal_words",
            "rounding_class", "hazards", "unit_of", "issue_war_program", "illegal_variants",

@@ -1,5 +1,5 @@
 """The vector units' integer ops (rtl/intops.py) against their golden semantics in the ISA table
-(golden.isa.OPS: i2f, f2i, iadd, requant, ext8, ins8) on edge cases and random words, Amaranth simulator."""
+(golden.isa.OPS: i2f, f2i, iadd, requant, ext8, ins8, fcmp, bitop) on edge cases and random words, Amaranth simulator."""
 
 import numpy as np
 from amaranth.hdl import Module, Signal
@@ -35,6 +35,10 @@ def _run(op, a_words, b_words, imms):
         out = intops.ext8(m, a, imm)
     elif op == "ins8":
         out = intops.ins8(m, a, b, imm)
+    elif op == "fcmp":
+        out = intops.fcmp(m, a, b, imm)
+    elif op == "bitop":
+        out = intops.bitop(m, a, b, imm)
     else:
         out = intops.requant(m, a, b, imm)
     got = []
@@ -124,3 +128,35 @@ def test_packed_int8_extract_and_insert_every_byte():
     for i, v in enumerate((-2, 3, -128, 127)):
         out = SPEC["ins8"].semantics(out, np.array([v & 0xFFFFFFFF], np.uint32), i)
     assert int(out[0]) == 0x7F8003FE
+
+
+def test_compare_masks_on_every_pair_of_edge_values():
+    """fcmp lt/le/eq on every ordered pair of edge words (NaNs, signed zeros, infinities,
+    subnormals, integers read as floats), and the three predicates by hand."""
+    w = np.array(_edge_words(), dtype=np.uint64)
+    a, b = np.repeat(w, len(w)), np.tile(w, len(w))
+    for pred in range(3):
+        _check("fcmp", a, b, np.full(len(a), pred, np.uint64))
+    f = np.float32
+    x = np.array([1, -0.0, np.nan, 2, -3], f).view(np.uint32)
+    y = np.array([2, 0.0, 1, 2, -4], f).view(np.uint32)
+    ones = 0xFFFFFFFF
+    assert SPEC["fcmp"].semantics(x, y, 0).tolist() == [ones, 0, 0, 0, 0]
+    assert SPEC["fcmp"].semantics(x, y, 1).tolist() == [ones, ones, 0, ones, 0]
+    assert SPEC["fcmp"].semantics(x, y, 2).tolist() == [0, ones, 0, ones, 0]
+
+
+def test_bit_operations_and_the_select_they_build():
+    rng = np.random.default_rng(9)
+    n = 800
+    a = rng.integers(0, 1 << 32, n, dtype=np.uint64)
+    b = rng.integers(0, 1 << 32, n, dtype=np.uint64)
+    b[:4] = [0, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000]
+    _check("bitop", a, b, np.tile(np.arange(4, dtype=np.uint64), n // 4))
+    # select(m, x, y) = (x & m) | (y & ~m), and |x| = x & 0x7FFFFFFF, by hand
+    op = SPEC["bitop"].semantics
+    m = np.array([0xFFFFFFFF, 0], np.uint32)
+    x = np.array([0x3F800000, 0x40000000], np.uint32)
+    y = np.array([0xBF800000, 0xC0000000], np.uint32)
+    assert op(op(x, m, 0), op(y, m, 1), 2).tolist() == [0x3F800000, 0xC0000000]
+    assert op(y, np.uint32(0x7FFFFFFF), 0).tolist() == [0x3F800000, 0x40000000]
