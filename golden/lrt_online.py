@@ -91,11 +91,22 @@ def _readout(lr, B_eff, L, R, norms):
     return np.multiply(G, np.multiply(_F32(lr), fp32_sqrt(_F32(B_eff))))
 
 
-def run_online(model, stream, settings, *, progress=None):
+def run_online(model, stream, settings, *, progress=None, stepper=None):
     """Train ``model`` (a :class:`~ttrain.golden.lrt_model.FixedMLP`, modified in place) on
     ``stream`` (:class:`~ttrain.golden.drift.DriftStream`) by ``settings``; returns the result
-    dict (online and final accuracy, writes per cell, auxiliary memory, counters)."""
+    dict (online and final accuracy, writes per cell, auxiliary memory, counters).
+
+    ``stepper`` (``rule="lrt"`` only): ``stepper(model, settings)`` returns an object that
+    trains on the compiled programs instead of this module's NumPy
+    (:class:`ttrain.golden.lrt_compiler.InterpretedLRT`, or the chip's
+    :class:`ttrain.platforms.host.lrt_chip.ChipLRT`): ``sample(x, label, index) -> logits``,
+    ``readout() -> written flags``, ``weights()``, ``biases()``, ``counters()``,
+    ``skipped()``, ``close()``. The loop is the same; the numbers are bit-identical."""
     s = settings.check()
+    if stepper is not None:
+        if s.rule != "lrt":
+            raise ValueError(f"the compiled online programs run the lrt rule, not {s.rule!r}")
+        return _run_stepper(model, stream, s, stepper(model.copy(), s), progress)
     t0 = time.process_time()
     x_test = quantize_input(stream.test_images)
     before = float(np.mean(model.predict(x_test) == stream.test_labels))
@@ -165,6 +176,13 @@ def run_online(model, stream, settings, *, progress=None):
                     accum[l][:] = 0
         if progress is not None and (i + 1) % 500 == 0:
             progress(i + 1, correct / (i + 1))
+    return _result(model, stream, s, x_test, before, correct, counters, bias_counters, writes,
+                   attempts, skipped, t0)
+
+
+def _result(model, stream, s, x_test, before, correct, counters, bias_counters, writes,
+            attempts, skipped, t0):
+    n_layers = len(model.w)
     final = float(np.mean(model.predict(x_test) == stream.test_labels))
     allc = lrt.WriteCounter(np.concatenate([c.counts.ravel() for c in counters]))
     aux = {"lrt": [s.rank * (w.shape[0] + w.shape[1]) for w in model.w],
@@ -177,6 +195,40 @@ def run_online(model, stream, settings, *, progress=None):
                         "bias_writes_max": bias_counters[l].summary()["max"]}
                        for l in range(n_layers)],
             "cpu_s": time.process_time() - t0}
+
+
+def _run_stepper(model, stream, s, chip, progress):
+    """:func:`run_online`'s loop on compiled programs: the host writes each sample, reads the
+    logits (the prediction before training), and runs the read-out every ``B`` samples."""
+    t0 = time.process_time()
+    x_test = quantize_input(stream.test_images)
+    before = float(np.mean(model.predict(x_test) == stream.test_labels))
+    n_layers = len(model.w)
+    bias_counters = [lrt.WriteCounter.of_shape(b.shape) for b in model.b]
+    writes, attempts = [0] * n_layers, [0] * n_layers
+    correct = 0
+    xs = quantize_input(stream.images)
+    old_b = chip.biases()
+    for i in range(len(stream)):
+        y = int(stream.labels[i])
+        logits = chip.sample(xs[i], y, i)
+        correct += int(np.argmax(logits) == y)
+        new_b = chip.biases()
+        for l in range(n_layers):
+            bias_counters[l].record(old_b[l], new_b[l])
+        old_b = new_b
+        if (i + 1) % s.batch == 0:
+            for l, written in enumerate(chip.readout()):
+                attempts[l] += 1
+                writes[l] += int(written)
+        if progress is not None and (i + 1) % 500 == 0:
+            progress(i + 1, correct / (i + 1))
+    chip.close()
+    model.w[:] = chip.weights()
+    model.b[:] = chip.biases()
+    counters = [lrt.WriteCounter(c) for c in chip.counters()]
+    return _result(model, stream, s, x_test, before, correct, counters, bias_counters, writes,
+                   attempts, chip.skipped(), t0)
 
 
 #: The benchmark table: label -> settings (rank 4, effective batch 100 for the dense layers).

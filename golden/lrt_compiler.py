@@ -1,0 +1,868 @@
+"""Low-rank training (LRT) compiled into accelerator programs: one per sample, one per read-out.
+
+:func:`compile_lrt` turns the fixed-point MLP of :mod:`ttrain.golden.lrt_model` (its layer
+shapes) and :class:`~ttrain.golden.lrt_online.OnlineSettings` (``rule="lrt"``) into two programs
+of the shared instruction table over one memory map (:class:`CompiledLRT`):
+
+* **sample** (run once per sample): the integer forward pass (integer CONTRACT on ``4 b``,
+  ``requant`` for the hidden ReLU/clip), the FP32 logits; the backward pass (softmax with
+  ``rmax``/``exp``/``rsum``/``recip``, ``dz = p - onehot`` quantized by ``f2i``/``iadd``, the
+  hidden gradient by an integer CONTRACT with ``W^T``, ``requant`` and the ReLU's
+  straight-through mask from ``fcmp``/``bitop``); the 16-bit bias update; then one
+  **rankReduce** per layer (:mod:`ttrain.golden.lrt`): modified Gram-Schmidt of ``dz`` and
+  ``a`` against the dequantized 16-bit bases (CONTRACT dot products), the condition check, the
+  core, the **fixed-sequence Jacobi SVD** of :mod:`ttrain.golden.svd` for every layer's core at
+  once (CONTRACT Gram matrices and 2x2 rotations batched over layers, the rotation angles as
+  vector ops over all layers and disjoint pairs of a round, the sort as masked selects), the
+  biased or unbiased (optimal Kronecker sum; random signs by ``raccum`` from the sample's seed
+  word) reduction, the basis rotation (CONTRACT) and the 16-bit re-quantization, every choice a
+  ``fcmp`` mask and a branch-free select (``bitop``); a skipped sample keeps the old state.
+* **readout** (run after every ``B``-th sample): per layer the factors ``Q diag(sqrt c_x)``,
+  max-norm (its FP32 state on chip) or none, ``G = lr (sqrt B_eff) L R^T`` (CONTRACT),
+  ``delta = f2i(G 2^7)``, the 1% write rule as a count of non-zero entries and a flag, the
+  saturated write ``w - delta`` selected by the flag, the **per-cell write counters** (``+1``
+  where the stored value changed), the flag word for the host, and the accumulator reset.
+
+The host writes, per sample, the input pixels (int words), the one-hot label (FP32 words) and
+one random-sign seed word per layer (:func:`ttrain.golden.lrt.sign_seed`), and reads back the
+logits (the prediction before training: the online accuracy). Every number equals the golden
+:func:`ttrain.golden.lrt_online.run_online` bit for bit (``tests/test_lrt_compiler.py``); the
+stepper :class:`InterpretedLRT` runs the programs on the golden interpreter, and
+``platforms/host/lrt_chip.py`` on the Verilator top.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import lrt
+from .contract import Descriptor, View
+from .interpreter import run
+from .isa import (BITOP_FUNCTIONS, FCMP_PREDICATES, Contract, Elementwise, End, Program,
+                  Random, Reduce, Region, f32_bits)
+from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC
+from .svd import SWEEPS, pivot_schedule
+
+__all__ = ["CompiledLRT", "compile_lrt", "InterpretedLRT"]
+
+_ONES = 0xFFFFFFFF
+_ABS = 0x7FFFFFFF
+_NEG0 = 0x80000000
+_F32 = np.float32
+
+
+def _rq(m, s):
+    """requant's per-element word: multiplier m, shift s."""
+    return (m & 0x7FFF) | (s & 0x3F) << 15
+
+
+def _bounds(lo, hi):
+    return (lo & 0xFFFF) | (hi & 0xFFFF) << 16
+
+
+@dataclass(frozen=True)
+class _A:
+    """A strided 2-D array in one store: ``rows x cols`` words from ``base``."""
+    store: str
+    base: int
+    rows: int
+    cols: int
+    rs: int
+    cs: int = 1
+
+    def view(self, bs=0):
+        return View(self.store, self.base, self.rs, self.cs, bs)
+
+    def at(self, i, j, rows=1, cols=1):
+        return _A(self.store, self.base + i * self.rs + j * self.cs, rows, cols, self.rs, self.cs)
+
+    def col(self, j, n=1):
+        return self.at(0, j, self.rows, n)
+
+    def row(self, i, n=1):
+        return self.at(i, 0, n, self.cols)
+
+    @property
+    def T(self):
+        return _A(self.store, self.base, self.cols, self.rows, self.cs, self.rs)
+
+    def bcast(self, rows, cols):
+        """This array broadcast to ``rows x cols`` (a 1-row or 1-column array, or one word)."""
+        rs = 0 if self.rows == 1 else self.rs
+        cs = 0 if self.cols == 1 else self.cs
+        if (self.rows != 1 and self.rows != rows) or (self.cols != 1 and self.cols != cols):
+            raise ValueError(f"cannot broadcast {self.rows}x{self.cols} to {rows}x{cols}")
+        return _A(self.store, self.base, rows, cols, rs, cs)
+
+
+class _Mem:
+    """Bump allocator with marks (scratch temporaries die at the end of a phase)."""
+
+    def __init__(self):
+        self.top = {"param": 0, "act": 0, "scratch": 0}
+        self.map = {}
+        self.peak = 0
+
+    def region(self, name, store, rows, cols=1):
+        base = self.top[store]
+        self.top[store] += rows * cols
+        if name is not None:
+            self.map[name] = Region(store, base, rows * cols, (rows, cols) if cols > 1 else (rows,))
+        if store == "scratch":
+            self.peak = max(self.peak, self.top["scratch"])
+        return _A(store, base, rows, cols, cols)
+
+    def tmp(self, rows, cols=1):
+        return self.region(None, "scratch", rows, cols)
+
+    def mark(self):
+        return self.top["scratch"]
+
+    def release(self, mark):
+        self.top["scratch"] = mark
+
+    def sizes(self):
+        sizes = {s: max(1, n) for s, n in self.top.items()}
+        sizes["scratch"] = max(1, self.peak)
+        sizes.setdefault("grad", 1)
+        return sizes
+
+
+class _Emit:
+    """Instruction builders over :class:`_A` arrays (every op is one instruction)."""
+
+    def __init__(self, mem):
+        self.mem = mem
+        self.ins = []
+        self.const = {}
+
+    # -- elementwise ------------------------------------------------------------------------
+    def ew(self, op, d, a=None, b=None, imm=0):
+        a, b = ((None if x is None else x if (x.rows, x.cols) == (d.rows, d.cols)
+                 else x.bcast(d.rows, d.cols)) for x in (a, b))
+        self.ins.append(Elementwise(op, d.rows, d.cols, d.view(),
+                                    None if a is None else a.view(),
+                                    None if b is None else b.view(), int(imm)))
+        return d
+
+    def fill(self, d, bits):
+        return self.ew("fill", d, imm=bits)
+
+    def k(self, value):
+        """The one-word constant of FP32 ``value`` (or int bits with ``("bits", w)``)."""
+        bits = value[1] if isinstance(value, tuple) else f32_bits(float(value))
+        return self.const[bits]
+
+    def cmp(self, pred, d, a, b):
+        return self.ew("fcmp", d, a, b, FCMP_PREDICATES[pred])
+
+    def bit(self, fn, d, a, b):
+        return self.ew("bitop", d, a, b, BITOP_FUNCTIONS[fn])
+
+    def sel(self, d, m, a, b):
+        """``d = m ? a : b`` (``m`` a mask): ``(a & m) | (b & ~m)`` (d may be a or b)."""
+        mark = self.mem.mark()
+        t1 = self.mem.tmp(d.rows, d.cols)
+        t2 = self.mem.tmp(d.rows, d.cols)
+        self.bit("and", t1, a, m)
+        self.bit("andn", t2, b, m)
+        self.bit("or", d, t1, t2)
+        self.mem.release(mark)
+        return d
+
+    def sqrt(self, d, x):
+        """``golden.svd.fp32_sqrt``: ``x * rsqrt(x)``, ``+0`` where ``x == 0``."""
+        mark = self.mem.mark()
+        r = self.mem.tmp(d.rows, d.cols)
+        z = self.mem.tmp(d.rows, d.cols)
+        self.ew("rsqrt", r, x)
+        self.ew("mul", r, x, r)
+        self.cmp("eq", z, x, self.k(0.0))
+        self.bit("andn", d, r, z)
+        self.mem.release(mark)
+        return d
+
+    def red(self, op, d, a):
+        """``d[i] = reduce_j a[i, j]`` (d: rows x 1)."""
+        self.ins.append(Reduce(op, a.rows, a.cols, View(d.store, d.base, d.rs, 0), a.view()))
+        return d
+
+    # -- contractions -----------------------------------------------------------------------
+    def mm(self, c, a, b, *, batch=1, bs=(0, 0, 0), acc=False, integer=False):
+        """``c (+)= a @ b`` (products summed over a's columns in order), ``batch`` copies with
+        batch strides ``bs`` = (c, a, b)."""
+        if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols):
+            raise ValueError(f"contraction shapes {c.rows}x{c.cols} = {a.rows}x{a.cols} @ "
+                             f"{b.rows}x{b.cols}")
+        desc = Descriptor(a.rows, b.cols, a.cols, a.view(bs[1]), b.view(bs[2]), c.view(bs[0]),
+                          accumulate=acc, batch=batch, integer=integer)
+        self.ins.append(Contract(desc))
+        return c
+
+    def dot(self, c, x, y):
+        """``c = x . y`` for column arrays x, y (n x 1): products summed in index order."""
+        return self.mm(c, x.T, y)
+
+
+class CompiledLRT:
+    """The two programs and their shared memory map; reads and writes the host's data."""
+
+    def __init__(self, shapes, settings, sample, readout, memory_map, consts, info):
+        self.shapes = [tuple(s) for s in shapes]
+        self.settings = settings
+        self.sample = sample
+        self.readout = readout
+        self.memory_map = memory_map
+        self._consts = consts
+        self.info = info
+
+    @property
+    def programs(self):
+        return {"sample": self.sample, "readout": self.readout}
+
+    def _r(self, name):
+        return self.memory_map[name]
+
+    def put(self, image, name, words):
+        r = self._r(name)
+        w = np.asarray(words).ravel()
+        if w.size != r.size:
+            raise ValueError(f"region {name!r} holds {r.size} words, not {w.size}")
+        image[r.store][r.base:r.base + r.size] = (w.astype(np.int64) & _ONES).astype(np.uint32) \
+            if w.dtype.kind in "iu" else w.astype(np.float32).view(np.uint32)
+
+    def get(self, image, name):
+        r = self._r(name)
+        return image[r.store][r.base:r.base + r.size].copy()
+
+    def get_int(self, image, name):
+        w = self.get(image, name).astype(np.int64)
+        return w - ((w & 0x80000000) << 1)
+
+    def get_f32(self, image, name):
+        return self.get(image, name).view(np.float32)
+
+    def initial_image(self, model):
+        """A memory image holding ``model``'s weights and biases and an empty accumulator."""
+        sizes = self.sample.store_sizes
+        image = {s: np.zeros(n, np.uint32) for s, n in sizes.items()}
+        for l in range(len(self.shapes)):
+            self.put(image, f"w{l}", model.w[l])
+            self.put(image, f"b{l}", model.b[l])
+            for f in ("L", "R"):
+                self.put(image, f"mn{l}{f}.bk", np.float32([1.0]))
+                self.put(image, f"mn{l}{f}.xmv", np.float32([lrt.MaxNorm().eps]))
+        return image
+
+    def set_sample(self, image, x, label, index):
+        """Write one sample: int pixels ``x``, its label, and the layers' sign seeds."""
+        classes = self.shapes[-1][0]
+        self.put(image, "x", np.asarray(x, np.int64))
+        onehot = np.zeros(classes, np.float32)
+        onehot[int(label)] = 1.0
+        self.put(image, "onehot", onehot)
+        seeds = [int(lrt.sign_seed(self.settings.seed, l, index)) for l in range(len(self.shapes))]
+        self.put(image, "seeds", np.array(seeds, np.int64))
+
+    def weights(self, image):
+        return [self.get_int(image, f"w{l}").reshape(s) for l, s in enumerate(self.shapes)]
+
+    def biases(self, image):
+        return [self.get_int(image, f"b{l}") for l in range(len(self.shapes))]
+
+    def counters(self, image):
+        return [self.get_int(image, f"cnt{l}").reshape(s) for l, s in enumerate(self.shapes)]
+
+    def state(self, image, l):
+        """Layer ``l``'s accumulator as a :class:`ttrain.golden.lrt.LowRank` (fed counts 0)."""
+        n_o, n_i = self.shapes[l]
+        r = self.settings.rank
+        z = np.zeros((), np.int64)
+        return lrt.LowRank(self.get_int(image, f"ql{l}").reshape(n_o, r),
+                           self.get_f32(image, f"sl{l}")[0],
+                           self.get_int(image, f"qr{l}").reshape(n_i, r),
+                           self.get_f32(image, f"sr{l}")[0],
+                           self.get_f32(image, f"cx{l}").copy(), z,
+                           np.int64(self.get_f32(image, f"skipped{l}")[0]))
+
+
+def compile_lrt(shapes, settings):
+    """Compile the per-sample and read-out programs of ``settings`` (``rule="lrt"``) for dense
+    layers of ``shapes`` [(n_o, n_i), ...] (every layer but the last with the ReLU/clip)."""
+    s = settings.check()
+    if s.rule != "lrt":
+        raise ValueError(f"compile_lrt compiles the lrt rule, not {s.rule!r}")
+    shapes = [tuple(int(v) for v in sh) for sh in shapes]
+    for l in range(1, len(shapes)):
+        if shapes[l][1] != shapes[l - 1][0]:
+            raise ValueError(f"layer {l} takes {shapes[l][1]} inputs but layer {l - 1} gives "
+                             f"{shapes[l - 1][0]}")
+    r, q, nl = s.rank, s.rank + 1, len(shapes)
+    mem = _Mem()
+    P = {}
+    for l, (n_o, n_i) in enumerate(shapes):
+        P[f"w{l}"] = mem.region(f"w{l}", "param", n_o, n_i)
+        P[f"b{l}"] = mem.region(f"b{l}", "param", n_o)
+        P[f"cnt{l}"] = mem.region(f"cnt{l}", "param", n_o, n_i)
+        P[f"ql{l}"] = mem.region(f"ql{l}", "param", n_o, r)
+        P[f"qr{l}"] = mem.region(f"qr{l}", "param", n_i, r)
+        for name in ("sl", "sr", "since", "skipped", "written"):
+            P[f"{name}{l}"] = mem.region(f"{name}{l}", "param", 1)
+        P[f"cx{l}"] = mem.region(f"cx{l}", "param", 1, r)
+        for f in ("L", "R"):
+            for name in ("bk", "xmv"):
+                P[f"mn{l}{f}.{name}"] = mem.region(f"mn{l}{f}.{name}", "param", 1)
+    X = {"x": mem.region("x", "act", shapes[0][1]),
+         "onehot": mem.region("onehot", "act", 1, shapes[-1][0]),
+         "seeds": mem.region("seeds", "act", nl),
+         "logits": mem.region("logits", "act", 1, shapes[-1][0])}
+    consts = [0.0, 1.0, -1.0, 255.0, ("bits", _ABS), ("bits", _NEG0), ("bits", 1),
+              ("bits", _rq(1, A_FRAC)), ("bits", _rq(1, W_FRAC)), ("bits", _rq(1, 0))]
+    kk = [float(q - 1 - j) for j in range(q)]           # the unbiased reduction's q - m
+    kreg = mem.region("const", "scratch", len(consts) + q)
+    base_scratch = mem.mark()
+
+    def prologue(e):
+        e.const = {}
+        for i, v in enumerate(consts):
+            bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
+            e.const[bits] = kreg.at(i, 0)
+            e.fill(kreg.at(i, 0), bits)
+        for j, v in enumerate(kk):
+            e.fill(kreg.at(len(consts) + j, 0), f32_bits(v))
+        e.kk = _A("scratch", kreg.base + len(consts), 1, q, 0, 1)
+        e.seeds = X["seeds"]
+
+    sample = _Emit(mem)
+    prologue(sample)
+    _emit_sample(sample, mem, P, X, shapes, s)
+    sample_peak = mem.peak
+    mem.release(base_scratch)
+    readout = _Emit(mem)
+    prologue(readout)
+    _emit_readout(readout, mem, P, shapes, s)
+    sizes = mem.sizes()
+    progs = [Program(e.ins + [End()], sizes, dict(mem.map)) for e in (sample, readout)]
+    info = {"sample_instructions": len(progs[0].instructions),
+            "readout_instructions": len(progs[1].instructions),
+            "scratch_peak": mem.peak, "sample_scratch_peak": sample_peak}
+    return CompiledLRT(shapes, s, progs[0], progs[1], dict(mem.map), consts, info)
+
+
+# ------------------------------------------------------------------------------------------
+# the per-sample program
+
+
+def _emit_sample(e, mem, P, X, shapes, s):
+    nl, r, q = len(shapes), s.rank, s.rank + 1
+    k = e.k
+    # forward: acc = 4 b + W a (integer), hidden a' = clamp(round_half_up(acc >> 7), 0, 255)
+    acts = [X["x"]]
+    accs = []
+    for l, (n_o, n_i) in enumerate(shapes):
+        acc = mem.region(f"acc{l}", "scratch", n_o)
+        e.ew("iadd", acc, P[f"b{l}"], P[f"b{l}"], 32)
+        e.ew("iadd", acc, acc, acc, 32)
+        e.mm(acc, P[f"w{l}"], acts[-1], acc=True, integer=True)
+        accs.append(acc)
+        if l < nl - 1:
+            a = mem.region(f"act{l + 1}", "scratch", n_o)
+            e.ew("requant", a, acc, k(("bits", _rq(1, A_FRAC))), _bounds(0, 255))
+            acts.append(a)
+    classes = shapes[-1][0]
+    z = X["logits"]
+    e.ew("i2f", z, accs[-1].T)
+    e.ew("scale", z, z, imm=f32_bits(2.0 ** -(W_FRAC + A_FRAC)))
+    # backward: softmax, dz = p - onehot, int8 gradients
+    mx = mem.tmp(1)
+    e.red("max", mx, z)
+    p = mem.tmp(1, classes)
+    e.ew("sub", p, z, mx)
+    e.ew("exp", p, p)
+    sm = mem.tmp(1)
+    e.red("sum", sm, p)
+    e.ew("recip", sm, sm)
+    e.ew("mul", p, p, sm)
+    e.ew("sub", p, p, X["onehot"])
+    gs = [None] * nl
+    g = mem.region(f"g{nl - 1}", "scratch", classes)
+    e.ew("scale", p, p, imm=f32_bits(2.0 ** G_FRAC))
+    e.ew("f2i", g.T, p, imm=0)
+    e.ew("iadd", g, g, k(0.0), 8)
+    gs[-1] = g
+    for l in range(nl - 1, 0, -1):
+        n_o, n_i = shapes[l]
+        back = mem.region(f"g{l - 1}", "scratch", n_i)
+        e.mm(back, P[f"w{l}"].T, gs[l], integer=True)
+        e.ew("requant", back, back, k(("bits", _rq(1, W_FRAC))), _bounds(-128, 127))
+        af = mem.tmp(n_i)
+        m1 = mem.tmp(n_i)
+        e.ew("i2f", af, acts[l])
+        e.cmp("lt", m1, k(0.0), af)
+        e.cmp("lt", af, af, k(255.0))
+        e.bit("and", m1, m1, af)
+        e.bit("and", back, back, m1)
+        gs[l - 1] = back
+    dzs, avs = [], []
+    for l, (n_o, n_i) in enumerate(shapes):
+        dz = mem.region(f"dz{l}", "scratch", n_o)
+        e.ew("i2f", dz, gs[l])
+        e.ew("scale", dz, dz, imm=f32_bits(2.0 ** -G_FRAC))
+        av = mem.region(f"a{l}", "scratch", n_i)
+        e.ew("i2f", av, acts[l])
+        e.ew("scale", av, av, imm=f32_bits(2.0 ** -A_FRAC))
+        dzs.append(dz)
+        avs.append(av)
+        # biases: b = sat16(b - f2i(bias_lr dz 2^12)), as b + f2i((-bias_lr dz) 2^12) (exact)
+        db = mem.tmp(n_o)
+        e.ew("scale", db, dz, imm=f32_bits(-float(_F32(s.bias_lr))))
+        e.ew("scale", db, db, imm=f32_bits(2.0 ** B_FRAC))
+        e.ew("f2i", db, db, imm=0)
+        e.ew("iadd", P[f"b{l}"], P[f"b{l}"], db, 16)
+    # rankReduce, part 1 per layer: Gram-Schmidt, condition check, core
+    cb = mem.region("cores", "scratch", nl * 2 * q, q)        # per layer: A (q rows), V (q rows)
+    LS = 2 * q * q
+    proj = []
+    for l, (n_o, n_i) in enumerate(shapes):
+        QL = mem.region(f"QL{l}", "scratch", n_o, q)
+        QR = mem.region(f"QR{l}", "scratch", n_i, q)
+        cl = mem.region(f"cl{l}", "scratch", q)
+        cr = mem.region(f"cr{l}", "scratch", q)
+        for Qf, qi, sc, v0, c in ((QL, P[f"ql{l}"], P[f"sl{l}"], dzs[l], cl),
+                                  (QR, P[f"qr{l}"], P[f"sr{l}"], avs[l], cr)):
+            head = Qf.col(0, r)
+            e.ew("i2f", head, qi)
+            e.ew("mul", head, head, sc)
+            v = Qf.col(r)                                   # the new direction, in place
+            e.ew("copy", v, v0)
+            for j in range(r):
+                e.dot(c.at(j, 0), Qf.col(j), v)
+                t = mem.tmp(v.rows)
+                e.ew("mul", t, c.at(j, 0), Qf.col(j))
+                e.ew("sub", v, v, t)
+            ss = mem.tmp(1)
+            e.dot(ss, v, v)
+            e.sqrt(c.at(r, 0), ss)
+            e.ew("addi", c.at(r, 0), c.at(r, 0), imm=f32_bits(float(lrt.EPS_GS)))
+            e.ew("recip", ss, c.at(r, 0))
+            e.ew("mul", v, v, ss)
+        skip = mem.region(f"skip{l}", "scratch", 1)
+        t = mem.tmp(1)
+        e.ew("mul", t, cl.at(r, 0), cr.at(r, 0))
+        e.ew("scale", t, t, imm=f32_bits(float(_F32(s.kappa))))
+        e.cmp("lt", skip, t, P[f"cx{l}"].at(0, 0))
+        C = _A("scratch", cb.base + l * LS, q, q, q)
+        e.mm(C, cl, cr.T)
+        diag = _A("scratch", C.base, 1, r, 0, q + 1)
+        e.ew("add", diag, diag, P[f"cx{l}"])
+        Vm = _A("scratch", C.base + q * q, q, q, q)
+        e.fill(Vm, 0)
+        e.fill(_A("scratch", Vm.base, 1, q, 0, q + 1), f32_bits(1.0))
+        proj.append((QL, QR, skip))
+    U, sig, V = _emit_jacobi(e, mem, cb, nl, q)
+    for l, (n_o, n_i) in enumerate(shapes):
+        QL, QR, skip = proj[l]
+        _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U[l], sig.row(l), V[l], s, n_o, n_i)
+        e.ew("addi", P[f"since{l}"], P[f"since{l}"], imm=f32_bits(1.0))
+
+
+def _emit_jacobi(e, mem, cb, nl, q):
+    """``golden.svd.jacobi_svd`` of every layer's core (``cb``: per layer A then V = I, q rows
+    each). Returns per layer U (q x q) and V views, and sigma (nl x q)."""
+    k = e.k
+    LS = 2 * q * q
+    rounds = pivot_schedule(q)
+    npm = max(len(pr) for pr in rounds)
+    G = mem.region("jac.gram", "scratch", nl * npm, 4)           # [layer][pair] 2x2
+    R = mem.region("jac.rot", "scratch", nl * npm, 4)
+    TX = mem.region("jac.tmp", "scratch", npm * nl * 2 * q, 2)  # [pair][layer][row] 2 words
+    A_all = _A("scratch", cb.base, nl * 2 * q, q, q)             # rows: layer, A/V rows
+
+    def sc(arr_base, off, npairs):
+        """[layer][pair] scalar view into a 4-word-per-pair array."""
+        return _A("scratch", arr_base + off, nl, npairs, 4 * npm, 4)
+
+    for _ in range(SWEEPS):
+        for pairs in rounds:
+            npr = len(pairs)
+            mark = mem.mark()
+            for kk, (p, s_) in enumerate(pairs):
+                Xa = _A("scratch", cb.base + p, 2, q, s_ - p, q)        # A cols p, s as rows
+                Xb = _A("scratch", cb.base + p, q, 2, q, s_ - p)
+                Gk = _A("scratch", G.base + 4 * kk, 2, 2, 2, 1)
+                e.mm(Gk, Xa, Xb, batch=nl, bs=(4 * npm, LS, LS))
+            alpha, gamma, beta = sc(G.base, 0, npr), sc(G.base, 1, npr), sc(G.base, 3, npr)
+
+            def t():
+                a = mem.tmp(nl, npr)
+                return a
+
+            d, g2, w, x = t(), t(), t(), t()
+            e.ew("sub", d, beta, alpha)
+            e.ew("add", g2, gamma, gamma)
+            e.ew("mul", w, d, d)
+            e.ew("mul", x, g2, g2)
+            e.ew("add", w, w, x)
+            root = t()
+            e.sqrt(root, w)
+            den = t()
+            e.bit("and", den, d, k(("bits", _ABS)))
+            e.ew("add", den, den, root)
+            e.ew("recip", den, den)
+            tt = t()
+            e.ew("mul", tt, g2, den)
+            # clamp to [-1, 1]: min(t, 1) = -max(-t, -1), then max(., -1)
+            e.ew("scale", tt, tt, imm=f32_bits(-1.0))
+            e.ew("max", tt, tt, k(-1.0))
+            e.ew("scale", tt, tt, imm=f32_bits(-1.0))
+            e.ew("max", tt, tt, k(-1.0))
+            neg, tn = t(), t()
+            e.cmp("lt", neg, d, k(0.0))
+            e.ew("scale", tn, tt, imm=f32_bits(-1.0))
+            e.sel(tt, neg, tn, tt)
+            gz = t()
+            e.cmp("eq", gz, gamma, k(0.0))
+            e.bit("andn", tt, tt, gz)
+            c = t()
+            e.ew("mul", c, tt, tt)
+            e.ew("addi", c, c, imm=f32_bits(1.0))
+            e.ew("rsqrt", c, c)
+            sn = t()
+            e.ew("mul", sn, c, tt)
+            e.ew("copy", sc(R.base, 0, npr), c)
+            e.ew("copy", sc(R.base, 3, npr), c)
+            e.ew("copy", sc(R.base, 1, npr), sn)
+            e.ew("scale", sc(R.base, 2, npr), sn, imm=f32_bits(-1.0))
+            for kk, (p, s_) in enumerate(pairs):
+                X = _A("scratch", cb.base + p, 2 * q, 2, q, s_ - p)
+                Rk = _A("scratch", R.base + 4 * kk, 2, 2, 2, 1)
+                Tk = _A("scratch", TX.base + kk * nl * 4 * q, 2 * q, 2, 2, 1)
+                e.mm(Tk, X, Rk, batch=nl, bs=(4 * q, LS, 4 * npm))
+                e.ew("copy", _A("scratch", cb.base + p, nl * 2 * q, 2, q, s_ - p),
+                     _A("scratch", Tk.base, nl * 2 * q, 2, 2, 1))
+            mem.release(mark)
+    # column norms, sort (odd-even transposition), sigma and U
+    N = mem.region("jac.norms", "scratch", nl, q)
+    for l in range(nl):
+        col = _A("scratch", cb.base + l * LS, 1, q, 0, q)          # column j as a 1 x q row
+        Al = _A("scratch", cb.base + l * LS, q, 1, q, 0)
+        desc = Descriptor(1, 1, q, View("scratch", col.base, 0, q, 1),
+                          View("scratch", Al.base, q, 0, 1), View("scratch", N.base + l * q, 0, 0, 1),
+                          batch=q)
+        e.ins.append(Contract(desc))
+    SW = mem.region("jac.swap", "scratch", nl, q)
+    for pas in range(q):
+        lefts = list(range(pas % 2, q - 1, 2))
+        if not lefts:
+            continue
+        npr = len(lefts)
+        mark = mem.mark()
+        Ln = _A("scratch", N.base + lefts[0], nl, npr, q, 2)
+        Rn = _A("scratch", N.base + lefts[0] + 1, nl, npr, q, 2)
+        m = _A("scratch", SW.base, nl, npr, q, 1)
+        e.cmp("lt", m, Ln, Rn)
+        _swap(e, mem, Ln, Rn, m)
+        for l in range(nl):
+            base = cb.base + l * LS + lefts[0]
+            Lc = _A("scratch", base, 2 * q, npr, q, 2)
+            Rc = _A("scratch", base + 1, 2 * q, npr, q, 2)
+            ml = _A("scratch", SW.base + l * q, 2 * q, npr, 0, 1)
+            _swap(e, mem, Lc, Rc, ml)
+        mem.release(mark)
+    kq = mem.tmp(nl, q)
+    zq = mem.tmp(nl, q)
+    sig = mem.region("jac.sigma", "scratch", nl, q)
+    e.ew("rsqrt", kq, N)
+    e.cmp("eq", zq, N, k(0.0))
+    e.ew("mul", sig, N, kq)
+    e.bit("andn", sig, sig, zq)
+    Us, Vs = [], []
+    for l in range(nl):
+        Al = _A("scratch", cb.base + l * LS, q, q, q)
+        e.ew("mul", Al, Al, kq.row(l).bcast(q, q))
+        e.bit("andn", Al, Al, zq.row(l).bcast(q, q))
+        Us.append(Al)
+        Vs.append(_A("scratch", cb.base + l * LS + q * q, q, q, q))
+    return Us, sig, Vs
+
+
+def _swap(e, mem, a, b, m):
+    """Swap ``a`` and ``b`` where mask ``m`` is set (views of equal shape)."""
+    mark = mem.mark()
+    t1, t2, t3, t4 = (mem.tmp(a.rows, a.cols) for _ in range(4))
+    e.bit("and", t1, b, m)
+    e.bit("andn", t2, a, m)
+    e.bit("and", t3, a, m)
+    e.bit("andn", t4, b, m)
+    e.bit("or", a, t1, t2)
+    e.bit("or", b, t3, t4)
+    mem.release(mark)
+
+
+def _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U, sig, V, s, n_o, n_i):
+    """Steps 4-5 of ``golden.lrt.reduce_rotate`` for layer ``l`` (``sig``: 1 x q)."""
+    k = e.k
+    r, q = s.rank, s.rank + 1
+    mark = mem.mark()
+    cxn = mem.tmp(1, q)
+    if s.variant == "biased":
+        Ur, Vr = U, V
+        e.ew("copy", cxn, sig)
+        ge = None
+    else:
+        Ur, Vr, ge = _emit_okron(e, mem, sig, U, V, cxn, P, l, q)
+    # delete column m0 (biased: the last): new column j = ge[j] ? col j+1 : col j
+    Uk = mem.tmp(q, r)
+    Vk = mem.tmp(q, r)
+    cxk = mem.tmp(1, r)
+    if ge is None:
+        e.ew("copy", Uk, Ur.col(0, r))
+        e.ew("copy", Vk, Vr.col(0, r))
+        e.ew("copy", cxk, cxn.col(0, r))
+    else:
+        gm = ge.col(0, r)
+        e.sel(Uk, gm.bcast(q, r), Ur.col(1, r), Ur.col(0, r))
+        e.sel(Vk, gm.bcast(q, r), Vr.col(1, r), Vr.col(0, r))
+        e.sel(cxk, gm, cxn.col(1, r), cxn.col(0, r))
+    for Qf, Wk, qname, sname, n in ((QL, Uk, f"ql{l}", f"sl{l}", n_o),
+                                    (QR, Vk, f"qr{l}", f"sr{l}", n_i)):
+        Qn = mem.tmp(n, r)
+        e.mm(Qn, Qf, Wk)
+        # quantize_basis: step = max|Q| 2^-15, q16 = clamp(f2i(Q recip(step)), +-32767)
+        ab = mem.tmp(n, r)
+        e.bit("and", ab, Qn, k(("bits", _ABS)))
+        rm = mem.tmp(n)
+        e.red("max", rm, ab)
+        step = mem.tmp(1)
+        e.red("max", step, rm.T)
+        e.ew("scale", step, step, imm=f32_bits(2.0 ** -15))
+        inv, sz = mem.tmp(1), mem.tmp(1)
+        e.ew("recip", inv, step)
+        e.ew("mul", Qn, Qn, inv)
+        e.cmp("eq", sz, step, k(0.0))
+        e.bit("andn", Qn, Qn, sz)
+        e.ew("f2i", Qn, Qn, imm=0)
+        e.ew("requant", Qn, Qn, k(("bits", _rq(1, 0))), _bounds(-32767, 32767))
+        e.sel(P[qname], skip, P[qname], Qn)
+        e.sel(P[sname], skip, P[sname], step)
+    e.sel(P[f"cx{l}"], skip, P[f"cx{l}"], cxk)
+    one = mem.tmp(1)
+    e.bit("and", one, skip, k(1.0))
+    e.ew("add", P[f"skipped{l}"], P[f"skipped{l}"], one)
+    mem.release(mark)
+
+
+def _emit_okron(e, mem, sig, U, V, cxn, P, l, q):
+    """``golden.lrt._okron`` and the mixing: returns (U M, V M, tail mask ge (1 x q))."""
+    k = e.k
+    suf = mem.tmp(1, q)
+    e.ew("copy", suf.at(0, q - 1), sig.at(0, q - 1))
+    for j in range(q - 2, -1, -1):
+        e.ew("add", suf.at(0, j), sig.at(0, j), suf.at(0, j + 1))
+    kk = e.kk                                          # q-1, q-2, .., 0
+    ok = mem.tmp(1, q)
+    e.ew("mul", ok, kk, sig)
+    e.cmp("le", ok, ok, suf)
+    ge = mem.region(None, "scratch", 1, q)
+    e.ew("copy", ge.at(0, 0), ok.at(0, 0))
+    for j in range(1, q):
+        e.bit("or", ge.at(0, j), ge.at(0, j - 1), ok.at(0, j))
+    first = mem.tmp(1, q)
+    e.ew("copy", first.at(0, 0), ge.at(0, 0))
+    e.bit("andn", first.col(1, q - 1), ge.col(1, q - 1), ge.col(0, q - 1))
+
+    def take(d, x):
+        """d = x[m0] (the OR of x & first)."""
+        t = mem.tmp(1, q)
+        e.bit("and", t, x, first)
+        e.ew("copy", d, t.at(0, 0))
+        for j in range(1, q):
+            e.bit("or", d, d, t.at(0, j))
+
+    tv, kv = mem.tmp(1), mem.tmp(1)
+    take(tv, suf)
+    take(kv, kk)
+    ratio = mem.tmp(1, q)
+    rt = mem.tmp(1)
+    e.ew("mul", ratio, sig, kv)
+    e.ew("recip", rt, tv)
+    e.ew("mul", ratio, ratio, rt)
+    x0 = mem.tmp(1, q)
+    e.ew("sub", x0, k(1.0), ratio)
+    e.ew("max", x0, x0, k(0.0))
+    e.sqrt(x0, x0)
+    e.bit("and", x0, x0, ge)
+    tz, f1 = mem.tmp(1), mem.tmp(1, q)
+    e.cmp("eq", tz, tv, k(0.0))
+    e.bit("and", f1, first, k(1.0))
+    e.sel(x0, tz, f1, x0)
+    v, v1 = mem.tmp(1, q), mem.tmp(1, q)
+    e.ew("addi", v1, x0, imm=f32_bits(1.0))
+    e.sel(v, first, v1, x0)
+    x0m = mem.tmp(1)
+    take(x0m, x0)
+    e.ew("addi", x0m, x0m, imm=f32_bits(1.0))
+    e.ew("recip", x0m, x0m)
+    H = mem.tmp(q, q)
+    e.mm(H, v.T, v)
+    e.ew("mul", H, H, x0m)
+    eye = mem.tmp(q, q)
+    e.fill(eye, 0)
+    e.fill(_A("scratch", eye.base, 1, q, 0, q + 1), f32_bits(1.0))
+    e.ew("sub", H, eye, H)
+    sg = mem.tmp(1, q)
+    e.fill(sg, _NEG0)
+    e.ins.append(Random("raccum", 1, q, sg.view(), k(1.0).bcast(1, q).view(),
+                        _seed_view(e, l)))
+    e.sel(sg, ge, sg, k(1.0))
+    e.ew("mul", H, H, sg.T.bcast(q, q))                       # D H: row i scaled by d_i
+    share = mem.tmp(1)
+    e.ew("recip", share, kv)
+    e.ew("mul", share, tv, share)
+    e.sel(cxn, ge, share, sig)
+    Um, Vm = mem.tmp(q, q), mem.tmp(q, q)
+    e.mm(Um, U, H)
+    e.mm(Vm, V, H)
+    return Um, Vm, ge
+
+
+def _seed_view(e, l):
+    r = e.seeds
+    return View(r.store, r.base + l, 0, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# the read-out program
+
+
+def _emit_readout(e, mem, P, shapes, s):
+    k = e.k
+    r = s.rank
+    for l, (n_o, n_i) in enumerate(shapes):
+        mark = mem.mark()
+        root = mem.tmp(1, r)
+        e.sqrt(root, P[f"cx{l}"])
+        fac = []
+        for f, qname, sname, n in (("L", f"ql{l}", f"sl{l}", n_o), ("R", f"qr{l}", f"sr{l}", n_i)):
+            F = mem.tmp(n, r)
+            e.ew("i2f", F, P[qname])
+            e.ew("mul", F, F, P[sname])
+            e.ew("mul", F, F, root)
+            if s.norm == "max":
+                _emit_maxnorm(e, mem, F, P[f"mn{l}{f}.bk"], P[f"mn{l}{f}.xmv"])
+            fac.append(F)
+        G = mem.tmp(n_o, n_i)
+        e.mm(G, fac[0], fac[1].T)
+        if s.norm == "max":
+            scl = mem.tmp(1)
+            e.sqrt(scl, P[f"since{l}"])
+            e.ew("scale", scl, scl, imm=f32_bits(float(_F32(s.lr))))
+            e.ew("mul", G, G, scl)
+        else:
+            e.ew("scale", G, G, imm=f32_bits(float(_F32(s.lr))))
+        # -delta = f2i(G * -2^7) (f2i nearest is odd-symmetric, so this is exactly -delta)
+        e.ew("scale", G, G, imm=f32_bits(-(2.0 ** W_FRAC)))
+        e.ew("f2i", G, G, imm=0)
+        # the 1% rule: count the non-zero entries (exact FP32 sums of ones)
+        nz = mem.tmp(n_o, n_i)
+        e.ew("i2f", nz, G)
+        e.cmp("eq", nz, nz, k(0.0))
+        e.bit("andn", nz, k(1.0), nz)
+        rows = mem.tmp(n_o)
+        e.red("sum", rows, nz)
+        cnt = mem.tmp(1)
+        e.red("sum", cnt, rows.T)
+        flag = mem.tmp(1)
+        thr = math.ceil(lrt.MIN_WRITE_FRACTION * n_o * n_i)
+        e.fill(flag, f32_bits(float(thr)))
+        e.cmp("le", flag, flag, cnt)
+        W = P[f"w{l}"]
+        Wn = mem.tmp(n_o, n_i)
+        e.ew("iadd", Wn, W, G, 8)
+        # counters: +1 where the flag is set and the stored value changes
+        ch, ch2 = mem.tmp(n_o, n_i), mem.tmp(n_o, n_i)
+        e.ew("i2f", ch, W)
+        e.ew("i2f", ch2, Wn)
+        e.cmp("eq", ch, ch, ch2)
+        e.bit("andn", ch, flag, ch)
+        e.bit("and", ch, ch, k(("bits", 1)))
+        e.ew("iadd", P[f"cnt{l}"], P[f"cnt{l}"], ch, 32)
+        e.sel(W, flag, Wn, W)
+        e.bit("and", P[f"written{l}"], flag, k(1.0))
+        for name in (f"ql{l}", f"qr{l}", f"sl{l}", f"sr{l}", f"cx{l}", f"since{l}"):
+            e.bit("andn", P[name], P[name], flag)
+        mem.release(mark)
+
+
+def _emit_maxnorm(e, mem, F, bk, xmv):
+    """``golden.lrt.MaxNorm`` on F in place (state words bk = beta^k, xmv)."""
+    k = e.k
+    mn = lrt.MaxNorm()
+    xm = mem.tmp(1)
+    ab = mem.tmp(F.rows, F.cols)
+    e.bit("and", ab, F, k(("bits", _ABS)))
+    rm = mem.tmp(F.rows)
+    e.red("max", rm, ab)
+    e.red("max", xm, rm.T)
+    e.ew("addi", xm, xm, imm=f32_bits(float(mn.eps)))
+    e.ew("scale", bk, bk, imm=f32_bits(float(mn.beta)))
+    t = mem.tmp(1)
+    e.ew("scale", xmv, xmv, imm=f32_bits(float(mn.beta)))
+    e.ew("scale", t, xm, imm=f32_bits(float(mn.one_minus_beta)))
+    e.ew("add", xmv, xmv, t)
+    xh = mem.tmp(1)
+    e.ew("sub", xh, k(1.0), bk)
+    e.ew("recip", xh, xh)
+    e.ew("mul", xh, xmv, xh)
+    e.ew("max", xh, xm, xh)
+    e.ew("recip", xh, xh)
+    e.ew("mul", F, F, xh)
+
+
+# ------------------------------------------------------------------------------------------
+# a stepper on the golden interpreter
+
+
+class InterpretedLRT:
+    """Runs the compiled programs on the golden interpreter, sample by sample (the ``stepper``
+    of :func:`ttrain.golden.lrt_online.run_online`)."""
+
+    def __init__(self, model, settings):
+        self.cl = compile_lrt(model.shapes, settings)
+        self.image = self.cl.initial_image(model)
+        self.runs = {"sample": 0, "readout": 0}
+
+    def run(self, name):
+        self.image, st = run(self.cl.programs[name], self.image)
+        st.raise_for_error()
+        self.runs[name] += 1
+        return st
+
+    def sample(self, x, label, index):
+        """Train on one sample; returns the logits computed before training on it."""
+        self.cl.set_sample(self.image, x, label, index)
+        self.run("sample")
+        return self.cl.get_f32(self.image, "logits").copy()
+
+    def readout(self):
+        """The read-out of every layer; returns the written flags."""
+        self.run("readout")
+        return [bool(self.cl.get_f32(self.image, f"written{l}")[0])
+                for l in range(len(self.cl.shapes))]
+
+    def weights(self):
+        return self.cl.weights(self.image)
+
+    def biases(self):
+        return self.cl.biases(self.image)
+
+    def counters(self):
+        return self.cl.counters(self.image)
+
+    def skipped(self):
+        return [int(self.cl.get_f32(self.image, f"skipped{l}")[0])
+                for l in range(len(self.cl.shapes))]
+
+    def close(self):
+        pass
