@@ -87,12 +87,18 @@ def _check_online(args):
         raise ValueError("--segments must be at most 16 (one per digits-C corruption)")
     if args.seed >= 1 << 32:
         raise ValueError(f"--seed must be below 2**32 for the online runs, got {args.seed}")
-    for flag in ("engine", "lanes", "batch_size", "schedule", "clip", "train_sentences",
-                 "max_steps", "epochs", "corruption", "runs", "out"):
-        v = getattr(args, flag, None)
-        if v is not None and not (flag == "engine" and v == "golden"):
+    chip = args.engine in ("interpreter", "rtl")
+    if chip and args.rule != "lrt":
+        raise ValueError(f"--engine {args.engine} runs the compiled low-rank training programs "
+                         f"(--rule lrt); the {_online_label(args)} baseline runs on --engine "
+                         "golden only")
+    if args.lanes is not None and args.engine != "rtl":
+        raise ValueError("--lanes goes with --engine rtl (the simulated chip)")
+    for flag in ("batch_size", "schedule", "clip", "train_sentences", "max_steps", "epochs",
+                 "corruption", "runs", "out"):
+        if getattr(args, flag, None) is not None:
             raise ValueError(f"{_flag(flag)} does not apply to the online runs on digits-drift "
-                             "(one pass over the stream, golden NumPy)")
+                             "(one pass over the stream)")
     from ttrain.golden.lrt import VARIANTS
     from ttrain.golden.lrt_online import NORMS
     if args.variant is not None and args.variant not in VARIANTS:
@@ -180,7 +186,30 @@ def run_mlp(args):
     detail = f", rank {st.rank}, effective batch {st.batch}" if st.rule == "lrt" else \
         f", effective batch {st.batch}" if st.rule == "sgd-accum" else ""
     print(f"{label}{detail}, lr {st.lr:g} (biases {st.bias_lr:g})")
-    r = lrt_online.run_online(fixed, stream, st)
+    stepper = None
+    if args.engine in ("interpreter", "rtl"):
+        from ttrain.golden.lrt_compiler import InterpretedLRT
+        stepper = InterpretedLRT
+        where = "the golden interpreter"
+        if args.engine == "rtl":
+            from ttrain.platforms.host.lrt_chip import ChipLRT
+            lanes = 4 if args.lanes is None else args.lanes
+            chips = []
+
+            def stepper(model, settings):
+                chips.append(ChipLRT(model, settings, lanes=lanes,
+                                     progress=lambda m: print(m, flush=True)))
+                return chips[-1]
+            where = ("the simulated chip (Verilator), checked against the interpreter after "
+                     "every program")
+        print(f"runs the compiled programs (golden/lrt_compiler.py: one per sample, one per "
+              f"read-out) on {where}")
+    r = lrt_online.run_online(fixed, stream, st, stepper=stepper)
+    if args.engine == "rtl" and chips and chips[0].cycles["sample"]:
+        c = chips[0].cycles
+        print(f"chip cycles: {sum(c['sample']) / len(c['sample']):,.0f} per sample, "
+              + (f"{sum(c['readout']) / len(c['readout']):,.0f} per read-out" if c["readout"]
+                 else "no read-out verified"))
     w = r["writes"]
     print(f"online accuracy {100 * r['online_acc']:.1f}%  final accuracy "
           f"{100 * r['final_acc']:.1f}% (before training {100 * r['before_acc']:.1f}%)")

@@ -1,8 +1,9 @@
 """One Verilator build of the accelerator top shared by the top-level test files.
 
 ``tests/test_top_verilator.py`` (compiled layer programs, illegal programs, special functions)
-, ``tests/test_model_verilator.py`` (whole-model training steps) and ``tests/test_cnn_verilator.py``
-(the int8 CNN forward pass and ZO steps) run on the same 4-lane build
+, ``tests/test_model_verilator.py`` (whole-model training steps), ``tests/test_cnn_verilator.py``
+(the int8 CNN forward pass and ZO steps) and ``tests/test_lrt_verilator.py`` (low-rank
+training's per-sample and read-out programs) run on the same 4-lane build
 with the special-function unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
@@ -82,10 +83,37 @@ def zo_programs():
             for name, s in ZO_CHIP.items()}
 
 
+#: Low-rank training on the chip: the unbiased reduction with max-norm (every op the rule has:
+#: random signs, the Householder mixing, the max-norm state) and the biased one without; rates
+#: and an effective batch of 3 such that every read-out writes the weights.
+LRT_CHIP = {"lrt_unbiased_max": ("lrt unbiased/max", 0.01), "lrt_biased": ("lrt biased/none", 0.03)}
+LRT_BATCH = 3
+
+
+@functools.lru_cache(maxsize=None)
+def lrt_models():
+    """The pre-trained fixed-point digits-mlp and the compiled programs of :data:`LRT_CHIP`."""
+    from dataclasses import replace
+    from ttrain.golden import lrt_model, lrt_online
+    from ttrain.golden.lrt_compiler import compile_lrt
+    model = lrt_model.pretrained_mlp(0)[0]
+    out = {}
+    for name, (label, lr) in LRT_CHIP.items():
+        st = replace(lrt_online.BENCHMARK_RUNS[label], lr=lr, batch=LRT_BATCH)
+        out[name] = (st, compile_lrt(model.shapes, st))
+    return model, out
+
+
+def lrt_programs():
+    return {f"{name}_{kind}": prog for name, (_, cl) in lrt_models()[1].items()
+            for kind, prog in cl.programs.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def shared_top():
     """The shared build (converted and looked up once per process: the conversion of the top
     alone takes ~16 s, and every Verilator test module asks for it)."""
-    programs = {**layer_programs(), **model_programs(), **cnn_programs(), **zo_programs()}
+    programs = {**layer_programs(), **model_programs(), **cnn_programs(), **zo_programs(),
+                **lrt_programs()}
     hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

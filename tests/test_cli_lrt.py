@@ -69,6 +69,10 @@ def test_pretrain_checkpoint_then_online_run(tmp_path, capsys):
     (["--rule", "lrt", "--segments", "17"], "--segments must be at most 16"),
     (["--rule", "zo"], "--rule zo trains the int8 CNN preset digits-cnn"),
     (["--rule", "lrt", "--init", "/nonexistent/best.npz"], "does not exist"),
+    (["--rule", "sgd", "--engine", "interpreter"], "the sgd batch 1 baseline runs on --engine "
+                                                   "golden only"),
+    (["--rule", "lrt", "--engine", "interpreter", "--lanes", "8"], "--lanes goes with --engine "
+                                                                    "rtl"),
 ])
 def test_online_runs_reject_bad_input(argv, needle, capsys):
     error_line(capsys, [*BASE, *argv], needle)
@@ -86,3 +90,22 @@ def test_wrong_data_or_config_for_the_rule(tmp_path, capsys):
     error_line(capsys, ["train", "--config", "digits-mlp", "--data", "digits", "--norm", "max"],
                "--norm applies to the online runs")
     error_line(capsys, [*BASE, "--rule", "lrt", "--json", str(tmp_path)], "is a directory")
+
+
+def test_compiled_programs_on_the_interpreter_print_the_golden_numbers(tmp_path, capsys):
+    """``--engine interpreter``: the same run on the compiled per-sample and read-out programs
+    (golden/lrt_compiler.py) gives the golden loop's result word for word."""
+    argv = ["train", "--config", "digits-mlp", "--data", "digits-drift", "--segments", "1",
+            "--segment-len", "24", "--rule", "lrt", "--variant", "unbiased", "--norm", "max",
+            "--eff-batch", "8", "--lr", "0.01"]
+    recs = []
+    for engine in ("golden", "interpreter"):
+        out = tmp_path / f"{engine}.json"
+        assert main([*argv, "--engine", engine, "--json", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert ("golden/lrt_compiler.py" in text) == (engine == "interpreter")
+        rec = json.loads(out.read_text())
+        rec.pop("cpu_s")
+        recs.append(rec)
+    assert recs[0] == recs[1]
+    assert sum(L["weight_writes"] for L in recs[0]["layers"]) > 0
