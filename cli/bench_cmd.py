@@ -67,6 +67,9 @@ def _zo_step(args):
                          f"({', '.join(qnn.cnn_preset_names())}), not {config}")
     if args.positions is not None:
         raise ValueError("--positions applies to the transformer presets (--rule sgd) only")
+    for flag in ("variant", "norm"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag} applies to --rule lrt only")
     rep = bench_zo(config, run=args.zo_run or "zo-wp",
                    batch=50 if args.batch is None else args.batch, queries=args.queries,
                    steps=args.steps, out_json=args.out, **_top_args(args))
@@ -86,9 +89,42 @@ def _zo_step(args):
     return 0
 
 
+def _lrt_step(args):
+    from ttrain.testbench.bench_lrt import bench_lrt
+    for flag in ("zo_run", "batch", "queries", "positions"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} does not apply to --rule lrt")
+    rep = bench_lrt(args.config or "digits-mlp", variant=args.variant or "unbiased",
+                    norm=args.norm or "max", samples=args.steps, out_json=args.out,
+                    **_top_args(args))
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"{rep['config']}, {rep['run']} (rank {rep['settings']['rank']}): "
+          f"{rep['instructions']['sample']} + {rep['instructions']['readout']} instructions, "
+          f"{rep['lanes']} lanes")
+    for e in rep["entries"]:
+        ph = ", ".join(f"{k} {v:,}" for k, v in e["phase_cycles"].items())
+        print(f"sample {e['sample']}: {e['cycles']:,} cycles ({ph}); {e['macs']:,} MACs, "
+              f"utilization {e['utilization']:.1%}; bit-exact")
+    r = rep["readout"]
+    print(f"read-out of {r['layers']} layers: {r['cycles']:,} cycles, {r['macs']:,} MACs; "
+          f"bit-exact")
+    sm = rep["stream"]
+    print(f"{rep['us_per_sample_at_300MHz']:.0f} us per sample at 300 MHz; the digits-drift "
+          f"stream ({sm['samples']:,} samples, {sm['readouts']} read-outs): "
+          f"{sm['seconds_at_300MHz']:.2f} s at 300 MHz")
+    return 0
+
+
 def _step(args):
     if args.rule == "zo":
         return _zo_step(args)
+    if args.rule == "lrt":
+        return _lrt_step(args)
+    for flag in ("variant", "norm"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag} applies to --rule lrt only")
     for flag in ("zo_run", "batch", "queries"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
@@ -160,10 +196,16 @@ def register(sub):
     la.set_defaults(func=with_sim_debug(_layer))
     st = bsub.add_parser("step", help="whole-model training steps on the accelerator top")
     st.add_argument("--config", default=None, metavar="NAME",
-                    help="preset (default paper-l1; digits-cnn with --rule zo)")
-    st.add_argument("--rule", choices=("sgd", "zo"), default="sgd",
+                    help="preset (default paper-l1; digits-cnn with --rule zo, digits-mlp "
+                         "with --rule lrt)")
+    st.add_argument("--rule", choices=("sgd", "zo", "lrt"), default="sgd",
                     help="sgd: a transformer training step (default); zo: a compiled "
-                         "zeroth-order step of an int8 CNN preset")
+                         "zeroth-order step of an int8 CNN preset; lrt: low-rank training's "
+                         "per-sample and read-out programs of digits-mlp (--steps = samples)")
+    st.add_argument("--variant", default=None, choices=("biased", "unbiased"),
+                    help="--rule lrt: the rank reduction (default unbiased)")
+    st.add_argument("--norm", default=None, choices=("none", "max"),
+                    help="--rule lrt: the read-out's gradient norm (default max)")
     st.add_argument("--zo-run", default=None, choices=("zo-wp", "wp-all"),
                     help="--rule zo: the digits table's WP run (zo-wp: last layer, default) or "
                          "WP of every layer (wp-all)")

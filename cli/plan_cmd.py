@@ -44,10 +44,14 @@ def register(sub):
                         "attention/FFN half's LayerNorm x_hat, run the half again before its "
                         "backward pass) or layer (default: keep each encoder block's output "
                         "x_hat only); the table of all three is printed either way")
-    p.add_argument("--rule", choices=("sgd", "zo"), default="sgd",
+    p.add_argument("--rule", choices=("sgd", "zo", "lrt"), default="sgd",
                    help="sgd: a transformer training step (default); zo: the compiled "
                         "zeroth-order step of an int8 CNN preset (digits-cnn, mcunet-s), dense "
-                        "and sparse, beside an int8 back-propagation estimate")
+                        "and sparse, beside an int8 back-propagation estimate; lrt: the "
+                        "compiled low-rank training programs of digits-mlp (weights against "
+                        "the auxiliary memory and its r (n_i + n_o) bound)")
+    p.add_argument("--rank", type=int, default=None, metavar="R",
+                   help="--rule lrt: rank of the accumulators (default 4)")
     p.add_argument("--sparse-layers", type=int, default=2, metavar="K",
                    help="--rule zo: the sparse step trains the last K convolution layers "
                         "(default 2)")
@@ -230,8 +234,53 @@ def format_zo_report(rep):
     return "\n".join(out)
 
 
+def lrt_plan_report(config, *, rank=None):
+    """Memory of the compiled LRT programs (unbiased reduction, max-norm: the largest)."""
+    from dataclasses import replace
+    from .golden import lrt_model, lrt_online
+    from .golden.lrt_compiler import compile_lrt, lrt_memory
+    if config not in lrt_model.MLP_PRESETS:
+        raise ValueError(f"--rule lrt plans the fixed-point MLP presets "
+                         f"({', '.join(lrt_model.MLP_PRESETS)}), not {config}")
+    st = lrt_online.BENCHMARK_RUNS["lrt unbiased/max"]
+    if rank is not None:
+        if isinstance(rank, bool) or rank < 1:
+            raise ValueError(f"--rank must be at least 1, not {rank}")
+        st = replace(st, rank=rank)
+    cfg = lrt_model.MLP_CONFIG
+    shapes = [(64, cfg.input_shape[0] * cfg.input_shape[1]), (cfg.classes, 64)]
+    cl = compile_lrt(shapes, st)
+    return {"config": config, "note": cfg.note, "rule": "lrt", "variant": st.variant,
+            "norm": st.norm, "rank": st.rank, "instructions": {
+                "sample": len(cl.sample.instructions), "readout": len(cl.readout.instructions)},
+            **lrt_memory(cl)}
+
+
+def format_lrt_report(rep):
+    kb = 1024
+    out = [f"{rep['config']} ({rep['note']}); compiled LRT programs ({rep['variant']}, "
+           f"{rep['norm']} norm, rank {rep['rank']}): {rep['instructions']['sample']} + "
+           f"{rep['instructions']['readout']} instructions",
+           f"on chip {rep['total_bytes'] / kb:,.1f} KB in the stores + "
+           f"{rep['program_bytes'] / kb:,.1f} KB of instruction memory; by class (KB): "
+           + ", ".join(f"{k} {v / kb:,.2f}" for k, v in rep["bytes"].items()), "",
+           f"{'layer':>8} {'aux as compiled B':>18} {'bound r(n_i+n_o) 16-bit B':>26} "
+           f"{'bases packed B (projection)':>28} {'SGD accumulator B':>18}"]
+    for L in rep["layers"]:
+        out.append(f"{L['shape'][0]:>3}x{L['shape'][1]:<4} {L['aux_bytes_as_compiled']:>18,} "
+                   f"{L['bound_bytes']:>26,} {L['aux_bytes_bases_packed_projection']:>28,} "
+                   f"{L['sgd_accumulator_bytes']:>18,}")
+    out += [""] + [f"{k}: {v}" for k, v in rep["labels"].items()]
+    return "\n".join(out)
+
+
 def run(args):
-    if args.rule == "zo":
+    if args.rule != "lrt" and args.rank is not None:
+        raise ValueError("--rank applies to --rule lrt only")
+    if args.rule == "lrt":
+        rep = lrt_plan_report(args.config, rank=args.rank)
+        text = format_lrt_report
+    elif args.rule == "zo":
         rep = zo_plan_report(args.config, batch=1 if args.batch is None else args.batch,
                              sparse_layers=args.sparse_layers)
         text = format_zo_report

@@ -44,7 +44,8 @@ from .isa import (BITOP_FUNCTIONS, FCMP_PREDICATES, Contract, Elementwise, End, 
 from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC
 from .svd import SWEEPS, pivot_schedule
 
-__all__ = ["CompiledLRT", "compile_lrt", "InterpretedLRT"]
+__all__ = ["CompiledLRT", "compile_lrt", "InterpretedLRT", "CompiledSVD", "compile_svd",
+           "lrt_memory"]
 
 _ONES = 0xFFFFFFFF
 _ABS = 0x7FFFFFFF
@@ -136,6 +137,11 @@ class _Emit:
         self.mem = mem
         self.ins = []
         self.const = {}
+        self.marks = {}
+
+    def mark(self, name):
+        """Record the end of a phase (instruction count so far)."""
+        self.marks[name] = len(self.ins)
 
     # -- elementwise ------------------------------------------------------------------------
     def ew(self, op, d, a=None, b=None, imm=0):
@@ -208,13 +214,16 @@ class _Emit:
 class CompiledLRT:
     """The two programs and their shared memory map; reads and writes the host's data."""
 
-    def __init__(self, shapes, settings, sample, readout, memory_map, consts, info):
+    def __init__(self, shapes, settings, sample, readout, memory_map, phase_ends, info):
         self.shapes = [tuple(s) for s in shapes]
         self.settings = settings
         self.sample = sample
         self.readout = readout
         self.memory_map = memory_map
-        self._consts = consts
+        #: instruction index after each phase of the sample program: forward (logits),
+        #: backward (gradients and the bias update), project (Gram-Schmidt, condition check,
+        #: cores), svd (the Jacobi SVD of every core); then the reductions and rotations
+        self.phase_ends = dict(phase_ends)
         self.info = info
 
     @property
@@ -347,7 +356,7 @@ def compile_lrt(shapes, settings):
     info = {"sample_instructions": len(progs[0].instructions),
             "readout_instructions": len(progs[1].instructions),
             "scratch_peak": mem.peak, "sample_scratch_peak": sample_peak}
-    return CompiledLRT(shapes, s, progs[0], progs[1], dict(mem.map), consts, info)
+    return CompiledLRT(shapes, s, progs[0], progs[1], dict(mem.map), sample.marks, info)
 
 
 # ------------------------------------------------------------------------------------------
@@ -374,6 +383,7 @@ def _emit_sample(e, mem, P, X, shapes, s):
     z = X["logits"]
     e.ew("i2f", z, accs[-1].T)
     e.ew("scale", z, z, imm=f32_bits(2.0 ** -(W_FRAC + A_FRAC)))
+    e.mark("forward")
     # backward: softmax, dz = p - onehot, int8 gradients
     mx = mem.tmp(1)
     e.red("max", mx, z)
@@ -420,6 +430,7 @@ def _emit_sample(e, mem, P, X, shapes, s):
         e.ew("scale", db, db, imm=f32_bits(2.0 ** B_FRAC))
         e.ew("f2i", db, db, imm=0)
         e.ew("iadd", P[f"b{l}"], P[f"b{l}"], db, 16)
+    e.mark("backward")
     # rankReduce, part 1 per layer: Gram-Schmidt, condition check, core
     cb = mem.region("cores", "scratch", nl * 2 * q, q)        # per layer: A (q rows), V (q rows)
     LS = 2 * q * q
@@ -460,7 +471,9 @@ def _emit_sample(e, mem, P, X, shapes, s):
         e.fill(Vm, 0)
         e.fill(_A("scratch", Vm.base, 1, q, 0, q + 1), f32_bits(1.0))
         proj.append((QL, QR, skip))
+    e.mark("project")
     U, sig, V = _emit_jacobi(e, mem, cb, nl, q)
+    e.mark("svd")
     for l, (n_o, n_i) in enumerate(shapes):
         QL, QR, skip = proj[l]
         _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U[l], sig.row(l), V[l], s, n_o, n_i)
@@ -736,7 +749,11 @@ def _seed_view(e, l):
 # the read-out program
 
 
-def _emit_readout(e, mem, P, shapes, s):
+def _emit_readout(e, mem, P, shapes, s, rows=8):
+    """Per layer: the factors (and max-norm), then two passes over ``rows``-row chunks of
+    ``G = L R^T``: the first counts the non-zero entries of delta (the 1% rule needs the whole
+    count before any write), the second recomputes the chunk (the same contraction, the same
+    bits) and writes it. Scratch holds the factors and one chunk, never a weight-sized G."""
     k = e.k
     r = s.rank
     for l, (n_o, n_i) in enumerate(shapes):
@@ -752,43 +769,61 @@ def _emit_readout(e, mem, P, shapes, s):
             if s.norm == "max":
                 _emit_maxnorm(e, mem, F, P[f"mn{l}{f}.bk"], P[f"mn{l}{f}.xmv"])
             fac.append(F)
-        G = mem.tmp(n_o, n_i)
-        e.mm(G, fac[0], fac[1].T)
+        scl = None
         if s.norm == "max":
             scl = mem.tmp(1)
             e.sqrt(scl, P[f"since{l}"])
             e.ew("scale", scl, scl, imm=f32_bits(float(_F32(s.lr))))
-            e.ew("mul", G, G, scl)
-        else:
-            e.ew("scale", G, G, imm=f32_bits(float(_F32(s.lr))))
-        # -delta = f2i(G * -2^7) (f2i nearest is odd-symmetric, so this is exactly -delta)
-        e.ew("scale", G, G, imm=f32_bits(-(2.0 ** W_FRAC)))
-        e.ew("f2i", G, G, imm=0)
-        # the 1% rule: count the non-zero entries (exact FP32 sums of ones)
-        nz = mem.tmp(n_o, n_i)
-        e.ew("i2f", nz, G)
-        e.cmp("eq", nz, nz, k(0.0))
-        e.bit("andn", nz, k(1.0), nz)
-        rows = mem.tmp(n_o)
-        e.red("sum", rows, nz)
         cnt = mem.tmp(1)
-        e.red("sum", cnt, rows.T)
+        e.fill(cnt, 0)
         flag = mem.tmp(1)
+        ch_rows = min(rows, n_o)
+        G = mem.tmp(ch_rows, n_i)
+        nz = mem.tmp(ch_rows, n_i)
+        Wn = mem.tmp(ch_rows, n_i)
+        rsum = mem.tmp(ch_rows)
+
+        def delta(r0, nr):
+            """-delta of rows r0 .. r0+nr-1 into G (int words)."""
+            Gc = G.row(0, nr)
+            e.mm(Gc, fac[0].row(r0, nr), fac[1].T)
+            if scl is not None:
+                e.ew("mul", Gc, Gc, scl)
+            else:
+                e.ew("scale", Gc, Gc, imm=f32_bits(float(_F32(s.lr))))
+            # -delta = f2i(G * -2^7) (f2i nearest is odd-symmetric: exactly -delta)
+            e.ew("scale", Gc, Gc, imm=f32_bits(-(2.0 ** W_FRAC)))
+            e.ew("f2i", Gc, Gc, imm=0)
+            return Gc
+
+        chunks = [(r0, min(ch_rows, n_o - r0)) for r0 in range(0, n_o, ch_rows)]
+        for r0, nr in chunks:                  # pass 1: count the non-zero entries (exact)
+            Gc = delta(r0, nr)
+            z = nz.row(0, nr)
+            e.ew("i2f", z, Gc)
+            e.cmp("eq", z, z, k(0.0))
+            e.bit("andn", z, k(1.0), z)
+            e.red("sum", rsum.row(0, nr), z)
+            e.ins.append(Reduce("sum", 1, nr, View(cnt.store, cnt.base, 0, 0),
+                                rsum.row(0, nr).T.view(), accumulate=True))
         thr = math.ceil(lrt.MIN_WRITE_FRACTION * n_o * n_i)
         e.fill(flag, f32_bits(float(thr)))
         e.cmp("le", flag, flag, cnt)
-        W = P[f"w{l}"]
-        Wn = mem.tmp(n_o, n_i)
-        e.ew("iadd", Wn, W, G, 8)
-        # counters: +1 where the flag is set and the stored value changes
-        ch, ch2 = mem.tmp(n_o, n_i), mem.tmp(n_o, n_i)
-        e.ew("i2f", ch, W)
-        e.ew("i2f", ch2, Wn)
-        e.cmp("eq", ch, ch, ch2)
-        e.bit("andn", ch, flag, ch)
-        e.bit("and", ch, ch, k(("bits", 1)))
-        e.ew("iadd", P[f"cnt{l}"], P[f"cnt{l}"], ch, 32)
-        e.sel(W, flag, Wn, W)
+        for r0, nr in chunks:                  # pass 2: write where the flag is set
+            Gc = delta(r0, nr)
+            W = P[f"w{l}"].row(r0, nr)
+            Wc = Wn.row(0, nr)
+            e.ew("iadd", Wc, W, Gc, 8)
+            # counters: +1 where the flag is set and the stored value changes
+            ch, ch2 = nz.row(0, nr), Gc
+            e.ew("i2f", ch, W)
+            e.ew("i2f", ch2, Wc)
+            e.cmp("eq", ch, ch, ch2)
+            e.bit("andn", ch, flag, ch)
+            e.bit("and", ch, ch, k(("bits", 1)))
+            C = P[f"cnt{l}"].row(r0, nr)
+            e.ew("iadd", C, C, ch, 32)
+            e.sel(W, flag, Wc, W)
         e.bit("and", P[f"written{l}"], flag, k(1.0))
         for name in (f"ql{l}", f"qr{l}", f"sl{l}", f"sr{l}", f"cx{l}", f"since{l}"):
             e.bit("andn", P[name], P[name], flag)
@@ -818,6 +853,128 @@ def _emit_maxnorm(e, mem, F, bk, xmv):
     e.ew("max", xh, xm, xh)
     e.ew("recip", xh, xh)
     e.ew("mul", F, F, xh)
+
+
+# ------------------------------------------------------------------------------------------
+# memory of the compiled programs
+
+
+_CLASSES = (("weights", ("w",)), ("biases", ("b",)), ("write_counters", ("cnt",)),
+            ("bases", ("ql", "qr")),
+            ("lrt_scalars", ("sl", "sr", "cx", "since", "skipped", "written", "mn")),
+            ("sample_io", ("x", "onehot", "seeds", "logits")))
+
+
+def _class_of(name):
+    for cls, prefixes in _CLASSES:
+        for p in prefixes:
+            rest = name[len(p):]
+            if name.startswith(p) and (rest[:1].isdigit() or name in ("x", "onehot", "seeds",
+                                                                       "logits")):
+                return cls
+    return None
+
+
+def lrt_memory(cl):
+    """On-chip memory of the compiled LRT programs by class, from the memory map (bytes: 4
+    per word, as compiled: int8 weights, 16-bit biases and 16-bit basis entries each in one
+    word), the auxiliary memory per layer against the paper's ``r (n_i + n_o)`` 16-bit-word
+    bound, and the SGD accumulator baseline's auxiliary memory (a weight-sized FP32 array)."""
+    mm = cl.memory_map
+    words = {cls: 0 for cls, _ in _CLASSES}
+    for name, reg in mm.items():
+        cls = _class_of(name)
+        if cls is not None:
+            words[cls] += reg.size
+    sizes = cl.sample.store_sizes
+    words["scratch_peak"] = sizes["scratch"]
+    program_words = 16 * max(len(cl.sample.instructions), len(cl.readout.instructions))
+    r = cl.settings.rank
+    layers = []
+    for l, (n_o, n_i) in enumerate(cl.shapes):
+        bases = mm[f"ql{l}"].size + mm[f"qr{l}"].size
+        scal = sum(mm[n].size for n in (f"sl{l}", f"sr{l}", f"cx{l}", f"since{l}",
+                                         f"skipped{l}", f"written{l}", f"mn{l}L.bk",
+                                         f"mn{l}L.xmv", f"mn{l}R.bk", f"mn{l}R.xmv"))
+        bound16 = r * (n_i + n_o)
+        layers.append({"shape": [n_o, n_i], "bases_words": bases, "scalar_words": scal,
+                       "aux_bytes_as_compiled": 4 * (bases + scal),
+                       "bound_16bit_words": bound16, "bound_bytes": 2 * bound16,
+                       "aux_bytes_bases_packed_projection": 2 * bases + 4 * scal,
+                       "weight_cells": n_o * n_i,
+                       "sgd_accumulator_bytes": 4 * n_o * n_i})
+    total = 4 * sum(sizes.values())
+    return {"words": words, "bytes": {k: 4 * v for k, v in words.items()},
+            "store_words": dict(sizes), "total_bytes": total, "program_bytes": 4 * program_words,
+            "layers": layers,
+            "labels": {
+                "bytes": "as compiled: 4 bytes per word (int8 weights, 16-bit biases and 16-bit "
+                         "basis entries each held in one 32-bit word)",
+                "aux_bytes_as_compiled": "the layer's low-rank accumulator: bases (16-bit "
+                                         "values, one per word) + its FP32 scalars (steps, "
+                                         "c_x, the sample counter, max-norm state, counters)",
+                "aux_bytes_bases_packed_projection": "NOT BUILT: the same with the 16-bit "
+                                                     "basis entries two to a word",
+                "scratch_peak": "transients of either program (activations, the projection "
+                                "and core work, one read-out chunk), shared by the layers",
+                "write_counters": "instrumentation: writes per weight cell, not part of the "
+                                  "rule"}}
+
+
+# ------------------------------------------------------------------------------------------
+# the Jacobi SVD alone (its chip test on random and ill-conditioned matrices)
+
+
+@dataclass
+class CompiledSVD:
+    """:func:`compile_svd`'s program: ``count`` q x q matrices in, U, sigma, V out."""
+    program: Program
+    count: int
+    q: int
+
+    def image(self, matrices):
+        a = np.asarray(matrices, dtype=np.float32)
+        if a.shape != (self.count, self.q, self.q):
+            raise ValueError(f"the program factors {self.count} {self.q}x{self.q} matrices, "
+                             f"not shape {a.shape}")
+        img = {s: np.zeros(n, np.uint32) for s, n in self.program.store_sizes.items()}
+        r = self.program.memory_map["svd.in"]
+        img[r.store][r.base:r.base + r.size] = a.view(np.uint32).ravel()
+        return img
+
+    def result(self, image):
+        """``(U, sigma, V)`` as float32 arrays from a run's image."""
+        mm, n, q = self.program.memory_map, self.count, self.q
+        cores = image["scratch"][mm["cores"].base:][:n * 2 * q * q].view(np.float32)
+        cores = cores.reshape(n, 2 * q, q)
+        sg = mm["jac.sigma"]
+        sigma = image["scratch"][sg.base:sg.base + sg.size].view(np.float32).reshape(n, q)
+        return cores[:, :q].copy(), sigma.copy(), cores[:, q:].copy()
+
+
+def compile_svd(count, q):
+    """``golden.svd.jacobi_svd`` of ``count`` q x q matrices (region ``svd.in``, act store) as
+    one program: the same emitted sequence as the per-sample program's."""
+    if count < 1 or q < 2:
+        raise ValueError(f"compile_svd needs count >= 1 and q >= 2, not count={count}, q={q}")
+    mem = _Mem()
+    src = mem.region("svd.in", "act", count * q, q)
+    consts = [0.0, 1.0, -1.0, ("bits", _ABS)]
+    kreg = mem.region("const", "scratch", len(consts))
+    e = _Emit(mem)
+    for i, v in enumerate(consts):
+        bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
+        e.const[bits] = kreg.at(i, 0)
+        e.fill(kreg.at(i, 0), bits)
+    cb = mem.region("cores", "scratch", count * 2 * q, q)
+    for l in range(count):
+        A = _A("scratch", cb.base + l * 2 * q * q, q, q, q)
+        e.ew("copy", A, _A(src.store, src.base + l * q * q, q, q, q))
+        Vm = _A("scratch", A.base + q * q, q, q, q)
+        e.fill(Vm, 0)
+        e.fill(_A("scratch", Vm.base, 1, q, 0, q + 1), f32_bits(1.0))
+    _emit_jacobi(e, mem, cb, count, q)
+    return CompiledSVD(Program(e.ins + [End()], mem.sizes(), dict(mem.map)), count, q)
 
 
 # ------------------------------------------------------------------------------------------

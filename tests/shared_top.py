@@ -104,9 +104,20 @@ def lrt_models():
     return model, out
 
 
+#: The Jacobi SVD program alone: this many 5 x 5 matrices (random, ill-conditioned, rank
+#: deficient; tests/test_lrt_verilator.py).
+SVD_COUNT = 8
+
+
+@functools.lru_cache(maxsize=None)
+def svd_program():
+    from ttrain.golden.lrt_compiler import compile_svd
+    return compile_svd(SVD_COUNT, 5)
+
+
 def lrt_programs():
-    return {f"{name}_{kind}": prog for name, (_, cl) in lrt_models()[1].items()
-            for kind, prog in cl.programs.items()}
+    return {**{f"{name}_{kind}": prog for name, (_, cl) in lrt_models()[1].items()
+               for kind, prog in cl.programs.items()}, "lrt_svd": svd_program().program}
 
 
 @functools.lru_cache(maxsize=None)

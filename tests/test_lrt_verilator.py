@@ -1,8 +1,8 @@
 """Low-rank training on the simulated chip (Verilator, the shared 4-lane top): the compiled
 per-sample and read-out programs (golden/lrt_compiler.py) of the pre-trained digits-mlp on a
-digits-drift stream, every store word after every program equal to the golden interpreter
-(whose numbers equal golden.lrt_online's, tests/test_lrt_compiler.py); and an illegal mask
-instruction raising the error flag with nothing changed."""
+digits-drift stream equal to the golden interpreter (whose numbers equal golden.lrt_online's,
+tests/test_lrt_compiler.py); the Jacobi SVD program alone on random and ill-conditioned
+matrices; an illegal mask instruction raising the error flag with nothing changed."""
 
 import numpy as np
 import pytest
@@ -11,9 +11,7 @@ from ttrain.golden import drift, interpreter
 from ttrain.golden.lrt_model import quantize_input
 from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 
-from shared_top import LRT_BATCH, lrt_models, shared_top
-
-SAMPLES = 6
+from shared_top import LRT_BATCH, SVD_COUNT, lrt_models, shared_top, svd_program
 
 
 @pytest.fixture(scope="module")
@@ -21,33 +19,36 @@ def top():
     return shared_top()
 
 
-@pytest.mark.parametrize("name", ["lrt_unbiased_max", "lrt_biased"])
-def test_online_samples_and_readouts_bit_exact_on_the_chip(top, tmp_path, name):
-    """Six samples with a read-out after every third: the host writes only the sample (pixels,
-    one-hot label, sign seeds) between runs and swaps the program for each read-out; every
-    read-out writes the weights (so the write rule, the saturated write, the counters and the
-    reset all run), and every store word after every run is the interpreter's."""
+def _play(top, tmp_path, name, samples, readout_every):
+    """Stream ``samples`` samples, a read-out after every ``readout_every``-th: the host writes
+    only the sample (pixels, one-hot label, sign seeds) between runs and swaps the program
+    for each read-out. The logits of every sample (the prediction) and the parameter store
+    (weights, biases, counters, accumulators) after every run, and every store word after
+    every read-out and the last sample, are compared with the interpreter's."""
     model, compiled = lrt_models()
     st, cl = compiled[name]
     sizes = top.config["store_sizes"]
-    stream = drift.make_stream(2, segments=1, segment_len=12, ramp=4)
+    stream = drift.make_stream(2, segments=2, segment_len=samples // 2, ramp=samples // 4)
     xs = quantize_input(stream.images)
     image = pad_image(cl.initial_image(model), sizes)
     sess = TopSession()
     sess.write_image(image)
     sample_words, readout_words = cl.sample.words(), cl.readout.words()
     sess.program(sample_words)
+    lg = cl.memory_map["logits"]
     runs, written = [], []
-    for i in range(SAMPLES):
+    for i in range(samples):
         cl.set_sample(image, xs[i], int(stream.labels[i]), i)
         for region in ("x", "onehot", "seeds"):
             r = cl.memory_map[region]
             sess.write(r.store, r.base, image[r.store][r.base:r.base + r.size])
         image, res = interpreter.run(cl.sample, image)
         assert res.error == 0, res.message
-        sess.run(f"{name}_sample{i}", expect=image)
+        sess.run(f"{name}_sample{i}", expect=image if i == samples - 1 else None,
+                 expect_at=[("param", 0, image["param"]),
+                            (lg.store, lg.base, image[lg.store][lg.base:lg.base + lg.size])])
         runs.append("sample")
-        if (i + 1) % LRT_BATCH == 0:
+        if (i + 1) % readout_every == 0:
             sess.program(readout_words)
             image, res = interpreter.run(cl.readout, image)
             assert res.error == 0, res.message
@@ -55,12 +56,62 @@ def test_online_samples_and_readouts_bit_exact_on_the_chip(top, tmp_path, name):
             runs.append("readout")
             written.append([int(cl.get_f32(image, f"written{l}")[0]) for l in range(2)])
             sess.program(sample_words)
-    assert written == [[1, 1]] * (SAMPLES // LRT_BATCH)
-    assert any(np.any(c > 0) for c in cl.counters(image))
-    res = run_top(top, sess, test_dir=tmp_path, timeout=900)
+    res = run_top(top, sess, test_dir=tmp_path, timeout=1200)
     assert [r["error_code"] for r in res] == [0] * len(runs)
-    cyc = {k: [r["cycles"] for r, kind in zip(res, runs) if kind == k] for k in set(runs)}
+    cyc = {k: sorted({r["cycles"] for r, kind in zip(res, runs) if kind == k})
+           for k in set(runs)}
     print(f"{name}: cycles per sample {cyc['sample']}, per read-out {cyc['readout']}")
+    skipped = [int(cl.get_f32(image, f"skipped{l}")[0]) for l in range(2)]
+    return cl, image, written, skipped
+
+
+def test_fifty_streamed_samples_with_readouts_that_write_bit_exact_on_the_chip(top, tmp_path):
+    """The unbiased reduction with max-norm (random signs, Householder mixing, max-norm state)
+    over 50 samples of a drifting stream, read out after samples 25 and 50; both read-outs
+    write both layers' weights (the write rule, the saturated write, the counters and the
+    reset run), and the condition check skips samples (the skip path keeps the old state)."""
+    cl, image, written, skipped = _play(top, tmp_path, "lrt_unbiased_max", 50, 25)
+    assert written == [[1, 1], [1, 1]]
+    assert all(np.any(c > 0) for c in cl.counters(image))
+    assert all(k > 0 for k in skipped), skipped
+
+
+def test_biased_reduction_bit_exact_on_the_chip(top, tmp_path):
+    """The biased (top-r) reduction without norm, read out every third sample."""
+    cl, image, written, skipped = _play(top, tmp_path, "lrt_biased", 6, LRT_BATCH)
+    assert written == [[1, 1], [1, 1]]
+
+
+def test_jacobi_svd_program_on_random_and_ill_conditioned_matrices(top, tmp_path):
+    """The fixed-sequence Jacobi SVD alone (the emitted code of the per-sample program) on
+    random normal, condition-1e6, rank-deficient and zero matrices: U, sigma and V on the chip
+    equal golden.svd.jacobi_svd bit for bit."""
+    from ttrain.golden.svd import jacobi_svd
+    cs = svd_program()
+    q = cs.q
+    rng = np.random.default_rng(11)
+    m = rng.standard_normal((SVD_COUNT, q, q)).astype(np.float32)
+    for i, lo in ((1, -6), (2, -3)):
+        q1, q2 = (np.linalg.qr(rng.standard_normal((q, q)))[0] for _ in range(2))
+        m[i] = (q1 @ (np.logspace(0, lo, q)[:, None] * q2)).astype(np.float32)
+    m[3][:, 2] = 0                                             # rank deficient
+    m[4] = 0
+    m[4][0, 0] = 3.0
+    m[5] = 0                                                   # all zero
+    m[6] = np.diag([4, 3, 2, 1, 0]) + np.outer(rng.standard_normal(q), rng.standard_normal(q))
+    image = pad_image(cs.image(m), top.config["store_sizes"])
+    want, res = interpreter.run(cs.program, image)
+    assert res.error == 0
+    U, s, V = cs.result(want)
+    for a, b in zip((U, s, V), jacobi_svd(m)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    sess = TopSession()
+    sess.write_image(image)
+    sess.program(cs.program.words())
+    sess.run("svd", expect=want)
+    out = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert out[0]["error_code"] == 0
+    print(f"Jacobi SVD of {SVD_COUNT} 5x5 matrices: {out[0]['cycles']} cycles")
 
 
 def test_illegal_mask_instruction_raises_the_error_flag_and_changes_nothing(top, tmp_path):
