@@ -1,6 +1,7 @@
 """``ttrain train --config digits-mlp``: online low-rank training and its baselines on small
 digits-drift streams (accuracies and writes per cell printed and in --json), pre-training with
-a checkpoint, and bad input named in one line with exit code 2."""
+a checkpoint, the compiled programs on the interpreter (--engine interpreter), ``ttrain plan
+--rule lrt``, and bad input named in one line with exit code 2."""
 
 import json
 
@@ -109,3 +110,40 @@ def test_compiled_programs_on_the_interpreter_print_the_golden_numbers(tmp_path,
         recs.append(rec)
     assert recs[0] == recs[1]
     assert sum(L["weight_writes"] for L in recs[0]["layers"]) > 0
+
+
+def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(capsys):
+    """``ttrain plan --rule lrt``: the compiled programs' memory map by class; each layer's
+    accumulator against the r (n_i + n_o) 16-bit-word bound (as compiled: one 16-bit entry
+    per word, so twice the bound's bases plus the FP32 scalars) and the accumulator baseline."""
+    assert main(["plan", "--config", "digits-mlp", "--rule", "lrt", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["rank"] == 4 and rep["words"]["weights"] == 64 * 64 + 10 * 64
+    assert rep["words"]["bases"] == 4 * (64 + 64) + 4 * (64 + 10)
+    for L, (n_o, n_i) in zip(rep["layers"], ((64, 64), (10, 64))):
+        assert L["bound_16bit_words"] == 4 * (n_i + n_o) == L["bases_words"]
+        assert L["aux_bytes_as_compiled"] == 4 * (L["bases_words"] + L["scalar_words"])
+        assert L["aux_bytes_as_compiled"] < L["sgd_accumulator_bytes"]
+    assert rep["total_bytes"] == 4 * sum(rep["store_words"].values())
+    assert rep["words"]["scratch_peak"] < rep["words"]["weights"]     # no weight-sized G
+    assert main(["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "2",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["words"]["bases"] == 2 * (128 + 74)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["plan", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt plans the fixed-point "
+                                                          "MLP presets"),
+    (["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "0"], "--rank must be at "
+                                                                         "least 1"),
+    (["plan", "--config", "paper-l1", "--rank", "2"], "--rank applies to --rule lrt only"),
+    (["bench", "step", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt benchmarks the "
+                                                                   "fixed-point MLP presets"),
+    (["bench", "step", "--rule", "lrt", "--queries", "3"], "--queries does not apply to --rule "
+                                                           "lrt"),
+    (["bench", "step", "--rule", "zo", "--variant", "biased"], "--variant applies to --rule "
+                                                               "lrt only"),
+    (["bench", "step", "--rule", "lrt", "--steps", "0"], "samples must be an int in 1..20"),
+])
+def test_bad_lrt_plan_and_bench_arguments_are_named(argv, needle, capsys):
+    error_line(capsys, argv, needle)
