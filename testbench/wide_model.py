@@ -1,0 +1,184 @@
+"""Analytical lane-utilization model of the contraction engine at P lanes: the design study of
+the wide engine (issue 15, ``docs/wide-engine.md``).
+
+Takes the dynamic CONTRACT stream of a compiled training step (loops unrolled) and counts
+issue cycles per descriptor under four lane mappings, each with the engine's adder latency
+hidden by interleaving (an output's adder sees it at most every ``add latency + 1`` = 7
+cycles) and a fixed per-descriptor fill/drain:
+
+* ``current``: today's engine (``rtl/engine.py: issue_cycles``): tiles of ``h <= slots`` rows
+  interleaved in time x ``P`` columns on the lanes, A broadcast, the better orientation;
+* ``batch``: as ``current``, but when ``n < P`` several matrices of a batched descriptor sit
+  side by side on the lanes (each lane group its own A word per cycle);
+* ``split-k``: the reduction cut into ``s`` parts on ``s`` groups of lanes (best ``s`` per
+  descriptor), then the ``s`` partial sums added in a fixed order (a changed accumulation order
+  that golden would follow: ``(s - 1) m n / P`` extra cycles plus the adder chain);
+* ``array``: a 2-D array of ``Pm x Pn`` lanes (best split per descriptor) fed an A vector and a
+  B vector per k-step (outer products), up to 7 tiles interleaved;
+
+and ``best``: the best of the last three per descriptor. ``--overlap`` drops the per-descriptor
+fill/drain (descriptors pipelined back to back). The model ignores bank conflicts and operand
+bandwidth (which a wide engine must provide) and the vector unit (its element count is printed
+beside). It is a model for choosing the design, not a measurement: cycle counts of the RTL come
+from ``ttrain bench step``.
+
+``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--json]``
+"""
+
+import argparse
+import json
+import math
+from collections import Counter, defaultdict
+
+__all__ = ["MAPPINGS", "step_descriptors", "cycles", "study"]
+
+ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
+OVERHEAD = 25               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
+SLOTS = 16
+MAPPINGS = ("current", "batch", "split-k", "array")
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _current(m, n, k, b, P, ov):
+    def one(m, n):
+        mt = _cdiv(m, SLOTS)
+        h = _cdiv(m, mt)
+        return b * mt * _cdiv(n, P) * k * max(h, ADD_INTERLEAVE) + ov
+    return min(one(m, n), one(n, m))
+
+
+def _batch(m, n, k, b, P, ov):
+    best = None
+    for mm, nn in ((m, n), (n, m)):
+        g = max(1, min(b, P // nn)) if nn < P else 1
+        mt = _cdiv(mm, SLOTS)
+        h = _cdiv(mm, mt)
+        cyc = _cdiv(b, g) * mt * _cdiv(nn * g, P) * k * max(h, ADD_INTERLEAVE) + ov
+        best = cyc if best is None else min(best, cyc)
+    return best
+
+
+def _split_k(m, n, k, b, P, ov):
+    best = _current(m, n, k, b, P, ov)
+    s = 2
+    while s <= k and s <= P:
+        cyc = (_current(m, n * s, _cdiv(k, s), b, P, ov) + _cdiv(b * m * n * (s - 1), P)
+               + ADD_INTERLEAVE * int(math.log2(s)))
+        best = min(best, cyc)
+        s *= 2
+    return best
+
+
+def _array(m, n, k, b, P, ov):
+    best = None
+    pm = 1
+    while pm <= P:
+        pn = P // pm
+        for mm, nn in ((m, n), (n, m)):
+            tiles = b * _cdiv(mm, pm) * _cdiv(nn, pn)
+            inter = min(tiles, ADD_INTERLEAVE)
+            cyc = _cdiv(tiles, inter) * k * max(inter, ADD_INTERLEAVE) + ov
+            best = cyc if best is None else min(best, cyc)
+        pm *= 2
+    return best
+
+
+_FN = {"current": _current, "batch": _batch, "split-k": _split_k, "array": _array}
+
+
+def cycles(desc, P, mapping, overlap=False):
+    """Model cycles of one descriptor ``(m, n, k, batch)`` at ``P`` lanes."""
+    ov = 0 if overlap else OVERHEAD
+    if mapping == "best":
+        return min(_FN[k](*desc, P, ov) for k in ("batch", "split-k", "array"))
+    return _FN[mapping](*desc, P, ov)
+
+
+def step_descriptors(config):
+    """``(descriptors, vector elements, vector instructions)`` of the compiled training step of
+    ``config`` (loops unrolled)."""
+    from ..golden import config as C
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.isa import Contract, Elementwise, Gather, Reduce, Update
+    from ..golden.model_compiler import compile_model
+    prog = compile_model(C.get_config(config)).program
+    descs, vec, nvec = [], 0, 0
+    for _, ins in dynamic_stream(prog.instructions):
+        if isinstance(ins, Contract):
+            d = ins.desc
+            descs.append((d.m, d.n, d.k, d.batch))
+        elif isinstance(ins, (Elementwise, Reduce, Gather)):
+            vec += ins.rows * ins.cols
+            nvec += 1
+        elif isinstance(ins, Update):
+            vec += ins.count
+            nvec += 1
+    return descs, vec, nvec
+
+
+def study(config="paper-l1", lanes=(8, 64, 256)):
+    descs, vec, nvec = step_descriptors(config)
+    macs = sum(m * n * k * b for m, n, k, b in descs)
+    rows = []
+    for P in lanes:
+        ideal = _cdiv(macs, P)
+        entry = {"lanes": P, "ideal_cycles": ideal, "mappings": {}}
+        for mp in MAPPINGS + ("best",):
+            for ov in (False, True):
+                c = sum(cycles(d, P, mp, ov) for d in descs)
+                entry["mappings"][mp + (" +overlap" if ov else "")] = {
+                    "cycles": c, "utilization": ideal / c}
+        losses = defaultdict(lambda: [0, 0, 0])
+        for d in descs:
+            a = losses[d]
+            a[0] += 1
+            a[1] += cycles(d, P, "best", True)
+            a[2] += d[0] * d[1] * d[2] * d[3]
+        worst = sorted(losses.items(), key=lambda kv: -(kv[1][1] - kv[1][2] / P))[:8]
+        entry["worst_best_overlap"] = [
+            {"m": d[0], "n": d[1], "k": d[2], "batch": d[3], "count": c, "cycles": cy,
+             "ideal": _cdiv(mac, P)} for d, (c, cy, mac) in worst]
+        rows.append(entry)
+    shapes = Counter(descs)
+    return {"config": config, "contracts": len(descs), "distinct_shapes": len(shapes),
+            "macs": macs, "vector_elements": vec, "vector_instructions": nvec,
+            "label": "analytical model (no bank conflicts, no operand-bandwidth limit, engine "
+                     "only): a design study, not a measurement", "lanes": rows}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m ttrain.testbench.wide_model",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="paper-l1")
+    p.add_argument("--lanes", default="8,64,256")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        lanes = tuple(int(x) for x in a.lanes.split(","))
+        if any(x < 1 for x in lanes):
+            raise ValueError
+    except ValueError:
+        p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
+    rep = study(a.config, lanes)
+    if a.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    print(f"{rep['config']}: {rep['contracts']:,} contractions ({rep['distinct_shapes']} shapes), "
+          f"{rep['macs']:,} MACs; {rep['vector_elements']:,} vector elements in "
+          f"{rep['vector_instructions']:,} vector instructions ({rep['label']})")
+    for e in rep["lanes"]:
+        print(f"P = {e['lanes']}: ideal {e['ideal_cycles']:,} cycles")
+        for k, v in e["mappings"].items():
+            print(f"  {k:<18} {v['cycles']:>12,} cycles  {v['utilization']:6.1%}")
+        print("  largest losses (best mapping, overlapped):")
+        for w in e["worst_best_overlap"]:
+            print(f"    {w['m']}x{w['n']}x{w['k']} batch {w['batch']} x{w['count']}: "
+                  f"{w['cycles']:,} cycles for {w['ideal']:,} ideal")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
