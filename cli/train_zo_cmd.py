@@ -46,13 +46,17 @@ def add_arguments(p):
                         "read out every --eff-batch samples")
     g.add_argument("--bias-only", action="store_true",
                    help="--rule sgd: train the biases only (weights never written)")
+    g.add_argument("--rounding", metavar="nearest|stochastic", default=None,
+                   help="--rule sgd at batch 1: round the 8-bit weight step to nearest "
+                        "(default) or stochastically (seeded, unbiased: the SGD that keeps "
+                        "learning below one LSB, and writes)")
     g.add_argument("--segments", type=int, metavar="K",
                    help="digits-drift: corruptions in the stream (default 4)")
     g.add_argument("--segment-len", type=int, metavar="N",
                    help="digits-drift: samples per corruption (default 750)")
 
 
-_ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len")
+_ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len", "rounding")
 
 
 def _write_checkpoint(out, model):
@@ -107,6 +111,13 @@ def _check_online(args):
     if args.norm is not None and args.norm not in NORMS:
         raise ValueError(f"--norm {args.norm!r} is not a gradient norm; choose "
                          f"{' or '.join(NORMS)}")
+    from ttrain.golden.lrt_online import ROUNDINGS
+    if args.rounding is not None and args.rounding not in ROUNDINGS:
+        raise ValueError(f"--rounding {args.rounding!r} is not a rounding; choose "
+                         f"{' or '.join(ROUNDINGS)}")
+    if args.rounding is not None and (args.rule != "sgd" or args.accumulate or args.bias_only):
+        raise ValueError("--rounding applies to the 8-bit SGD baseline at batch 1 (--rule sgd "
+                         "without --accumulate or --bias-only)")
     if args.rule == "lrt":
         for flag in ("accumulate", "bias_only"):
             if getattr(args, flag):
@@ -130,7 +141,7 @@ def _online_label(args):
     if args.rule == "lrt":
         return f"lrt {args.variant or 'biased'}/{args.norm or 'none'}"
     return "sgd accumulator" if args.accumulate else "bias only" if args.bias_only \
-        else "sgd batch 1"
+        else "sgd stochastic" if args.rounding == "stochastic" else "sgd batch 1"
 
 
 def run_mlp(args):

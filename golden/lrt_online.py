@@ -16,7 +16,11 @@ then forward/backward once and train on it:
   otherwise it keeps accumulating and the rule is tried again ``B`` samples later (the
   effective batch ``B_eff`` grows);
 * ``sgd``: 8-bit SGD at batch 1, ``delta = f2i(lr * (dz (x) a) * 2**7)`` applied every sample
-  (a cell is written when its value changes);
+  (a cell is written when its value changes); with ``rounding="stochastic"`` the step is
+  ``f2i_floor(lr * (dz (x) a) * 2**7 + u)``, ``u = (draw(seed, i * cells + cell) >> 8) * 2**-24``
+  uniform in [0, 1) (:mod:`ttrain.golden.prng`; ``cells`` counts every layer's weights, in
+  layer order, row-major): an unbiased quantized step, so updates below one LSB still move the
+  weights in expectation (the low-precision SGD that keeps learning, and writes);
 * ``sgd-accum``: the same gradient summed in an FP32 accumulator of the weights' size (the
   auxiliary memory LRT avoids), read out with the LRT write rule every ``B`` samples;
 * ``bias``: biases only, weights never written.
@@ -30,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import lrt
+from . import lrt, prng
 from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC, quantize_input
 from .numerics import saturate
 from .quant import f2i, i2f
@@ -40,6 +44,7 @@ __all__ = ["RULES", "NORMS", "OnlineSettings", "run_online", "BENCHMARK_RUNS", "
 
 RULES = ("lrt", "sgd", "sgd-accum", "bias")
 NORMS = ("none", "max")
+ROUNDINGS = ("nearest", "stochastic")
 _F32 = np.float32
 
 
@@ -47,8 +52,8 @@ _F32 = np.float32
 class OnlineSettings:
     """One online run: ``rule`` of :data:`RULES`; LRT ``variant``/``norm``/``rank``/``kappa``;
     ``batch`` the effective batch of dense layers; ``lr`` of the weights, ``bias_lr`` of the
-    biases (the same for every rule); ``seed`` of
-    the unbiased reduction's random signs."""
+    biases (the same for every rule); ``seed`` of the unbiased reduction's random signs and of
+    the stochastic rounding; ``rounding`` of the sgd rule's weight step (:data:`ROUNDINGS`)."""
     rule: str = "lrt"
     variant: str = "biased"
     norm: str = "none"
@@ -58,6 +63,7 @@ class OnlineSettings:
     bias_lr: float = 0.01
     kappa: float = lrt.KAPPA_TH
     seed: int = 0
+    rounding: str = "nearest"
 
     def check(self):
         if self.rule not in RULES:
@@ -73,6 +79,11 @@ class OnlineSettings:
             v = getattr(self, name)
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be positive and finite, not {v!r}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"unknown rounding {self.rounding!r}; choose nearest or stochastic")
+        if self.rounding == "stochastic" and self.rule != "sgd":
+            raise ValueError(f"stochastic rounding is a variant of the sgd baseline, not of "
+                             f"{self.rule!r}")
         if self.seed < 0 or self.seed >= 1 << 32:
             raise ValueError(f"seed must lie in [0, 2**32), not {self.seed}")
         return self
@@ -121,6 +132,7 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
     attempts = [0] * n_layers
     skipped = [0] * n_layers
     lr, blr = _F32(s.lr), _F32(s.bias_lr)
+    cells = sum(w.size for w in model.w)
     correct = 0
     xs = quantize_input(stream.images)
     for i in range(len(stream)):
@@ -138,9 +150,18 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
         if s.rule == "bias":
             pass
         elif s.rule == "sgd":
+            off = 0
             for l in range(n_layers):
-                delta = f2i(np.multiply(np.multiply(lr, _outer(dzs[l], avs[l])),
-                                        _F32(2.0 ** W_FRAC)))
+                G = np.multiply(np.multiply(lr, _outer(dzs[l], avs[l])), _F32(2.0 ** W_FRAC))
+                if s.rounding == "stochastic":
+                    idx = (np.uint64(i) * np.uint64(cells) + np.uint64(off)
+                           + np.arange(G.size, dtype=np.uint64)).reshape(G.shape)
+                    u = np.multiply((prng.draw(np.uint32(s.seed), idx) >> np.uint32(8))
+                                    .astype(_F32), _F32(2.0 ** -24))
+                    delta = f2i(np.add(G, u), mode="floor")
+                else:
+                    delta = f2i(G)
+                off += G.size
                 model.w[l], written = lrt.write_weights(model.w[l], delta, counters[l],
                                                         min_fraction=0.0)
                 writes[l] += int(written and np.any(delta))
@@ -238,6 +259,7 @@ BENCHMARK_RUNS = {
     "lrt unbiased/none": OnlineSettings("lrt", "unbiased", "none"),
     "lrt unbiased/max": OnlineSettings("lrt", "unbiased", "max"),
     "sgd batch 1": OnlineSettings("sgd"),
+    "sgd stochastic": OnlineSettings("sgd", rounding="stochastic"),
     "sgd accumulator": OnlineSettings("sgd-accum"),
     "bias only": OnlineSettings("bias"),
 }
@@ -262,7 +284,8 @@ def benchmark(model_factory, stream, runs=None, *, lr=None, progress=None):
 TUNE_GRID = {
     "lrt biased/none": (3e-4, 1e-3, 3e-3), "lrt biased/max": (1e-4, 3e-4, 1e-3),
     "lrt unbiased/none": (3e-4, 1e-3, 3e-3), "lrt unbiased/max": (1e-4, 3e-4, 1e-3),
-    "sgd batch 1": (3e-3, 1e-2, 3e-2), "sgd accumulator": (3e-4, 1e-3, 3e-3),
+    "sgd batch 1": (3e-3, 1e-2, 3e-2), "sgd stochastic": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+    "sgd accumulator": (3e-4, 1e-3, 3e-3),
 }
 #: The tuning stream: digits-drift seed 1 (another corruption sequence than the benchmark's
 #: seed 0), 4 segments of 500 samples.
@@ -293,7 +316,8 @@ def tune(model_factory, stream, grid=None, *, progress=None):
 #: weight rate (its entry is unused).
 DEFAULT_LR = {
     "lrt biased/none": 3e-3, "lrt biased/max": 1e-3, "lrt unbiased/none": 3e-3,
-    "lrt unbiased/max": 3e-4, "sgd batch 1": 3e-3, "sgd accumulator": 3e-3, "bias only": 1e-2,
+    "lrt unbiased/max": 3e-4, "sgd batch 1": 3e-3, "sgd stochastic": 3e-3,
+    "sgd accumulator": 3e-3, "bias only": 1e-2,
 }
 
 

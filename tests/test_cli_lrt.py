@@ -35,7 +35,7 @@ def test_lrt_prints_accuracies_and_writes_and_writes_json(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, label", [
-    ([], "sgd batch 1"), (["--accumulate", "--eff-batch", "50"], "sgd accumulator"),
+    ([], "sgd batch 1"), (["--rounding", "stochastic"], "sgd stochastic"), (["--accumulate", "--eff-batch", "50"], "sgd accumulator"),
     (["--bias-only"], "bias only")])
 def test_baselines_on_the_same_stream(extra, label, tmp_path, capsys):
     out = tmp_path / "r.json"
@@ -70,6 +70,10 @@ def test_pretrain_checkpoint_then_online_run(tmp_path, capsys):
     (["--rule", "lrt", "--segments", "17"], "--segments must be at most 16"),
     (["--rule", "zo"], "--rule zo trains the int8 CNN preset digits-cnn"),
     (["--rule", "lrt", "--init", "/nonexistent/best.npz"], "does not exist"),
+    (["--rule", "sgd", "--rounding", "up"], "--rounding 'up' is not a rounding"),
+    (["--rule", "lrt", "--rounding", "stochastic"], "--rounding applies to the 8-bit SGD "
+                                                    "baseline at batch 1"),
+    (["--rule", "sgd", "--accumulate", "--rounding", "stochastic"], "--rounding applies to"),
     (["--rule", "sgd", "--engine", "interpreter"], "the sgd batch 1 baseline runs on --engine "
                                                    "golden only"),
     (["--rule", "lrt", "--engine", "interpreter", "--lanes", "8"], "--lanes goes with --engine "

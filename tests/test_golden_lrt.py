@@ -389,7 +389,35 @@ def test_online_rules_write_as_specified(small_stream):
         assert 0 <= r["online_acc"] <= 1 and 0 <= r["final_acc"] <= 1
 
 
+def test_stochastic_rounding_sgd_moves_weights_below_one_lsb_and_is_seeded(small_stream):
+    """At a rate whose steps all round to 0 (nearest rounding never writes), the
+    stochastically rounded SGD still writes, a fixed seed reproduces it, another seed does
+    not; and its step is unbiased: E[floor(G + u)] = G over the PRNG's uniform u."""
+    from dataclasses import replace
+    st = lrt_online.OnlineSettings("sgd", lr=1e-4, seed=3)
+    near = lrt_online.run_online(_model(), small_stream, st)
+    assert near["writes"]["max"] == 0
+    sr = replace(st, rounding="stochastic")
+    m1, m2, m3 = _model(), _model(), _model()
+    a = lrt_online.run_online(m1, small_stream, sr)
+    b = lrt_online.run_online(m2, small_stream, sr)
+    lrt_online.run_online(m3, small_stream, replace(sr, seed=4))
+    assert a["writes"]["max"] > 0 and a["writes"] == b["writes"]
+    assert all(np.array_equal(x, y) for x, y in zip(m1.w, m2.w))
+    assert any(not np.array_equal(x, y) for x, y in zip(m1.w, m3.w))
+    from ttrain.golden import prng
+    from ttrain.golden.quant import f2i
+    g = np.float32(0.3)
+    u = np.multiply((prng.draw(np.uint32(1), np.arange(200_000, dtype=np.uint64))
+                     >> np.uint32(8)).astype(np.float32), np.float32(2.0 ** -24))
+    assert abs(f2i(np.add(g, u), mode="floor").mean() - 0.3) < 0.005
+
+
 def test_online_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="rounding 'up'"):
+        lrt_online.OnlineSettings("sgd", rounding="up").check()
+    with pytest.raises(ValueError, match="variant of the sgd baseline, not of 'lrt'"):
+        lrt_online.OnlineSettings("lrt", rounding="stochastic").check()
     for kw, msg in (({"rule": "adam"}, "rule"), ({"variant": "x"}, "variant"),
                     ({"norm": "l2"}, "norm"), ({"rank": 0}, "rank"), ({"lr": -1.0}, "lr")):
         with pytest.raises(ValueError, match=msg):
