@@ -113,6 +113,19 @@ def test_not_chip_runnable_lists_each_option():
                     "balance 0.3", "unk_alpha 1"]
 
 
+@pytest.mark.parametrize("name,epochs,word_dropout", [("paper-l1", 24, 0.15), ("paper-l2", 16, 0.1)])
+def test_atis_presets_are_the_documented_chip_runnable_settings(name, epochs, word_dropout):
+    # docs/atis-training.md: the settings of the seed table (paper-l1: word dropout 0.15 since
+    # its protocol run; paper-l2 unchanged); every one of them chip-runnable at batch 1
+    cfg = get_config(name)
+    assert (cfg.lr, cfg.epochs, cfg.batch, cfg.dropout) == (0.02, epochs, 1, 0.0)
+    assert {k: cfg.extra[k] for k in ("schedule", "warmup", "word_dropout")} == \
+        {"schedule": "linear", "warmup": 0.05, "word_dropout": word_dropout}
+    assert "clip" not in cfg.extra
+    assert set(cfg.extra["init_scale"].values()) == {0.1}
+    assert not_chip_runnable(cfg, batch_size=1) == []
+
+
 def test_result_history_and_summary_report_chip_runnability(data, tmp_path, capsys):
     r = train(get_config("tiny"), data, epochs=1, progress=False, schedule="linear",
               warmup=0.1, word_dropout=0.2)
