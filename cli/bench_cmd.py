@@ -206,9 +206,10 @@ def register(sub):
                     help="--rule lrt: the rank reduction (default unbiased)")
     st.add_argument("--norm", default=None, choices=("none", "max"),
                     help="--rule lrt: the read-out's gradient norm (default max)")
-    st.add_argument("--zo-run", default=None, choices=("zo-wp", "wp-all"),
-                    help="--rule zo: the digits table's WP run (zo-wp: last layer, default) or "
-                         "WP of every layer (wp-all)")
+    st.add_argument("--zo-run", default=None, choices=("zo-wp", "wp-all", "zo-np", "zo-mixed"),
+                    help="--rule zo: the digits table's WP run (zo-wp: last layer, default), "
+                         "WP of every layer (wp-all), or its node-perturbation (zo-np) and mixed "
+                         "(zo-mixed) runs")
     st.add_argument("--batch", type=int, default=None, metavar="B",
                     help="--rule zo: images per step (default 50)")
     st.add_argument("--queries", type=int, default=None, metavar="N",

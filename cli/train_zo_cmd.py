@@ -271,7 +271,8 @@ def _check(args):
                     _check_settings(adapt.ZO_RUNS[r])
                 except ValueError as e:
                     raise ValueError(f"--runs {r} cannot run with --engine {args.engine}: {e}; "
-                                     "choose zo-wp (or use --engine golden)") from None
+                                     "choose zo-wp, zo-np or zo-mixed (or use --engine "
+                                     "golden)") from None
         if args.lanes is not None and (args.lanes < 4 or args.lanes & (args.lanes - 1)):
             raise ValueError(f"--lanes must be a power of two >= 4, not {args.lanes}")
     want = "digits-c" if args.rule == "zo" else "digits"

@@ -321,7 +321,7 @@ class ForwardBuilder:
         return out
 
     def emit(self, start=0, sources=None, before=None, stop=None, sample_loop=True,
-             unit_hook=None):
+             unit_hook=None, after=None):
         """Instructions of a pass over nodes ``start ..`` and the losses (no END); with
         ``stop``, over nodes ``start .. stop - 1`` only, without the losses.
         ``sample_loop=False`` unrolls the convolutions' LOOP over the samples, so that the
@@ -331,10 +331,12 @@ class ForwardBuilder:
 
         ``sources`` maps a conv node index to ``(w_view_store, w_base, b_store, b_base)``
         (default its own parameter regions); ``before`` maps a node index to instructions
-        emitted just before it (e.g. the perturbation of its parameters).
+        emitted just before it (e.g. the perturbation of its parameters); ``after`` maps a node
+        index to instructions emitted just after its output is written (e.g. the perturbation
+        of that output: node perturbation).
         """
         q, N, cfg = self.q, self.N, self.q.cfg
-        sources, before = sources or {}, before or {}
+        sources, before, after = sources or {}, before or {}, after or {}
         ins = []
 
         def contract(m, n_, k, a, b, c, acc, batch=1, step=(0, 0, 0)):
@@ -461,6 +463,7 @@ class ForwardBuilder:
                 ins.append(Elementwise("requant", N, C, View("act", out, C, 1),
                                        View("scratch", acc, C, 1), View("param", rq, 0, 0),
                                        _bounds(-128 - z, 127 - z)))
+            ins += list(after.get(i, ()))
         return ins + (self._losses() if stop is None else [])
 
     def _losses(self):

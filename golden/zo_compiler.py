@@ -40,9 +40,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import zo
-from .cnn_compiler import UNPACK_WORDS, CompiledCNN, ForwardBuilder, _Alloc, unpack_int8
-from .contract import View
-from .isa import Elementwise, End, EndLoop, Loop, MAX_DIM, Random
+from .cnn_compiler import (UNPACK_WORDS, CompiledCNN, ForwardBuilder, _Alloc, _bounds,
+                           _rows_split, unpack_int8)
+from .contract import Descriptor, View
+from .isa import Contract, Elementwise, End, EndLoop, Loop, MAX_DIM, Random, Reduce
 
 __all__ = ["CompiledZO", "compile_zo_step", "zo_memory", "bp_memory_estimate", "figures_model",
            "InterpretedZO", "ZO_MEMORY_CLASSES", "GRAD_CHUNK"]
@@ -56,6 +57,8 @@ class CompiledZO(CompiledCNN):
     tensors: tuple = ()          # (node index, "w"|"b", stream offset, group index)
     group_dims: tuple = ()       # WP dim factor of each group
     phase_ends: dict = None      # "forward" / "queries" -> index of the phase's last + 1
+    np_nodes: tuple = ()         # node-perturbed node indices
+    np_dims: dict = None         # NP node -> its group's NP dim factor
 
     def initial_image(self, x, labels, step=0):
         """The memory image of step ``step``: parameters, constants, batch and seeds."""
@@ -71,12 +74,23 @@ class CompiledZO(CompiledCNN):
             k = zo.wp_scale(self.q, self.settings, i, kind, self.group_dims[gi])
             self._put(image, f"zo.k.{self.q.cfg.nodes[i].name}.{kind}",
                       np.asarray(k, np.float32).view(np.uint32))
+        if self.np_nodes:
+            from .cnn_compiler import _pack_rq
+            self._put(image, "const.rq1", np.atleast_1d(_pack_rq(1, 0)))
+        for i in self.np_nodes:
+            for name, words in np_constants(self.q, self.settings, i, self.np_dims[i],
+                                            self.batch).items():
+                self._put(image, f"zo.np.{self.q.cfg.nodes[i].name}.{name}",
+                          np.asarray(words, np.float32).view(np.uint32))
 
     def seeds(self, step):
         """The ``Q + 1`` seed words of step ``step`` (the host computes them)."""
         s = self.settings
         words = [zo.stream_seed(s.seed, step, qi, zo._STREAM_WP) for qi in range(self.queries)]
         words.append(zo.stream_seed(s.seed, step, self.queries, zo._STREAM_ROUND))
+        if self.np_nodes:
+            words += [zo.stream_seed(s.seed, step, qi, zo._STREAM_NP)
+                      for qi in range(self.queries)]
         return np.array(words, np.uint32)
 
     def set_seeds(self, image, step):
@@ -108,18 +122,36 @@ class CompiledZO(CompiledCNN):
         return self._get(image, "zo.L0").view(np.float32)[0]
 
 
+def np_constants(q, s, i, dim, batch):
+    """FP32 constants of node ``i``'s NP update, as ``golden.zo._apply_np`` computes them
+    (the chip holds them as data): ``k`` (per output channel) scales the accumulated output
+    gradient, ``kw`` / ``kb`` (per channel) the local weight and bias gradients; ``lo`` /
+    ``hi`` bound the straight-through mask on the stored outputs ``y - z`` (live where
+    ``lo < y - z < hi``)."""
+    from .numerics import as_f32
+    node = q.cfg.nodes[i]
+    nm = node.name
+    rescale = q.scale[node.inputs[0]] * q.s_w[nm] / q.scale[i]
+    k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
+    kw = as_f32((-s.layer_rate(nm) / q.s_w[nm] ** 2).astype(np.float32))
+    kb = as_f32((-s.layer_rate(nm) / q.bias_scale(i) ** 2).astype(np.float32))
+    z = int(q.zp[i])
+    lo = (z if node.relu else -128) - z
+    C = node.shape[2]
+    return {"k": np.broadcast_to(k, (C,)), "kw": np.broadcast_to(kw, (C,)),
+            "kb": np.broadcast_to(kb, (C,)),
+            "bounds": np.array([lo, 127 - z], np.float32)}
+
+
 def _check_settings(s):
     why = []
-    if s.mode != "wp":
-        why.append(f"mode {s.mode!r} (only weight perturbation, mode 'wp', is compiled; node "
-                   "perturbation runs in golden)")
     if s.sparse != "none":
         why.append(f"sparse mask {s.sparse!r}")
     if s.antithetic:
         why.append("antithetic queries")
     if s.inplace:
         why.append("the in-place variant")
-    if s.sigma_b > 255 or s.sigma_w > 255:
+    if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
         why.append("sigma above 255 (perturb8/32 hold sigma in 8 bits)")
     if why:
         raise ValueError("the ZO step compiler does not compile " + "; ".join(why) +
@@ -163,40 +195,86 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     if not isinstance(s, zo.ZOSettings):
         raise TypeError(f"settings must be a ZOSettings, not {type(s).__name__}")
     _check_settings(s)
-    wp_nodes, _ = zo._plan(q, s)
-    groups = [g for g, _ in zo._groups(s, wp_nodes, [])]
-    al = _Alloc()
-    fb = ForwardBuilder(q, batch, al, share={min(g) for g in groups}, packed=packed,
-                        unpack_words=unpack_words)
+    wp_nodes, np_nodes = zo._plan(q, s)
     nodes = q.cfg.nodes
+    for i in np_nodes:
+        if nodes[i].groups != 1:
+            raise ValueError(f"the ZO step compiler does not compile node perturbation of the "
+                             f"grouped convolution {nodes[i].name} (its local gradient); train "
+                             "it with the golden rule (ttrain train --rule zo)")
+    groups = zo._groups(s, wp_nodes, np_nodes)              # [(WP nodes, NP nodes)]
+    starts = {min(gw + gn) for gw, gn in groups}
+    # outputs kept for the NP update (the local gradient reads node i's input and output)
+    share = starts | {j for i in np_nodes for j in (i, i + 1)}
+    al = _Alloc()
+    fb = ForwardBuilder(q, batch, al, share=share, packed=packed, unpack_words=unpack_words)
     n = s.queries
     Q = n * len(groups)
+    N = batch
 
     tensors, offset, size_of = [], 0, {}
-    group_of = {i: gi for gi, g in enumerate(groups) for i in g}
+    group_of = {i: gi for gi, (gw, gn) in enumerate(groups) for i in gw + gn}
     for i in wp_nodes:
         nd = nodes[i]
         for kind, size in (("w", int(np.prod(nd.weight_shape))), ("b", nd.shape[2])):
             tensors.append((i, kind, offset, group_of[i]))
             size_of[(i, kind)] = size
             offset += size
-    dims = tuple(zo._dim_scale(n, sum(size_of[(i, k)] for i in g for k in "wb"))
-                 for g in groups)
+    dims = tuple(zo._dim_scale(n, sum(size_of[(i, k)] for i in gw for k in "wb"))
+                 for gw, _ in groups)
+    # NP regions of the PRNG stream: sample b's entries of node i start at b d_np + base[i]
+    np_base, d_np = {}, 0
+    for i in np_nodes:
+        np_base[i] = d_np
+        d_np += int(np.prod(nodes[i].shape))
+    np_dims = {}
+    for gw, gn in groups:
+        d = sum(int(np.prod(nodes[i].shape)) for i in gn)
+        for i in gn:
+            np_dims[i] = zo._dim_scale(n * N if s.np_dim == "batch" else n, d)
+    for i in np_nodes:             # the NP updates use the WP update's chunks and constants
+        nd = nodes[i]
+        for kind, size in (("w", int(np.prod(nd.weight_shape))), ("b", nd.shape[2])):
+            size_of[(i, kind)] = size
 
-    seeds = al.region("zo.seeds", "act", Q + 1)
+    seeds = al.region("zo.seeds", "act", Q + 1 + (Q if np_nodes else 0))
+    np_seeds = seeds + Q + 1
     zero = al.region("const.zero", "param", 1)
+    rq1 = al.region("const.rq1", "param", 1) if np_nodes else None
     l0 = al.region("zo.L0", "scratch", 1)
     coef = al.region("zo.coef", "scratch", Q)
-    wq = None if packed else al.region("zo.wq", "scratch",
-                                         max(size_of[(i, "w")] for i in wp_nodes))
-    bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes))
+    upd_nodes = wp_nodes + np_nodes
+    wq = None if packed or not wp_nodes else al.region(
+        "zo.wq", "scratch", max(size_of[(i, "w")] for i in wp_nodes))
+    bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes)) \
+        if wp_nodes else None
     gbuf = al.region("zo.g", "scratch", max(min(size, max(grad_chunk // nodes[i].shape[2], 1)
                                                    * nodes[i].shape[2])
                                                for (i, _), size in size_of.items()))
     kreg = {(i, kind): al.region(f"zo.k.{nodes[i].name}.{kind}", "param", nodes[i].shape[2])
             for i, kind, _, _ in tensors}
     offs = {(i, kind): off for i, kind, off, _ in tensors}
+    npr = {}
+    if np_nodes:
+        l0v = al.region("zo.l0", "scratch", N)
+        cb = al.region("zo.cb", "scratch", N)
+        for i in np_nodes:
+            nm, C = nodes[i].name, nodes[i].shape[2]
+            npr[i] = {"gy": al.region(f"zo.gy.{nm}", "scratch", N * int(np.prod(nodes[i].shape))),
+                      **{k: al.region(f"zo.np.{nm}.{k}", "param", C) for k in ("k", "kw", "kb")},
+                      "bounds": al.region(f"zo.np.{nm}.bounds", "param", 2)}
+            kreg[(i, "w")], kreg[(i, "b")] = npr[i]["kw"], npr[i]["kb"]
+            offs[(i, "w")] = offset + 2 * i * (1 << 20)
+            offs[(i, "b")] = offset + 2 * i * (1 << 20) + (1 << 20)
+        tmp_words = max(N * int(np.prod(nodes[i].shape)) for i in np_nodes)
+        npt = al.region("zo.np.tmp", "scratch", tmp_words)
+        npm = al.region("zo.np.mask", "scratch", tmp_words)
+        xf = al.region("zo.np.xf", "scratch", max(
+            N * int(np.prod(fb.shapes[nodes[i].inputs[0]])) for i in np_nodes))
+        dwb = al.region("zo.np.dw", "scratch", max(size_of[(i, "w")] for i in np_nodes))
+        dbb = al.region("zo.np.db", "scratch", max(nodes[i].shape[2] for i in np_nodes))
     lmean = fb.ce["loss.mean"]
+    lvec = fb.ce["loss"]
 
     def perturb(i, qi, step):
         """Regenerate node ``i``'s perturbed weights and bias for query ``qi`` (the seed
@@ -227,81 +305,216 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                            sigma=s.sigma_w, step=(0, 0, step))]
         return hook
 
-    def queries(g, gi, start, looped):
-        """The ``n`` query passes of group ``g``: one LOOP body (the conv sample loops
-        unrolled) or ``n`` unrolled passes."""
-        src = {i: ("scratch", wq, "scratch", bq) for i in g}
-        if looped:
-            body = fb.emit(start, sources=src, before={i: perturb(i, gi * n, 1) for i in g},
-                           sample_loop=False, unit_hook=unit_perturb(g, gi * n, 1))
-            return [Loop(n, (1, 0, 0)), *body,
-                    Elementwise("sub", 1, 1, View("scratch", coef + gi * n, 1, 1),
-                                View("act", lmean, 1, 1), View("scratch", l0, 1, 1),
-                                step=(1, 0, 0)), EndLoop()]
-        out = []
-        for k in range(n):
-            qi = gi * n + k
-            out += fb.emit(start, sources=src, before={i: perturb(i, qi, 0) for i in g},
-                           unit_hook=unit_perturb(g, qi, 0))
-            out.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
-                                   View("act", lmean, 1, 1), View("scratch", l0, 1, 1)))
+    def node_perturb(i, qi, step):
+        """NP: node ``i``'s stored outputs ``y - z`` + sigma_a u, then clamped so that ``y``
+        saturates to int8 (``perturb32`` per sample: sample b's stream indices start at
+        ``b d_np + base``, then one ``requant`` clamp)."""
+        nd, y = nodes[i], fb.regions[i]["y"]
+        per = int(np.prod(nd.shape))
+        z = int(q.zp[i])
+        seed = View("act", np_seeds + qi, 0, 0)
+        out = [Random("perturb32", 1, per, View("act", y + b * per, 0, 1),
+                      View("act", y + b * per, 0, 1), seed, imm=b * d_np + np_base[i],
+                      sigma=s.sigma_a, step=(0, 0, step)) for b in range(N)]
+        C = nd.shape[2]
+        for lo, cnt in _chunks(N * per // C, C):
+            out.append(Elementwise("requant", cnt, C, View("act", y + lo * C, C, 1),
+                                   View("act", y + lo * C, C, 1),
+                                   View("param", rq1, 0, 0),
+                                   _bounds(-128 - z, 127 - z)))
         return out
+
+    def node_accumulate(gn, qi, step):
+        """NP: ``c_b = L_q[b] - L0[b]``, then ``gy += c_b u`` per sample (``raccum``)."""
+        out = [Elementwise("sub", 1, N, View("scratch", cb, 0, 1), View("act", lvec, 0, 1),
+                           View("scratch", l0v, 0, 1))]
+        seed = View("act", np_seeds + qi, 0, 0)
+        for i in gn:
+            per = int(np.prod(nodes[i].shape))
+            gy = npr[i]["gy"]
+            out += [Random("raccum", 1, per, View("scratch", gy + b * per, 0, 1),
+                           View("scratch", cb + b, 0, 0), seed, imm=b * d_np + np_base[i],
+                           step=(0, 0, step)) for b in range(N)]
+        return out
+
+    def queries(gw, gn, gi, start, looped):
+        """The ``n`` query passes of group ``(gw, gn)``: one LOOP body (the conv sample loops
+        unrolled) or ``n`` unrolled passes."""
+        src = {i: ("scratch", wq, "scratch", bq) for i in gw}
+        st = 1 if looped else 0
+
+        def one(qi):
+            body = fb.emit(start, sources=src, before={i: perturb(i, qi, st) for i in gw},
+                           after={i: node_perturb(i, qi, st) for i in gn},
+                           sample_loop=not looped, unit_hook=unit_perturb(gw, qi, st))
+            body.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
+                                    View("act", lmean, 1, 1), View("scratch", l0, 1, 1),
+                                    step=(st, 0, 0)))
+            return body + (node_accumulate(gn, qi, st) if gn else [])
+
+        if looped:
+            return [Loop(n, (1, 0, 0)), *one(gi * n), EndLoop()]
+        return [x for k in range(n) for x in one(gi * n + k)]
 
     ins = fb.emit()
     ins.append(Elementwise("copy", 1, 1, View("scratch", l0, 1, 1), View("act", lmean, 1, 1)))
+    if np_nodes:
+        ins.append(Elementwise("copy", 1, N, View("scratch", l0v, 0, 1), View("act", lvec, 0, 1)))
+        for i in np_nodes:
+            ins += _fill_chunks(npr[i]["gy"], N * int(np.prod(nodes[i].shape)), zero)
     ends = {"forward": len(ins)}
     done = len(nodes)          # node outputs from here on hold a perturbed pass
-    for gi, g in enumerate(groups):
-        start = min(g)
+    for gi, (gw, gn) in enumerate(groups):
+        start = min(gw + gn)
         if done < start:       # restore the unperturbed outputs up to this group's start
             ins += fb.emit(done, stop=start)
         if query_loop is None:
-            a, b = queries(g, gi, start, True), queries(g, gi, start, False)
+            a, b = queries(gw, gn, gi, start, True), queries(gw, gn, gi, start, False)
             ins += a if len(a) <= len(b) else b
         else:
-            ins += queries(g, gi, start, bool(query_loop) and n > 1)
+            ins += queries(gw, gn, gi, start, bool(query_loop) and n > 1)
         done = start
+    if np_nodes and done < len(nodes):   # the NP update reads the unperturbed outputs
+        ins += fb.emit(done)
 
     ends["queries"] = len(ins)
     stochastic = s.rounding == "stochastic"
     rseed = View("act", seeds + Q, 0, 0)
-    for i, kind, off, gi in tensors:
+
+    def update(i, kind, fill):
+        """Add the integer step of ``i``'s ``kind`` in row chunks: ``fill(lo, cnt, gv)`` puts
+        the chunk's FP32 estimate in ``gv``; then ``mul`` by the constants, the rounding and
+        the saturating add (packed weights: unpack, add, insert the bytes back)."""
+        out = []
         C = nodes[i].shape[2]
         rows = size_of[(i, kind)] // C
         param = fb.regions[i][kind]
         packed_w = packed and kind == "w"
+        off = offs[(i, kind)]
         limit = min(grad_chunk, al.map["wunpack"].size) if packed_w else grad_chunk
         for lo, cnt in _chunks(rows, C, limit, align=4 if packed_w else 1):
             gv = View("scratch", gbuf, C, 1)
             pv = View("param", param + lo * C, C, 1)
-            ins.append(Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)))
-            acc = Random("raccum", cnt, C, gv, View("scratch", coef + gi * n, 0, 0),
-                         View("act", seeds + gi * n, 0, 0), imm=off + lo * C)
-            if n > 1:                 # g += c_q u_q, q = 0 .. n-1 in order
-                ins += [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
-            else:
-                ins.append(acc)
-            ins.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
+            out += fill(lo, cnt, gv)
+            out.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
             if stochastic:
-                ins.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
-            ins.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
+                out.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
+            out.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
             if not packed_w:
-                ins.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
+                out.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
                 continue
             # packed weights: unpack the chunk, add the steps saturating, insert the bytes back
             e0, n_el = lo * C, cnt * C
-            ins += fb.unpack(i, e0, n_el)
+            out += fb.unpack(i, e0, n_el)
             buf = al.map["wunpack"].base
-            ins.append(Elementwise("iadd", cnt, C, View("scratch", buf, C, 1),
+            out.append(Elementwise("iadd", cnt, C, View("scratch", buf, C, 1),
                                    View("scratch", buf, C, 1), gv, imm=8))
             words, w0 = -(-n_el // 4), param + e0 // 4
             for k in range(4):
-                ins.append(Elementwise("ins8", 1, words, View("param", w0, 0, 1),
+                out.append(Elementwise("ins8", 1, words, View("param", w0, 0, 1),
                                        View("param", w0, 0, 1),
                                        View("scratch", buf + k, 0, 4), imm=k))
+        return out
+
+    for i, kind, off, gi in tensors:
+        C = nodes[i].shape[2]
+
+        def wp_fill(lo, cnt, gv, off=off, gi=gi, C=C):
+            out = [Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0))]
+            acc = Random("raccum", cnt, C, gv, View("scratch", coef + gi * n, 0, 0),
+                         View("act", seeds + gi * n, 0, 0), imm=off + lo * C)
+            if n > 1:                 # g += c_q u_q, q = 0 .. n-1 in order
+                return out + [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
+            return out + [acc]
+        ins += update(i, kind, wp_fill)
+    for i in np_nodes:
+        ins += _np_local_grads(fb, q, N, i, npr[i], npt, npm, xf, dwb, dbb)
+        C = nodes[i].shape[2]
+        for kind, src in (("w", dwb), ("b", dbb)):
+            def np_fill(lo, cnt, gv, src=src, C=C):
+                return [Elementwise("copy", cnt, C, gv, View("scratch", src + lo * C, C, 1))]
+            ins += update(i, kind, np_fill)
     ins.append(End())
     return CompiledZO(al.program(ins), q, batch, packed=bool(packed), settings=s, queries=Q,
-                      tensors=tuple(tensors), group_dims=dims, phase_ends=ends)
+                      tensors=tuple(tensors), group_dims=dims, phase_ends=ends,
+                      np_nodes=tuple(np_nodes), np_dims=np_dims)
+
+
+def _fill_chunks(base, words, zero):
+    """``+0`` into ``words`` scratch words from ``base`` (rows of at most MAX_DIM)."""
+    out = []
+    for lo in range(0, words, MAX_DIM):
+        out.append(Elementwise("copy", 1, min(MAX_DIM, words - lo),
+                               View("scratch", base + lo, 0, 1), View("param", zero, 0, 0)))
+    return out
+
+
+def _np_local_grads(fb, q, N, i, r, npt, npm, xf, dwb, dbb):
+    """NP update of node ``i``, first half (``golden.zo._apply_np`` / ``np_local_grads``):
+    ``dacc = live ? gy k : 0`` in place on ``gy``; the FP32 input ``x - z``; ``dw[ky, kx]``
+    by one accumulating CONTRACT per (sample, output row) and kernel offset (products in the
+    golden's order over (sample, row, column); the padded positions, zero products in the
+    golden's sum, are skipped, which can change only the sign of an exactly zero gradient and
+    so never the integer step); ``db`` by one ``rsum`` over every position."""
+    nd = q.cfg.nodes[i]
+    H, W, C = nd.shape
+    j = nd.inputs[0]
+    Hi, Wi, Ci = fb.shapes[j]
+    per = H * W * C
+    P = N * H * W
+    y, gy = fb.regions[i]["y"], r["gy"]
+    out = []
+    for lo, cnt in _rows_split(P):
+        sl = lambda base: View("scratch", base + lo * C, C, 1)   # noqa: E731
+        out += [Elementwise("mul", cnt, C, sl(gy), sl(gy), View("param", r["k"], 0, 1)),
+                Elementwise("i2f", cnt, C, sl(npt), View("act", y + lo * C, C, 1)),
+                Elementwise("fcmp", cnt, C, sl(npm), View("param", r["bounds"], 0, 0), sl(npt),
+                            imm=0),
+                Elementwise("fcmp", cnt, C, sl(npt), sl(npt),
+                            View("param", r["bounds"] + 1, 0, 0), imm=0),
+                Elementwise("bitop", cnt, C, sl(npm), sl(npm), sl(npt), imm=0),
+                Elementwise("bitop", cnt, C, sl(gy), sl(gy), sl(npm), imm=0)]
+    E = N * Hi * Wi * Ci
+    xin = fb.x_base[j]
+    for lo in range(0, E, MAX_DIM):
+        cnt = min(MAX_DIM, E - lo)
+        out.append(Elementwise("i2f", 1, cnt, View("scratch", xf + lo, 0, 1),
+                               View("act", xin + lo, 0, 1)))
+    n_w = int(np.prod(nd.weight_shape))
+    for lo in range(0, n_w, MAX_DIM):
+        out.append(Elementwise("fill", 1, min(MAX_DIM, n_w - lo),
+                               View("scratch", dwb + lo, 0, 1), imm=0x80000000))
+    if nd.k == 1 and nd.stride == 1 and nd.pad == 0:
+        for lo, cnt in _rows_split(P):       # dw += X^T dacc over the positions, in order
+            out.append(Contract(Descriptor(Ci, C, cnt, View("scratch", xf + lo * Ci, 1, Ci),
+                                           View("scratch", gy + lo * C, C, 1),
+                                           View("scratch", dwb, C, 1), accumulate=True)))
+    else:
+        s_, p, k = nd.stride, nd.pad, nd.k
+        body = []
+        for ky in range(k):
+            for kx in range(k):
+                wlo = max(0, -(-(p - kx) // s_))
+                whi = min(W - 1, (Wi - 1 + p - kx) // s_)
+                if whi < wlo:
+                    continue
+                for oy in range(H):
+                    iy = s_ * oy + ky - p
+                    if not 0 <= iy < Hi:
+                        continue
+                    a = View("scratch", xf + (iy * Wi + s_ * wlo + kx - p) * Ci, 1, s_ * Ci)
+                    b = View("scratch", gy + (oy * W + wlo) * C, C, 1)
+                    c = View("scratch", dwb + (ky * k + kx) * Ci * C, C, 1)
+                    body.append(Contract(Descriptor(Ci, C, whi - wlo + 1, a, b, c,
+                                                    accumulate=True), (0, 1, 2)))
+        if N > 1:                            # samples in order: the chain over (b, row, col)
+            out += [Loop(N, (Hi * Wi * Ci, per, 0)), *body, EndLoop()]
+        else:
+            out += [replace(x, step=(0, 0, 0)) for x in body]
+    for lo, cnt in _rows_split(P):           # db = the sum over every position, in order
+        out.append(Reduce("sum", C, cnt, View("scratch", dbb, 1, 0),
+                          View("scratch", gy + lo * C, 1, C), accumulate=lo > 0))
+    return out
 
 
 #: Memory classes of a compiled ZO step's regions (:func:`zo_memory`).
@@ -311,7 +524,8 @@ ZO_MEMORY_CLASSES = ("trainable", "frozen", "activations", "accumulators", "zo_b
 
 def _region_class(name, trainable):
     node, _, kind = name.rpartition(".")
-    if name.startswith(("zo.k.", "const.")):
+    if name.startswith(("zo.k.", "const.")) or (name.startswith("zo.np.")
+                                                 and kind in ("k", "kw", "kb", "bounds")):
         return "constants"
     if kind in ("w", "b"):
         return "trainable" if node in trainable else "frozen"

@@ -18,15 +18,16 @@ import numpy as np
 
 __all__ = ["bench_zo", "ZO_BENCH_RUNS"]
 
-#: The settings benchmarked: the digits table's WP run (last layer, 20 queries) and dense WP
-#: of every layer (the step the memory figures of ``ttrain plan --rule zo`` describe).
-ZO_BENCH_RUNS = ("zo-wp", "wp-all")
+#: The settings benchmarked: the digits table's WP run (last layer, 20 queries), dense WP
+#: of every layer (the step the memory figures of ``ttrain plan --rule zo`` describe), and the
+#: table's node-perturbation and mixed runs (layer-wise, 20 queries per layer).
+ZO_BENCH_RUNS = ("zo-wp", "wp-all", "zo-np", "zo-mixed")
 
 
 def _settings(run, queries):
     from ..golden import adapt, zo
-    if run == "zo-wp":
-        s = adapt.ZO_RUNS["zo-wp"]
+    if run in ("zo-wp", "zo-np", "zo-mixed"):
+        s = adapt.ZO_RUNS[run]
     elif run == "wp-all":
         s = zo.ZOSettings(mode="wp", lr=0.05)
     else:

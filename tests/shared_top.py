@@ -74,7 +74,13 @@ def cnn_programs():
 #: layer-wise queries with nearest rounding; a high rate so that every step moves weights.
 ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
            "zo_digits_lw": zo.ZOSettings(mode="wp", queries=2, lr=0.3, layerwise=True,
-                                         rounding="nearest", seed=2)}
+                                         rounding="nearest", seed=2),
+           # node perturbation of every layer (the digits table's zo-np, 2 queries per layer)
+           # and the mixed mode with WP and NP in one joint group
+           "zo_digits_np": zo.ZOSettings(mode="np", queries=2, lr=0.05, layerwise=True,
+                                         np_dim="batch", seed=3),
+           "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.1, np_layers=2,
+                                            seed=6)}
 
 
 @functools.lru_cache(maxsize=None)

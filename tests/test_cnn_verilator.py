@@ -90,11 +90,14 @@ def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
     assert [r["error_code"] for r in res] == [0]
 
 
-@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2)])
+@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2),
+                                         ("zo_digits_np", 2), ("zo_digits_mixed", 2)])
 def test_zo_steps_bit_exact_on_the_chip(top, tmp_path, name, steps):
     """Whole compiled ZO steps (golden/zo_compiler.py) of the digits preset on the top: the
-    unperturbed pass, the perturbed queries (weights regenerated from seed words by the PRNG
-    ops), the regenerated estimate and the integer update; the host writes only a new batch and
+    unperturbed pass, the perturbed queries (weights, or with node perturbation the layers'
+    outputs, regenerated from seed words by the PRNG ops), the regenerated estimate (NP: the
+    output gradients, the straight-through mask and the local FP32 weight-gradient
+    contractions) and the integer update; the host writes only a new batch and
     the step's seeds between steps. Every store word after every step equals the golden
     interpreter, whose parameters equal ``zo.zo_step`` (tests/test_zo_compiler.py)."""
     from ttrain.golden import zo

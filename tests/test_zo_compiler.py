@@ -1,6 +1,7 @@
 """The compiled ZO step (golden/zo_compiler.py) on the golden interpreter leaves every int8
 weight and int32 bias exactly as the golden rule's ``zo.zo_step`` does, step after step, for
-the weight-perturbation variants it compiles; and what it does not compile is named."""
+the weight-perturbation, node-perturbation and mixed variants it compiles; and what it does
+not compile is named."""
 
 import numpy as np
 import pytest
@@ -17,7 +18,17 @@ VARIANTS = {
     "last-layer": dict(queries=4, lr=0.3, layers=("fc4",)),
     "two-layers-rates": dict(queries=2, lr=0.2, layers=("conv0", "conv2"),
                              layer_lr=(("conv0", 4.0),), sigma_w=2, sigma_b=200, seed=9),
+    # node perturbation (the digits table's zo-np and zo-mixed settings, fewer queries)
+    "np-layerwise": dict(mode="np", queries=2, lr=0.05, sigma_a=4, layerwise=True,
+                         np_dim="batch", seed=3),
+    "np-joint-nearest": dict(mode="np", queries=3, lr=3.0, sigma_a=6, rounding="nearest",
+                             seed=4),
+    "mixed-layerwise": dict(mode="mixed", queries=2, lr=0.05, np_layers=3, layerwise=True,
+                            np_dim="batch", layer_lr=(("conv0", 4.0),), seed=6),
+    "mixed-joint": dict(mode="mixed", queries=2, lr=0.05, np_layers=2, np_dim="queries",
+                        seed=8),
 }
+NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
 
 
 @pytest.mark.parametrize("name, variant, query_loop, packed",
@@ -26,7 +37,9 @@ VARIANTS = {
                             ("digits", "layerwise-nearest", False, True),
                             ("digits", "two-layers-rates", None, False),
                             ("parts", "joint", False, True),
-                            ("parts", "layerwise-nearest", True, False)])
+                            ("parts", "layerwise-nearest", True, False)]
+                         + [("digits", v, loop, packed) for v in NP_VARIANTS[:2]
+                            for loop, packed in ((True, False), (False, True))])
 def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, packed):
     """Three consecutive steps; ``query_loop`` True runs each group's queries as one LOOP
     (the convolutions' sample loops unrolled), False unrolls the queries, None picks the
@@ -35,7 +48,7 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     opts = dict(VARIANTS[variant])
     if name == "parts" and "layers" in opts:
         opts.pop("layers")
-    s = zo.ZOSettings(mode="wp", **opts)
+    s = zo.ZOSettings(**{"mode": "wp", **opts})
     batch = 3
     rng = np.random.default_rng(len(variant))
     cz = compile_zo_step(q0, batch, s, query_loop=query_loop, packed=packed)
@@ -60,11 +73,15 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
         changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
     assert changed > 0                      # the steps really moved the weights
     ops = [i.mnemonic for i in cz.program.instructions]
+    wp_nodes, np_nodes = zo._plan(q0, s)
     if query_loop and not packed:  # one perturbation per trainable layer, not per query
-        assert ops.count("perturb8") == len(zo._plan(q0, s)[0]) and "loop" in ops
+        assert ops.count("perturb8") == len(wp_nodes) and "loop" in ops
     assert ({"ext8", "ins8"} <= set(ops)) == packed
-    assert {"perturb8", "perturb32", "raccum", "f2i", "iadd"} <= set(ops)
+    assert {"perturb32", "raccum", "f2i", "iadd"} <= set(ops)
+    assert ("perturb8" in ops) == bool(wp_nodes)
+    assert ({"fcmp", "bitop", "contract"} <= set(ops)) or not np_nodes
     assert ("runif" in ops) == (s.rounding == "stochastic")
+    assert cz.np_nodes == tuple(np_nodes)
 
 
 def test_the_step_keeps_no_gradient_or_perturbation_copy_of_the_model():
@@ -85,17 +102,61 @@ def test_the_step_keeps_no_gradient_or_perturbation_copy_of_the_model():
         assert mp[f"{n.name}.w"].size == -(-int(np.prod(n.weight_shape)) // 4)
 
 
+def test_node_perturbation_keeps_outputs_and_buffers_as_the_golden_rule():
+    """The NP step's extra memory: each NP layer's FP32 output-gradient accumulator (B x its
+    outputs, as golden's ``gy``), one masked-gradient temporary, the FP32 input copy and the
+    local weight gradient of the largest NP layer; Q NP seed words after the WP/rounding ones."""
+    q = cnn_models()["digits"]
+    s = zo.ZOSettings(mode="np", queries=2, layerwise=True)
+    cz = compile_zo_step(q, 3, s)
+    m = cz.memory_map
+    convs = [i for i, n in enumerate(q.cfg.nodes) if n.kind == "conv"]
+    for i in convs:
+        n = q.cfg.nodes[i]
+        assert m[f"zo.gy.{n.name}"].size == 3 * int(np.prod(n.shape))
+    assert m["zo.np.dw"].size == max(int(np.prod(q.cfg.nodes[i].weight_shape)) for i in convs)
+    assert m["zo.seeds"].size == 2 * cz.queries + 1 and cz.queries == 2 * len(convs)
+    words = cz.seeds(0)
+    assert words[cz.queries + 1] == zo.stream_seed(s.seed, 0, 0, zo._STREAM_NP)
+
+
+def test_node_perturbation_through_a_residual_block():
+    """NP of the ungrouped layers of the parts model (a residual add after the perturbed
+    output, a strided and a padded convolution): equal to the golden rule over two steps."""
+    q0 = cnn_models()["parts"]
+    layers = tuple(n.name for n in q0.cfg.nodes if n.kind == "conv" and n.groups == 1)
+    s = zo.ZOSettings(mode="np", queries=2, lr=0.1, layers=layers, layerwise=True,
+                      np_dim="batch", seed=2)
+    cz = compile_zo_step(q0, 2, s)
+    golden, image = q0.copy(), None
+    rng = np.random.default_rng(5)
+    for step in range(2):
+        x = rng.integers(-128, 128, (2, *q0.cfg.input_shape))
+        y = rng.integers(0, q0.cfg.classes, 2)
+        if image is None:
+            image = cz.initial_image(x, y, step)
+        else:
+            cz.set_step(image, x, y, step)
+        image, st = interpreter.run(cz.program, image)
+        assert st.error == 0, st.message
+        zo.zo_step(golden, x, y, s, step)
+    chip = cz.params(image)
+    assert all(np.array_equal(chip.w[n], golden.w[n]) and np.array_equal(chip.b[n], golden.b[n])
+               for n in golden.w)
+    assert any(not np.array_equal(golden.w[n], q0.w[n]) for n in layers)
+
+
 @pytest.mark.parametrize("opts, match", [
-    (dict(mode="np"), "mode 'np'"),
-    (dict(mode="mixed"), "mode 'mixed'"),
+    (dict(mode="np"), "node perturbation of the grouped convolution"),
     (dict(sparse="random", density=0.5), "sparse mask 'random'"),
     (dict(antithetic=True), "antithetic"),
     (dict(inplace=True), "in-place"),
     (dict(sigma_b=300), "sigma above 255"),
 ])
 def test_what_is_not_compiled_is_named(opts, match):
+    model = "parts" if opts.get("mode") == "np" else "digits"
     with pytest.raises(ValueError, match=match):
-        compile_zo_step(cnn_models()["digits"], 2, zo.ZOSettings(**opts))
+        compile_zo_step(cnn_models()[model], 2, zo.ZOSettings(**opts))
 
 
 def test_bad_arguments_are_named():
