@@ -36,7 +36,8 @@ flow):
 4. Integer update with quantization-aware scaling (``algorithms.md`` §4): ``theta <- sat(theta
    + f2i(fp32_mul(g, k)))`` with the per-channel FP32 constant ``k = -lr * scale / s^2``
    (``s = s_w[c]`` for weights, ``s_x s_w[c]`` for biases): int8 weights, int32 biases;
-   ``lr`` of a layer is ``lr`` times its factor in ``layer_lr`` (per-layer rates, data).
+   ``lr`` of a layer is ``lr`` times its factor in ``layer_lr`` (per-layer rates, data), and
+   ``lr`` itself may decay over the run (``schedule``: a per-step rate, also data).
 
 Options: sparse training (only the chosen layers; inside them a **random** element mask drawn
 per step from the PRNG, or a **top-k** mask of the output channels with the largest mean
@@ -47,7 +48,7 @@ Every number of a step is defined here (the estimator, PRNG draws, FP32 sums in 
 rounding), so a fixed seed reproduces a run exactly, and the chip follows the same definition.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,14 +56,17 @@ from . import prng, qnn
 from .numerics import as_f32, fp32_add, fp32_mul, fp32_dot, fp32_sub, fp32_sum
 from .quant import f2i, i2f
 
-__all__ = ["ZO_MODES", "SPARSE_MASKS", "ZOSettings", "stream_seed", "estimate_gradient",
-           "zo_step", "wp_scale", "np_local_grads", "evaluate",
+__all__ = ["ZO_MODES", "SPARSE_MASKS", "SCHEDULES", "ZOSettings", "stream_seed",
+           "estimate_gradient", "zo_step", "wp_scale", "np_local_grads", "evaluate",
            "train_zo", "train_ste", "train_float"]
 
 ZO_MODES = ("wp", "np", "mixed")
 SPARSE_MASKS = ("none", "random", "topk")
 
 ROUNDINGS = ("nearest", "stochastic")
+#: Learning-rate schedules over a run of ``T`` steps: the rate of step ``k`` is ``lr`` times
+#: 1 (constant), ``0.5 (1 + cos(pi k / T))`` (cosine) or ``1 - k / T`` (linear).
+SCHEDULES = ("constant", "cosine", "linear")
 NP_DIMS = ("queries", "batch")
 
 _STREAM_WP, _STREAM_NP, _STREAM_MASK, _STREAM_ROUND = 0, 1, 2, 3
@@ -90,7 +94,12 @@ class ZOSettings:
     trainable layer uses NP. ``layerwise``: ``queries`` queries per trainable layer, each
     perturbing that layer alone (else every query perturbs all of them). ``np_dim``: the NP
     dim factor over ``queries`` (``n / (n + d - 1)``) or ``batch`` x queries. ``layer_lr``:
-    ``(layer name, factor)`` pairs multiplying ``lr`` for those layers.
+    ``(layer name, factor)`` pairs multiplying ``lr`` for those layers. ``schedule``: the
+    learning rate over the run (:data:`SCHEDULES`; ``lr`` is the peak, at step 0):
+    :func:`train_zo` steps with :meth:`at_step`, the settings with that step's constant rate.
+    The rate only enters the per-channel update constants (:func:`wp_scale`, the NP ``kw`` /
+    ``kb``), which the chip holds as data, so a schedule is host data: the host rewrites those
+    constants before a step; the step's program does not change.
     """
     mode: str = "wp"
     queries: int = 20
@@ -108,7 +117,25 @@ class ZOSettings:
     layerwise: bool = False
     np_dim: str = "queries"
     layer_lr: tuple = ()
+    schedule: str = "constant"
     seed: int = 0
+
+    def rate_factor(self, step, total):
+        """Factor of ``lr`` at step ``step`` of a run of ``total`` steps (:data:`SCHEDULES`)."""
+        if self.schedule == "constant":
+            return 1.0
+        if not 0 <= step < total:
+            raise ValueError(f"step {step} is outside the run's {total} steps")
+        if self.schedule == "cosine":
+            return 0.5 * (1.0 + float(np.cos(np.pi * step / total)))
+        return 1.0 - step / total
+
+    def at_step(self, step, total):
+        """The settings of step ``step`` of ``total``: ``lr`` scaled by :meth:`rate_factor`,
+        schedule constant (itself when the schedule is constant)."""
+        if self.schedule == "constant":
+            return self
+        return replace(self, lr=self.lr * self.rate_factor(step, total), schedule="constant")
 
     def layer_rate(self, name):
         """Learning rate of layer ``name``: ``lr`` times its factor in ``layer_lr``."""
@@ -147,6 +174,9 @@ class ZOSettings:
         if self.layerwise and self.inplace:
             raise ValueError("the in-place variant perturbs every trainable layer at once; it "
                              "is not defined with layerwise queries")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"learning-rate schedule must be one of {', '.join(SCHEDULES)}, "
+                             f"not {self.schedule!r}")
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"update rounding must be one of {', '.join(ROUNDINGS)}, not "
                              f"{self.rounding!r}")
@@ -477,12 +507,15 @@ def train_zo(q, data, s, *, epochs=10, batch=50, progress=None, stepper=None):
     """Adapt the int8 model ``q`` (a copy is trained) with the ZO rule; returns the record and
     the trained model (parameters of the best validation epoch). ``stepper(q, x, labels, s,
     step)`` replaces :func:`zo_step` (e.g. the compiled step on the interpreter or the chip,
-    :mod:`ttrain.golden.zo_compiler`); it must leave ``q`` as the step does."""
+    :mod:`ttrain.golden.zo_compiler`); it must leave ``q`` as the step does. A schedule
+    (``s.schedule``) runs over ``epochs`` x (train images // ``batch``) steps: step ``k`` gets
+    ``s.at_step(k, total)``."""
     q = q.copy()
     stepper = zo_step if stepper is None else stepper
+    total = epochs * (len(data.train.images) // batch)
 
     def step(xb, yb, k):
-        return stepper(q, qnn.quantize_input(xb), yb, s, k)["loss"]
+        return stepper(q, qnn.quantize_input(xb), yb, s.at_step(k, total), k)["loss"]
 
     history, best = _loop(step, lambda sp: evaluate(q, sp.images, sp.labels),
                           lambda: (q.copy()), data, epochs=epochs, batch=batch, seed=s.seed,

@@ -153,6 +153,11 @@ def _check_settings(s):
         why.append("the in-place variant")
     if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
         why.append("sigma above 255 (perturb8/32 hold sigma in 8 bits)")
+    if s.schedule != "constant":
+        why.append(f"a learning-rate schedule ({s.schedule!r}: the per-step rate is host data, "
+                   "the update constants of zo.wp_scale; compile the step with "
+                   "settings.at_step(k, total) and rewrite the constants per step — the "
+                   "steppers write them once)")
     if why:
         raise ValueError("the ZO step compiler does not compile " + "; ".join(why) +
                          "; train it with the golden rule (ttrain train --rule zo)")
