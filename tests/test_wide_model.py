@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The wide-engine design model (testbench/wide_model.py): its ``current`` mapping is the
 engine's own analytical model (rtl/engine.py issue_cycles, better orientation), every mapping is
 at least the ideal, and the study runs on a compiled step."""
