@@ -268,7 +268,7 @@ def _check(args):
         for r in (args.runs or "zo-wp").split(","):
             if r in adapt.ZO_RUNS:
                 try:
-                    _check_settings(adapt.ZO_RUNS[r])
+                    _check_settings(adapt.ZO_RUNS[r].at_step(0, 1))   # a schedule is data
                 except ValueError as e:
                     raise ValueError(f"--runs {r} cannot run with --engine {args.engine}: {e}; "
                                      "choose zo-wp, zo-np or zo-mixed (or use --engine "

@@ -77,11 +77,16 @@ class CompiledZO(CompiledCNN):
         if self.np_nodes:
             from .cnn_compiler import _pack_rq
             self._put(image, "const.rq1", np.atleast_1d(_pack_rq(1, 0)))
+        if "const.abs" in self.memory_map:
+            self._put(image, "const.abs", np.array([0x7FFFFFFF, 0x3F800000], np.uint32))
         for i in self.np_nodes:
             for name, words in np_constants(self.q, self.settings, i, self.np_dims[i],
                                             self.batch).items():
+                words = np.asarray(words, np.float32)
+                if name == "tri":                      # a mask: all ones below the diagonal
+                    words = np.where(words != 0, np.uint32(0xFFFFFFFF), np.uint32(0))
                 self._put(image, f"zo.np.{self.q.cfg.nodes[i].name}.{name}",
-                          np.asarray(words, np.float32).view(np.uint32))
+                          words.view(np.uint32) if words.dtype == np.float32 else words)
 
     def seeds(self, step):
         """The ``Q + 1`` seed words of step ``step`` (the host computes them)."""
@@ -138,15 +143,26 @@ def np_constants(q, s, i, dim, batch):
     z = int(q.zp[i])
     lo = (z if node.relu else -128) - z
     C = node.shape[2]
-    return {"k": np.broadcast_to(k, (C,)), "kw": np.broadcast_to(kw, (C,)),
-            "kb": np.broadcast_to(kb, (C,)),
-            "bounds": np.array([lo, 127 - z], np.float32)}
+    out = {"k": np.broadcast_to(k, (C,)), "kw": np.broadcast_to(kw, (C,)),
+           "kb": np.broadcast_to(kb, (C,)),
+           "bounds": np.array([lo, 127 - z], np.float32)}
+    if s.sparse == "topk":       # golden.zo._channel_topk: keep the top ceil(density C)
+        out["keep"] = np.array([topk_count(s, C)], np.float32)
+        out["tri"] = np.tril(np.ones((C, C), bool), -1).astype(np.float32)
+    return out
+
+
+def topk_count(s, C):
+    """Channels kept by the top-k mask (``golden.zo._channel_topk``)."""
+    return max(1, int(np.ceil(s.density * C)))
 
 
 def _check_settings(s):
     why = []
-    if s.sparse != "none":
-        why.append(f"sparse mask {s.sparse!r}")
+    if s.sparse == "random" or (s.sparse == "topk" and s.mode != "np"):
+        why.append(f"sparse mask {s.sparse!r}" + (" with weight perturbation (top-k masks are "
+                                                   "compiled for node perturbation, mode 'np')"
+                                                   if s.sparse == "topk" else ""))
     if s.antithetic:
         why.append("antithetic queries")
     if s.inplace:
@@ -156,8 +172,8 @@ def _check_settings(s):
     if s.schedule != "constant":
         why.append(f"a learning-rate schedule ({s.schedule!r}: the per-step rate is host data, "
                    "the update constants of zo.wp_scale; compile the step with "
-                   "settings.at_step(k, total) and rewrite the constants per step — the "
-                   "steppers write them once)")
+                   "settings.at_step(k, total) and rewrite the constants per step, as "
+                   "InterpretedZO and ChipZO do)")
     if why:
         raise ValueError("the ZO step compiler does not compile " + "; ".join(why) +
                          "; train it with the golden rule (ttrain train --rule zo)")
@@ -233,8 +249,14 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         np_base[i] = d_np
         d_np += int(np.prod(nodes[i].shape))
     np_dims = {}
+    topk = s.sparse == "topk"
+
+    def np_count(i):
+        H, W, C = nodes[i].shape
+        return H * W * (topk_count(s, C) if topk else C)
+
     for gw, gn in groups:
-        d = sum(int(np.prod(nodes[i].shape)) for i in gn)
+        d = sum(np_count(i) for i in gn)
         for i in gn:
             np_dims[i] = zo._dim_scale(n * N if s.np_dim == "batch" else n, d)
     for i in np_nodes:             # the NP updates use the WP update's chunks and constants
@@ -268,6 +290,10 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             npr[i] = {"gy": al.region(f"zo.gy.{nm}", "scratch", N * int(np.prod(nodes[i].shape))),
                       **{k: al.region(f"zo.np.{nm}.{k}", "param", C) for k in ("k", "kw", "kb")},
                       "bounds": al.region(f"zo.np.{nm}.bounds", "param", 2)}
+            if topk:
+                npr[i].update(keep=al.region(f"zo.np.{nm}.keep", "param", 1),
+                              tri=al.region(f"zo.np.{nm}.tri", "param", C * C),
+                              mask=al.region(f"zo.np.{nm}.mask", "scratch", C))
             kreg[(i, "w")], kreg[(i, "b")] = npr[i]["kw"], npr[i]["kb"]
             offs[(i, "w")] = offset + 2 * i * (1 << 20)
             offs[(i, "b")] = offset + 2 * i * (1 << 20) + (1 << 20)
@@ -278,6 +304,11 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             N * int(np.prod(fb.shapes[nodes[i].inputs[0]])) for i in np_nodes))
         dwb = al.region("zo.np.dw", "scratch", max(size_of[(i, "w")] for i in np_nodes))
         dbb = al.region("zo.np.db", "scratch", max(nodes[i].shape[2] for i in np_nodes))
+        if topk:
+            cabs = al.region("const.abs", "param", 2)          # 0x7FFFFFFF, 1.0
+            cmax = max(nodes[i].shape[2] for i in np_nodes)
+            rk1 = al.region("zo.np.rank1", "scratch", cmax * cmax)
+            rk2 = al.region("zo.np.rank2", "scratch", cmax * cmax)
     lmean = fb.ce["loss.mean"]
     lvec = fb.ce["loss"]
 
@@ -322,11 +353,21 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                       View("act", y + b * per, 0, 1), seed, imm=b * d_np + np_base[i],
                       sigma=s.sigma_a, step=(0, 0, step)) for b in range(N)]
         C = nd.shape[2]
+        if topk:                   # keep the unperturbed outputs of the masked-off channels
+            out = [Elementwise("copy", cnt, C, View("scratch", npt + lo * C, C, 1),
+                               View("act", y + lo * C, C, 1))
+                   for lo, cnt in _chunks(N * per // C, C)] + out
         for lo, cnt in _chunks(N * per // C, C):
-            out.append(Elementwise("requant", cnt, C, View("act", y + lo * C, C, 1),
-                                   View("act", y + lo * C, C, 1),
-                                   View("param", rq1, 0, 0),
+            yv = View("act", y + lo * C, C, 1)
+            out.append(Elementwise("requant", cnt, C, yv, yv, View("param", rq1, 0, 0),
                                    _bounds(-128 - z, 127 - z)))
+            if topk:
+                m = View("scratch", npr[i]["mask"], 0, 1)
+                tv = View("scratch", npm + lo * C, C, 1)
+                out += [Elementwise("bitop", cnt, C, tv, View("scratch", npt + lo * C, C, 1), m,
+                                    imm=1),
+                        Elementwise("bitop", cnt, C, yv, yv, m, imm=0),
+                        Elementwise("bitop", cnt, C, yv, yv, tv, imm=2)]
         return out
 
     def node_accumulate(gn, qi, step):
@@ -340,6 +381,12 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             out += [Random("raccum", 1, per, View("scratch", gy + b * per, 0, 1),
                            View("scratch", cb + b, 0, 0), seed, imm=b * d_np + np_base[i],
                            step=(0, 0, step)) for b in range(N)]
+            if topk:               # masked-off entries stay +0, as golden's (c * 0 added to +0)
+                C = nodes[i].shape[2]
+                out += [Elementwise("bitop", cnt, C, View("scratch", gy + lo * C, C, 1),
+                                    View("scratch", gy + lo * C, C, 1),
+                                    View("scratch", npr[i]["mask"], 0, 1), imm=0)
+                        for lo, cnt in _chunks(N * per // C, C)]
         return out
 
     def queries(gw, gn, gi, start, looped):
@@ -365,6 +412,9 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     ins.append(Elementwise("copy", 1, 1, View("scratch", l0, 1, 1), View("act", lmean, 1, 1)))
     if np_nodes:
         ins.append(Elementwise("copy", 1, N, View("scratch", l0v, 0, 1), View("act", lvec, 0, 1)))
+        if topk:
+            for i in np_nodes:
+                ins += _topk_mask(fb, q, N, i, npr[i], npt, cabs, rk1, rk2)
         for i in np_nodes:
             ins += _fill_chunks(npr[i]["gy"], N * int(np.prod(nodes[i].shape)), zero)
     ends = {"forward": len(ins)}
@@ -443,6 +493,38 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     return CompiledZO(al.program(ins), q, batch, packed=bool(packed), settings=s, queries=Q,
                       tensors=tuple(tensors), group_dims=dims, phase_ends=ends,
                       np_nodes=tuple(np_nodes), np_dims=np_dims)
+
+
+def _topk_mask(fb, q, N, i, r, npt, cabs, rk1, rk2):
+    """Node ``i``'s top-k channel mask from the unperturbed outputs
+    (``golden.zo._channel_topk``): the per-channel sums of ``|y - z|`` (exact FP32 integer
+    sums), each channel's rank ``#{c': a[c'] > a[c]} + #{c' < c: a[c'] == a[c]}`` (the stable
+    descending order) from a C x C ``fcmp`` matrix, then ``rank < keep``: all ones or 0 per
+    channel."""
+    nd = q.cfg.nodes[i]
+    H, W, C = nd.shape
+    P = N * H * W
+    y = fb.regions[i]["y"]
+    out = []
+    for lo, cnt in _rows_split(P):
+        v = View("scratch", npt + lo * C, C, 1)
+        out += [Elementwise("i2f", cnt, C, v, View("act", y + lo * C, C, 1)),
+                Elementwise("bitop", cnt, C, v, v, View("param", cabs, 0, 0), imm=0)]
+    mask = r["mask"]
+    for lo, cnt in _rows_split(P):            # a[c] = sum over every position (exact)
+        out.append(Reduce("sum", C, cnt, View("scratch", mask, 1, 0),
+                          View("scratch", npt + lo * C, 1, C), accumulate=lo > 0))
+    a_row, a_col = View("scratch", mask, 1, 0), View("scratch", mask, 0, 1)
+    m1, m2 = View("scratch", rk1, C, 1), View("scratch", rk2, C, 1)
+    out += [Elementwise("fcmp", C, C, m1, a_row, a_col, imm=0),           # a[c] < a[c']
+            Elementwise("fcmp", C, C, m2, a_row, a_col, imm=2),           # a[c] == a[c']
+            Elementwise("bitop", C, C, m2, m2, View("param", r["tri"], C, 1), imm=0),
+            Elementwise("bitop", C, C, m1, m1, m2, imm=2),
+            Elementwise("bitop", C, C, m1, m1, View("param", cabs + 1, 0, 0), imm=0),
+            Reduce("sum", C, C, View("scratch", mask, 1, 0), m1),
+            Elementwise("fcmp", 1, C, View("scratch", mask, 0, 1), View("scratch", mask, 0, 1),
+                        View("param", r["keep"], 0, 0), imm=0)]
+    return out
 
 
 def _fill_chunks(base, words, zero):
@@ -641,7 +723,10 @@ class InterpretedZO:
         """Called after each step with the image before and after it (a subclass checks)."""
 
     def __call__(self, q, x, labels, s, step):
-        if s != self.settings:
+        base = self.settings
+        # train_zo passes each step's settings (a schedule's rate of that step, ``at_step``):
+        # the program is the same for every rate; the host rewrites the update constants
+        if replace(s, lr=base.lr, schedule=base.schedule) != base:
             raise ValueError("this stepper was built for other ZO settings")
         if self.cz is None:
             self.cz = compile_zo_step(q, len(x), s, **self.options)
@@ -652,6 +737,9 @@ class InterpretedZO:
                                  f"{len(x)}")
             image_in = self.image
             self.cz.set_step(image_in, x, labels, step)
+            if s != self.cz.settings:          # this step's rate: new update constants
+                self.cz.settings = s
+                self.cz.set_constants(image_in)
         self.image = self._run(image_in)
         self.after(step, image_in, self.image)
         self.steps += 1

@@ -80,7 +80,10 @@ ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
            "zo_digits_np": zo.ZOSettings(mode="np", queries=2, lr=0.05, layerwise=True,
                                          np_dim="batch", seed=3),
            "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.1, np_layers=2,
-                                            seed=6)}
+                                            seed=6),
+           # sparse training: NP of the top-half output channels (the table's zo-sparse)
+           "zo_digits_sparse": zo.ZOSettings(mode="np", sparse="topk", density=0.5, queries=2,
+                                             lr=0.05, layerwise=True, np_dim="batch", seed=9)}
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,9 +18,6 @@ from test_cli_errors import error_line
     (["--rule", "zo", "--data", "digits-c", "--runs", "zo-wp,adam"], "unknown run(s) adam"),
     (["--data", "digits", "--engine", "rtl"],
      "--engine does not apply to the CNN preset digits-cnn with --rule sgd"),
-    (["--rule", "zo", "--data", "digits-c", "--engine", "rtl", "--runs", "zo-sparse"],
-     "--runs zo-sparse cannot run with --engine rtl: the ZO step compiler does not compile "
-     "sparse mask 'topk'"),
     (["--rule", "zo", "--data", "digits-c", "--engine", "interpreter", "--lanes", "4"],
      "--lanes does not apply to the CNN preset digits-cnn with --rule zo"),
     (["--rule", "zo", "--data", "digits-c", "--engine", "rtl", "--lanes", "6"],

@@ -27,6 +27,11 @@ VARIANTS = {
                             np_dim="batch", layer_lr=(("conv0", 4.0),), seed=6),
     "mixed-joint": dict(mode="mixed", queries=2, lr=0.05, np_layers=2, np_dim="queries",
                         seed=8),
+    # sparse training: NP of the top-k output channels by mean |y - z| (the table's zo-sparse)
+    "sparse-topk": dict(mode="np", sparse="topk", density=0.5, queries=2, lr=0.05,
+                        layerwise=True, np_dim="batch", seed=10),
+    "sparse-topk-nearest": dict(mode="np", sparse="topk", density=0.3, queries=2, lr=0.5,
+                                rounding="nearest", seed=11),
 }
 NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
 
@@ -38,7 +43,8 @@ NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
                             ("digits", "two-layers-rates", None, False),
                             ("parts", "joint", False, True),
                             ("parts", "layerwise-nearest", True, False)]
-                         + [("digits", v, loop, packed) for v in NP_VARIANTS[:2]
+                         + [("digits", v, loop, packed)
+                            for v in NP_VARIANTS[:2] + NP_VARIANTS[-2:]
                             for loop, packed in ((True, False), (False, True))])
 def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, packed):
     """Three consecutive steps; ``query_loop`` True runs each group's queries as one LOOP
@@ -149,6 +155,8 @@ def test_node_perturbation_through_a_residual_block():
 @pytest.mark.parametrize("opts, match", [
     (dict(mode="np"), "node perturbation of the grouped convolution"),
     (dict(sparse="random", density=0.5), "sparse mask 'random'"),
+    (dict(mode="mixed", sparse="topk", density=0.5), "top-k masks are compiled for node "
+                                                     "perturbation"),
     (dict(antithetic=True), "antithetic"),
     (dict(inplace=True), "in-place"),
     (dict(sigma_b=300), "sigma above 255"),
@@ -206,3 +214,26 @@ def test_memory_report_classes_add_up():
         assert m["total_bytes"] == 4 * sum(m["words"].values()) + m["program_bytes"]
         assert m["packed_int8_projection"]["total_bytes"] < m["total_bytes"]
     assert sparse["writable_bytes"] < dense["writable_bytes"]
+
+
+def test_the_stepper_runs_a_schedule_by_rewriting_the_update_constants():
+    """``InterpretedZO`` given each step's settings of a scheduled run (``at_step``, as
+    ``train_zo`` passes them) keeps one program and rewrites the WP and NP update constants:
+    equal to the golden scheduled steps."""
+    from ttrain.golden.zo_compiler import InterpretedZO
+    q0 = cnn_models()["digits"]
+    s = zo.ZOSettings(mode="np", queries=2, lr=0.2, layerwise=True, np_dim="batch",
+                      schedule="linear", seed=4)
+    total, batch = 3, 2
+    stepper, qc, golden = InterpretedZO(s), q0.copy(), q0.copy()
+    rng = np.random.default_rng(2)
+    for k in range(total):
+        x = rng.integers(-128, 128, (batch, *q0.cfg.input_shape))
+        y = rng.integers(0, q0.cfg.classes, batch)
+        stepper(qc, x, y, s.at_step(k, total), k)
+        zo.zo_step(golden, x, y, s.at_step(k, total), k)
+        for n in golden.w:
+            assert np.array_equal(qc.w[n], golden.w[n]) and np.array_equal(qc.b[n], golden.b[n])
+    assert any(not np.array_equal(golden.w[n], q0.w[n]) for n in golden.w)
+    with pytest.raises(ValueError, match="built for other ZO settings"):
+        stepper(qc, x, y, zo.ZOSettings(mode="wp"), total)
