@@ -57,7 +57,7 @@ from .numerics import as_f32, fp32_add, fp32_mul, fp32_dot, fp32_sub, fp32_sum
 from .quant import f2i, i2f
 
 __all__ = ["ZO_MODES", "SPARSE_MASKS", "SCHEDULES", "ZOSettings", "stream_seed",
-           "estimate_gradient", "zo_step", "wp_scale", "np_local_grads", "evaluate",
+           "estimate_gradient", "zo_step", "wp_scale", "np_scales", "np_local_grads", "evaluate",
            "train_zo", "train_ste", "train_float"]
 
 ZO_MODES = ("wp", "np", "mixed")
@@ -446,18 +446,29 @@ def np_local_grads(q, i, acts, x, dacc):
     return dw, db
 
 
+def np_scales(q, s, i, dim, batch):
+    """FP32 constants of node ``i``'s NP update ``(k, kw, kb)``: ``k`` (per output channel)
+    turns the accumulated output gradient into ``dacc``, ``kw`` / ``kb`` (per channel) scale
+    the local weight and bias gradients into integer steps (the chip holds them as data:
+    ``golden.zo_compiler.np_constants``)."""
+    node = q.cfg.nodes[i]
+    nm = node.name
+    rescale = q.scale[node.inputs[0]] * q.s_w[nm] / q.scale[i]
+    k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
+    kw = as_f32((-s.layer_rate(nm) / q.s_w[nm] ** 2).astype(np.float32))
+    kb = as_f32((-s.layer_rate(nm) / q.bias_scale(i) ** 2).astype(np.float32))
+    return k, kw, kb
+
+
 def _apply_np(q, i, acts0, x, gy, s, dim, batch, rseed, off):
     node = q.cfg.nodes[i]
     nm = node.name
     y = acts0[i]
     lo = q.zp[i] if node.relu else -128
     live = (y > lo) & (y < 127)
-    rescale = q.scale[node.inputs[0]] * q.s_w[nm] / q.scale[i]
-    k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
+    k, kw, kb = np_scales(q, s, i, dim, batch)
     dacc = np.where(live, fp32_mul(gy, k), np.float32(0))
     dw, db = np_local_grads(q, i, acts0, x, dacc)
-    kw = as_f32((-s.layer_rate(nm) / q.s_w[nm] ** 2).astype(np.float32))
-    kb = as_f32((-s.layer_rate(nm) / q.bias_scale(i) ** 2).astype(np.float32))
     q.w[nm] = np.clip(q.w[nm] + _round_update(fp32_mul(dw, kw), s, rseed, off), -128, 127)
     q.b[nm] = np.clip(q.b[nm] + _round_update(fp32_mul(db, kb), s, rseed, off + (1 << 20)),
                       -(1 << 31), (1 << 31) - 1)

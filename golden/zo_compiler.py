@@ -128,18 +128,13 @@ class CompiledZO(CompiledCNN):
 
 
 def np_constants(q, s, i, dim, batch):
-    """FP32 constants of node ``i``'s NP update, as ``golden.zo._apply_np`` computes them
-    (the chip holds them as data): ``k`` (per output channel) scales the accumulated output
+    """FP32 constants of node ``i``'s NP update (``golden.zo.np_scales``, the chip holds them
+    as data): ``k`` (per output channel) scales the accumulated output
     gradient, ``kw`` / ``kb`` (per channel) the local weight and bias gradients; ``lo`` /
     ``hi`` bound the straight-through mask on the stored outputs ``y - z`` (live where
     ``lo < y - z < hi``)."""
-    from .numerics import as_f32
     node = q.cfg.nodes[i]
-    nm = node.name
-    rescale = q.scale[node.inputs[0]] * q.s_w[nm] / q.scale[i]
-    k = as_f32((dim / (s.sigma_a * s.queries * batch) * rescale).astype(np.float32))
-    kw = as_f32((-s.layer_rate(nm) / q.s_w[nm] ** 2).astype(np.float32))
-    kb = as_f32((-s.layer_rate(nm) / q.bias_scale(i) ** 2).astype(np.float32))
+    k, kw, kb = zo.np_scales(q, s, i, dim, batch)
     z = int(q.zp[i])
     lo = (z if node.relu else -128) - z
     C = node.shape[2]
