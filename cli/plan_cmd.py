@@ -183,8 +183,18 @@ def zo_plan_report(config, *, batch=1, sparse_layers=2):
                        "grad_chunk_words": chunk, "unpack_words": chunk,
                        "instructions": len(cz.program.instructions),
                        "store_words": dict(cz.program.store_sizes), **zo_memory(cz)}
+    # the digits-C table's node-perturbation run (layer-wise NP of every layer), where the
+    # model has no grouped convolution (their local gradient is not compiled)
+    from .golden import adapt
+    try:
+        cz = compile_zo_step(q, batch, adapt.ZO_RUNS["zo-np"].at_step(0, 1))
+        np_step = {"run": "zo-np", "queries": cz.queries,
+                   "instructions": len(cz.program.instructions),
+                   "store_words": dict(cz.program.store_sizes), **zo_memory(cz)}
+    except ValueError as e:
+        np_step = {"run": "zo-np", "not_compiled": str(e)}
     return {"config": cfg.name, "note": cfg.note, "params": cfg.n_params, "batch": batch,
-            "zo": steps,
+            "zo": steps, "zo_np": np_step,
             "bp_int8_estimate": bp_memory_estimate(q, batch),
             "budgets_bytes": {"dense": 1024 * 1024, "sparse": 256 * 1024},
             "budget_applies_to": "writable_bytes (the paper's MCU SRAM: 1024 KB dense, 256 KB "
@@ -226,6 +236,15 @@ def format_zo_report(rep):
         out.append(f"  {name}: " + ", ".join(f"{c} {v / kb:,.1f}/{pj[c] / kb:,.1f}"
                                            for c, v in st["bytes"].items())
                    + f", program {st['program_bytes'] / kb:,.1f}")
+    npst = rep["zo_np"]
+    if "not_compiled" in npst:
+        out += ["", f"node perturbation (zo-np): not compiled for {rep['config']}: "
+                f"{npst['not_compiled'].split('; train it')[0]}"]
+    else:
+        out += ["", f"node perturbation (zo-np, every layer, {npst['queries']} queries): "
+                f"{npst['instructions']:,} instructions, {npst['total_bytes'] / kb:,.1f} KB as "
+                f"compiled, {npst['writable_bytes'] / kb:,.1f} KB writable ("
+                + ", ".join(f"{c} {v / kb:,.1f}" for c, v in npst["bytes"].items()) + ")"]
     bp = rep["bp_int8_estimate"]
     out += ["", f"int8 BP training (estimate, not compiled): {bp['total_bytes'] / kb:,.1f} KB as "
             f"32-bit words, {bp['packed_int8_projection']['total_bytes'] / kb:,.1f} KB packed: "

@@ -631,7 +631,8 @@ def zo_memory(cz):
     *projection* (not built) of the bytes with int8 values packed four to a word.
     """
     nodes = cz.q.cfg.nodes
-    trainable = {nodes[i].name for i, _, _, _ in cz.tensors}
+    trainable = ({nodes[i].name for i, _, _, _ in cz.tensors}
+                 | {nodes[i].name for i in cz.np_nodes})
     spans = {}                             # (class, store, int8) -> set of word addresses
     for name, r in cz.memory_map.items():
         int8 = (name.endswith(".y") or name in ("in.x", "zo.wq")

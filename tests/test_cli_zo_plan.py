@@ -36,6 +36,20 @@ def test_plan_zo_text(capsys):
     assert main(["plan", "--config", "digits-cnn", "--rule", "zo", "--sparse-layers", "1"]) == 0
     text = capsys.readouterr().out
     assert "dense" in text and "sparse" in text and "projection" in text
+    assert "node perturbation (zo-np, every layer, 80 queries)" in text
+
+
+def test_plan_zo_reports_the_node_perturbation_step_or_why_not(capsys):
+    """digits-cnn: the NP step's memory from its compiled map (the FP32 output gradients of
+    the perturbed layers among the ZO buffers); mcunet-s: not compiled (depthwise layers)."""
+    assert main(["plan", "--config", "digits-cnn", "--rule", "zo", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    npst = rep["zo_np"]
+    assert npst["queries"] == 80 and npst["words"]["zo_buffers"] > 1674
+    assert npst["total_bytes"] > rep["zo"]["dense"]["total_bytes"]
+    assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert "grouped convolution" in rep["zo_np"]["not_compiled"]
 
 
 @pytest.mark.parametrize("argv, needle", [
