@@ -38,7 +38,7 @@ def register(sub):
     p.add_argument("--no-fused-update", dest="fused_update", action="store_false",
                    help="memory of the step compiled with one UPDATE at its end (gradients of "
                         "every tensor held at once) instead of the default fused update")
-    p.add_argument("--recompute", choices=RECOMPUTE, default="layer",
+    p.add_argument("--recompute", choices=RECOMPUTE, default=None,
                    help="activation recomputation of the compiled step: none (the backward "
                         "pass reads what the forward pass kept), sublayer (keep each "
                         "attention/FFN half's LayerNorm x_hat, run the half again before its "
@@ -52,7 +52,7 @@ def register(sub):
                         "the auxiliary memory and its r (n_i + n_o) bound)")
     p.add_argument("--rank", type=int, default=None, metavar="R",
                    help="--rule lrt: rank of the accumulators (default 4)")
-    p.add_argument("--sparse-layers", type=int, default=2, metavar="K",
+    p.add_argument("--sparse-layers", type=int, default=None, metavar="K",
                    help="--rule zo: the sparse step trains the last K convolution layers "
                         "(default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
@@ -293,19 +293,33 @@ def format_lrt_report(rep):
     return "\n".join(out)
 
 
+def _only(args, flags, rule):
+    """Reject flags of another rule's plan (ValueError naming the flag)."""
+    for flag, given in flags:
+        if given:
+            raise ValueError(f"{flag} does not apply to --rule {rule}")
+
+
 def run(args):
-    if args.rule != "lrt" and args.rank is not None:
-        raise ValueError("--rank applies to --rule lrt only")
+    sgd_flags = [("--order", args.order is not None), ("--no-fused-update", not args.fused_update),
+                 ("--recompute", args.recompute is not None), ("--steps", args.steps)]
+    if args.rule != "lrt":
+        _only(args, [("--rank", args.rank is not None)], args.rule)
+    if args.rule != "zo":
+        _only(args, [("--sparse-layers", args.sparse_layers is not None)], args.rule)
     if args.rule == "lrt":
+        _only(args, sgd_flags + [("--batch", args.batch is not None)], "lrt")
         rep = lrt_plan_report(args.config, rank=args.rank)
         text = format_lrt_report
     elif args.rule == "zo":
+        _only(args, sgd_flags, "zo")
         rep = zo_plan_report(args.config, batch=1 if args.batch is None else args.batch,
-                             sparse_layers=args.sparse_layers)
+                             sparse_layers=2 if args.sparse_layers is None
+                             else args.sparse_layers)
         text = format_zo_report
     else:
         rep = plan_report(args.config, batch=args.batch, order=args.order, steps=args.steps,
-                          fused_update=args.fused_update, recompute=args.recompute)
+                          fused_update=args.fused_update, recompute=args.recompute or "layer")
         text = format_report
     if args.json:
         json.dump(rep, sys.stdout, indent=2)

@@ -140,7 +140,17 @@ def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(ca
                                                           "MLP presets"),
     (["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "0"], "--rank must be at "
                                                                          "least 1"),
-    (["plan", "--config", "paper-l1", "--rank", "2"], "--rank applies to --rule lrt only"),
+    (["plan", "--config", "paper-l1", "--rank", "2"], "--rank does not apply to --rule sgd"),
+    (["plan", "--config", "digits-mlp", "--rule", "lrt", "--batch", "3"], "--batch does not "
+                                                                          "apply to --rule lrt"),
+    (["plan", "--config", "digits-mlp", "--rule", "lrt", "--sparse-layers", "1"],
+     "--sparse-layers does not apply to --rule lrt"),
+    (["plan", "--config", "digits-cnn", "--rule", "zo", "--order", "best"], "--order does not "
+                                                                            "apply to --rule zo"),
+    (["plan", "--config", "digits-cnn", "--rule", "zo", "--recompute", "none"],
+     "--recompute does not apply to --rule zo"),
+    (["plan", "--config", "paper-l1", "--sparse-layers", "1"], "--sparse-layers does not apply "
+                                                               "to --rule sgd"),
     (["bench", "step", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt benchmarks the "
                                                                    "fixed-point MLP presets"),
     (["bench", "step", "--rule", "lrt", "--queries", "3"], "--queries does not apply to --rule "
