@@ -8,7 +8,7 @@ import json
 import sys
 
 from .golden.config import preset_names
-from .golden.memory import CATEGORIES, REGION_CLASSES
+from .golden.memory import REGION_CLASSES
 from .golden.model_compiler import RECOMPUTE
 from .golden.planner import ORDER_NAMES
 from .platforms.memory import plan_report

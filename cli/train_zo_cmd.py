@@ -207,10 +207,11 @@ def run_mlp(args):
             lanes = 4 if args.lanes is None else args.lanes
             chips = []
 
-            def stepper(model, settings):
+            def chip_stepper(model, settings):
                 chips.append(ChipLRT(model, settings, lanes=lanes,
                                      progress=lambda m: print(m, flush=True)))
                 return chips[-1]
+            stepper = chip_stepper
             where = ("the simulated chip (Verilator), checked against the interpreter after "
                      "every program")
         print(f"runs the compiled programs (golden/lrt_compiler.py: one per sample, one per "

@@ -490,7 +490,6 @@ def _emit_jacobi(e, mem, cb, nl, q):
     G = mem.region("jac.gram", "scratch", nl * npm, 4)           # [layer][pair] 2x2
     R = mem.region("jac.rot", "scratch", nl * npm, 4)
     TX = mem.region("jac.tmp", "scratch", npm * nl * 2 * q, 2)  # [pair][layer][row] 2 words
-    A_all = _A("scratch", cb.base, nl * 2 * q, q, q)             # rows: layer, A/V rows
 
     def sc(arr_base, off, npairs):
         """[layer][pair] scalar view into a 4-word-per-pair array."""

@@ -265,7 +265,6 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     rq1 = al.region("const.rq1", "param", 1) if np_nodes else None
     l0 = al.region("zo.L0", "scratch", 1)
     coef = al.region("zo.coef", "scratch", Q)
-    upd_nodes = wp_nodes + np_nodes
     wq = None if packed or not wp_nodes else al.region(
         "zo.wq", "scratch", max(size_of[(i, "w")] for i in wp_nodes))
     bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes)) \
