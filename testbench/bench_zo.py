@@ -49,7 +49,7 @@ def _model(cfg, seed):
 def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=8, slots=16,
              steps=2, seed=0, out_json=None, progress=None, workdir=None):
     """Cycles of ``steps`` compiled ZO steps of ``config`` (``run``: :data:`ZO_BENCH_RUNS`)."""
-    from ..golden import interpreter, qnn, zo
+    from ..golden import interpreter, qnn
     from ..golden.isa import End, Program
     from ..golden.zo_compiler import compile_zo_step
     from ..platforms.hw import hw_config
@@ -97,8 +97,7 @@ def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=
         golden_s += time.time() - g0
         stats.append(per)
         image = want
-    rom = sess.rom().size
-    depth = 1 << max(20, (rom - 1).bit_length())
+    depth = sess.rom_depth()
     say(f"{cfg.name} {run}: {len(ins)} instructions, stores {dict(sizes)}; building the "
         f"accelerator ({lanes} lanes)")
     build = build_top(hw, f"ttrain_zo_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}",
@@ -109,9 +108,6 @@ def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=
     res = run_top(build, sess, test_dir=Path(workdir or tempfile.mkdtemp(prefix="zo-bench-")),
                   timeout=4 * 3600)
     sim_s = time.time() - s0
-    bad = [r for r in res if r["error_code"]]
-    if bad:
-        raise RuntimeError(f"the chip stopped with error {bad[0]['error_code']}")
     entries = []
     for step in range(steps):
         f, qs, w = (res[3 * step + i]["cycles"] for i in range(3))

@@ -36,6 +36,32 @@ VARIANTS = {
 NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
 
 
+def _steps_equal_golden(q0, s, *, batch, steps, seed, **compile_options):
+    """Run ``steps`` compiled steps on the interpreter beside ``zo.zo_step``, comparing every
+    parameter and ``L0`` after each; returns the compiled step, the golden model and the
+    number of weight entries that moved."""
+    rng = np.random.default_rng(seed)
+    cz = compile_zo_step(q0, batch, s, **compile_options)
+    golden, image, changed = q0.copy(), None, 0
+    for step in range(steps):
+        x = rng.integers(-128, 128, (batch, *q0.cfg.input_shape))
+        y = rng.integers(0, q0.cfg.classes, batch)
+        if image is None:
+            image = cz.initial_image(x, y, step)
+        else:
+            cz.set_step(image, x, y, step)
+        image, st = interpreter.run(cz.program, image)
+        assert st.error == 0, st.message
+        rec = zo.zo_step(golden, x, y, s, step)
+        chip = cz.params(image)
+        for n in golden.w:
+            assert np.array_equal(chip.w[n], golden.w[n]), (step, n)
+            assert np.array_equal(chip.b[n], golden.b[n]), (step, n)
+        assert cz.loss(image).view(np.uint32) == np.float32(rec["loss"]).view(np.uint32)
+        changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
+    return cz, golden, changed
+
+
 @pytest.mark.parametrize("name, variant, query_loop, packed",
                          [("digits", v, None, True) for v in VARIANTS]
                          + [("digits", "joint", True, False),
@@ -55,28 +81,8 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     if name == "parts" and "layers" in opts:
         opts.pop("layers")
     s = zo.ZOSettings(**{"mode": "wp", **opts})
-    batch = 3
-    rng = np.random.default_rng(len(variant))
-    cz = compile_zo_step(q0, batch, s, query_loop=query_loop, packed=packed)
-    golden = q0.copy()
-    image = None
-    changed = 0
-    for step in range(3):
-        x = rng.integers(-128, 128, (batch, *q0.cfg.input_shape))
-        y = rng.integers(0, q0.cfg.classes, batch)
-        if image is None:
-            image = cz.initial_image(x, y, step)
-        else:
-            cz.set_step(image, x, y, step)
-        image, st = interpreter.run(cz.program, image)
-        assert st.error == 0, st.message
-        rec = zo.zo_step(golden, x, y, s, step)
-        chip = cz.params(image)
-        for n in golden.w:
-            assert np.array_equal(chip.w[n], golden.w[n]), (step, n)
-            assert np.array_equal(chip.b[n], golden.b[n]), (step, n)
-        assert cz.loss(image).view(np.uint32) == np.float32(rec["loss"]).view(np.uint32)
-        changed += sum(int((golden.w[n] != q0.w[n]).sum()) for n in golden.w)
+    cz, golden, changed = _steps_equal_golden(q0, s, batch=3, steps=3, seed=len(variant),
+                                              query_loop=query_loop, packed=packed)
     assert changed > 0                      # the steps really moved the weights
     ops = [i.mnemonic for i in cz.program.instructions]
     wp_nodes, np_nodes = zo._plan(q0, s)
@@ -133,22 +139,7 @@ def test_node_perturbation_through_a_residual_block():
     layers = tuple(n.name for n in q0.cfg.nodes if n.kind == "conv" and n.groups == 1)
     s = zo.ZOSettings(mode="np", queries=2, lr=0.1, layers=layers, layerwise=True,
                       np_dim="batch", seed=2)
-    cz = compile_zo_step(q0, 2, s)
-    golden, image = q0.copy(), None
-    rng = np.random.default_rng(5)
-    for step in range(2):
-        x = rng.integers(-128, 128, (2, *q0.cfg.input_shape))
-        y = rng.integers(0, q0.cfg.classes, 2)
-        if image is None:
-            image = cz.initial_image(x, y, step)
-        else:
-            cz.set_step(image, x, y, step)
-        image, st = interpreter.run(cz.program, image)
-        assert st.error == 0, st.message
-        zo.zo_step(golden, x, y, s, step)
-    chip = cz.params(image)
-    assert all(np.array_equal(chip.w[n], golden.w[n]) and np.array_equal(chip.b[n], golden.b[n])
-               for n in golden.w)
+    _, golden, _ = _steps_equal_golden(q0, s, batch=2, steps=2, seed=5)
     assert any(not np.array_equal(golden.w[n], q0.w[n]) for n in layers)
 
 

@@ -94,12 +94,9 @@ class ChipLRT(InterpretedLRT):
         if not self.pending:
             return
         t0 = time.time()
+        # run_top raises SimulationError for any run whose status or words differ
         res = run_top(self.build, self.sess, test_dir=self.workdir, timeout=4 * 3600)
         self.sim_seconds += time.time() - t0
-        bad = [r for r in res if r["error_code"]]
-        if bad:
-            raise RuntimeError(f"the chip stopped an LRT program with error "
-                               f"{bad[0]['error_code']}")
         for r in res:
             kind = "sample" if r["name"].startswith("sample") else "readout"
             if not r["name"].startswith("final"):

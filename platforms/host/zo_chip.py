@@ -64,11 +64,9 @@ class ChipZO(InterpretedZO):
         if not self.pending:
             return
         t0 = time.time()
-        res = run_top(self.build, self.sess, test_dir=self.workdir, timeout=4 * 3600)
+        # run_top raises SimulationError for any run whose status or words differ
+        run_top(self.build, self.sess, test_dir=self.workdir, timeout=4 * 3600)
         self.sim_seconds += time.time() - t0
-        bad = [r for r in res if r["error_code"]]
-        if bad:
-            raise RuntimeError(f"the chip stopped a ZO step with error {bad[0]['error_code']}")
         self.verified += self.pending
         self.say(f"chip: {self.verified} ZO steps bit-exact (parameters and L0 after every "
                  "step, every store word after the last)")

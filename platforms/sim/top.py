@@ -201,6 +201,11 @@ class TopSession:
         out += header(CMD_END)
         return np.concatenate([np.atleast_1d(np.asarray(x, dtype=np.uint32)) for x in out])
 
+    def rom_depth(self, minimum=1 << 20):
+        """The command memory a build needs for this session: the smallest power of two
+        holding :meth:`rom`'s words, at least ``minimum``."""
+        return max(minimum, 1 << (self.rom().size - 1).bit_length())
+
     def run(self, name, *, expect=None, expect_at=(), error=0, code=0, pc=None,
             max_cycles=50_000_000, golden=None):
         """Start the loaded program; after it, compare every store of ``expect`` whole and
