@@ -3,8 +3,9 @@
 
 The generated kernel.xml, package_xo TCL, v++ link config and XDC are parsed and checked
 against the register map of ``platforms/kernel.py`` (the table the RTL decodes and the driver
-programs), the U50 part and the kernel's Verilog ports; ``ttrain xo --config tiny`` must write
-the whole tree on a machine without Vivado.
+programs), the U50 part and the kernel's Verilog ports; ``ttrain bitstream --config tiny`` must write
+the whole tree on a machine without Vivado (one tree, shared by the tests that read it: the
+Verilog conversion is the slow part; ``xo`` differs only in ``build.sh``).
 """
 
 import json
@@ -111,20 +112,27 @@ def test_verilog_ports_are_the_vitis_names():
         VitisKernel(lanes=2)
 
 
-def test_ttrain_xo_writes_the_tree_without_vivado(tmp_path):
-    if shutil.which("vivado"):
-        pytest.fail("vivado is on PATH: this test checks the tree-only path")
-    out = tmp_path / "xo"
-    proc = subprocess.run([sys.executable, "-m", "ttrain", "xo", "--config", "tiny", "--out",
-                           str(out), "--lanes", "2", "--clock-mhz", "250"],
+@pytest.fixture(scope="module")
+def bitstream_tree(tmp_path_factory):
+    """One kernel tree of ``tiny`` (2 lanes, 250 MHz) written by the ``ttrain bitstream`` CLI:
+    the Verilog conversion is the slow part, so the tests below share it."""
+    if shutil.which("vivado") or shutil.which("v++"):
+        pytest.fail("vivado or v++ is on PATH: these tests check the tree-only path")
+    out = tmp_path_factory.mktemp("bitstream") / "tree"
+    proc = subprocess.run([sys.executable, "-m", "ttrain", "bitstream", "--config", "tiny",
+                           "--out", str(out), "--lanes", "2", "--clock-mhz", "250"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
+    return proc, out
+
+
+def test_ttrain_bitstream_writes_the_tree_without_vivado(bitstream_tree):
+    proc, out = bitstream_tree
     for name in (f"{KERNEL_NAME}.v", "ttrain_ram.v", "kernel.xml", "package_xo.tcl",
-                 "kernel.xdc", "link.cfg", "build.sh", "kernel.json"):
+                 "kernel.xdc", "link.cfg", "build.sh", "kernel.json", "hw.json"):
         assert (out / name).is_file(), name
     assert "vivado is not on PATH" in proc.stdout
     assert "vivado -mode batch -nojournal -nolog -source package_xo.tcl" in proc.stdout
-    assert "v++" not in (out / "build.sh").read_text()
     verilog = (out / f"{KERNEL_NAME}.v").read_text()
     assert re.search(rf"^module {KERNEL_NAME}\(", verilog, re.M)
     assert "ttrain_ram_" in verilog                   # stores on the RAM templates
@@ -133,21 +141,21 @@ def test_ttrain_xo_writes_the_tree_without_vivado(tmp_path):
     assert "create_clock -period 4.000" in (out / "kernel.xdc").read_text()
     assert ET.fromstring((out / "kernel.xml").read_text()).find("kernel").get("name") \
         == KERNEL_NAME
-
-
-def test_ttrain_bitstream_adds_the_link_step(tmp_path):
-    from ttrain.platforms.vitis import kernel_tree
-    tree = kernel_tree("tiny", tmp_path, link=True, lanes=1, run_tools=False,
-                      log=lambda m: None)
-    cmds = [c for c, _ in tree["pending"]]
-    assert cmds[0].startswith("vivado ") and cmds[1].startswith("v++ --link")
+    # bitstream = package_xo, then the v++ link step, in that order
+    cmds = [ln for ln in (out / "build.sh").read_text().splitlines()
+            if ln.startswith(("vivado ", "v++ "))]
+    assert len(cmds) == 2 and cmds[0].startswith("vivado ") and cmds[1].startswith("v++ --link")
     assert "--config link.cfg" in cmds[1] and f"{KERNEL_NAME}.xo" in cmds[1]
-    assert cmds[1] in (tmp_path / "build.sh").read_text()
-    with pytest.raises(ValueError, match="unknown preset"):
-        kernel_tree("nope", tmp_path, link=False, run_tools=False)
 
 
-def test_kernel_tree_follows_the_compiled_training_step(tmp_path):
+def test_xo_build_script_packages_without_linking():
+    from ttrain.platforms.vitis import build_script, package_command
+    xo, linked = build_script(link=False), build_script(link=True)
+    assert package_command() in xo and "v++" not in xo
+    assert linked.startswith(xo.splitlines()[0]) and vpp_link_command() in linked
+
+
+def test_kernel_tree_follows_the_compiled_training_step(bitstream_tree, tmp_path):
     """The kernel of a preset holds its compiled training step (stores from the compiler's
     memory map, the whole program in the instruction memory, the special-function unit) and
     its tree records the one hardware configuration as hw.json; bad flags are rejected before
@@ -156,10 +164,9 @@ def test_kernel_tree_follows_the_compiled_training_step(tmp_path):
     from ttrain.golden.model_compiler import compile_model
     from ttrain.platforms.hw import preset_hw_config, read_hw_json
     from ttrain.platforms.vitis import kernel_tree
-    tree = kernel_tree("tiny", tmp_path / "xo", link=False, lanes=2, run_tools=False,
-                       log=lambda m: None)
-    hw = read_hw_json(tmp_path / "xo")
-    assert hw == tree["hw"] == preset_hw_config("tiny", lanes=2)
+    _, out = bitstream_tree
+    hw = read_hw_json(out)
+    assert hw == preset_hw_config("tiny", lanes=2, clock_mhz=250.0)
     prog = compile_model(get_config("tiny")).program
     assert hw.fits_u50 and hw.special
     assert hw.imem_depth >= len(prog.instructions)
@@ -170,3 +177,6 @@ def test_kernel_tree_follows_the_compiled_training_step(tmp_path):
             kernel_tree("tiny", tmp_path / "bad", link=False, run_tools=False,
                         log=lambda m: None, **{"lanes": 2, **kw})
         assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="unknown preset"):
+        kernel_tree("nope", tmp_path / "bad", link=False, run_tools=False)
+    assert not (tmp_path / "bad").exists()
