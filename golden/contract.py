@@ -15,6 +15,23 @@ Accumulation order (the engine's, reproduced bit for bit by :func:`contract`)::
         acc = fp32_add(acc, fp32_mul(A[b, i, kk], B[b, kk, j]))
     C[b, i, j] = acc
 
+Split reduction (``split = s > 1``, a power of two; the wide engine's lane groups): the k
+range is cut into ``s`` consecutive parts of ``kc = ceil(k / s)`` terms (part ``g`` covers
+``g * kc .. min(k, (g + 1) * kc) - 1``; trailing parts may be short or empty), each summed in
+increasing k as above, part 0 from C's old word (``accumulate``) or ``-0.0`` and every other
+part from ``-0.0``; then the parts are folded in halves::
+
+    while s > 1:                                      # fold: part g += part g + s/2
+        s //= 2
+        for g in range(s):
+            part[g] = fp32_add(part[g], part[g + s])
+    C[b, i, j] = part[0]
+
+so ``s = 4`` gives ``(p0 + p2) + (p1 + p3)``. An empty part is ``-0.0`` and adding it changes
+nothing (every part is an adder result, so ``x + (-0) == x`` bit for bit). ``split = 1`` is the
+sequential order above. The order is part of the program: the compiler picks ``split`` per
+descriptor for the machine's lanes and the golden model follows it.
+
 Starting a fresh sum from ``-0.0`` is what the hardware does (the adder's second operand is a
 constant instead of the accumulator) and is exactly "start from the first product": ``x + (-0)``
 is ``x`` for every ``x`` under round-to-nearest-even, ``+0`` and ``-0`` included, and NaNs are
@@ -53,7 +70,7 @@ __all__ = [
     "View", "Descriptor", "ERROR_CODES", "ERROR_NONE", "ERROR_STORE", "ERROR_DIM",
     "ERROR_A_RANGE", "ERROR_B_RANGE", "ERROR_C_RANGE",
     "contract", "check_descriptor", "validate", "view_addresses", "macs",
-    "random_descriptor", "tt_linear_step", "BATCH_DEPENDENT",
+    "random_descriptor", "tt_linear_step", "BATCH_DEPENDENT", "MAX_SPLIT",
 ]
 
 #: Error codes the engine reports (``error_code`` port) and :func:`check_descriptor` returns.
@@ -63,6 +80,9 @@ ERROR_DIM = 2        #: m, n, k or batch is zero or above the engine's limit
 ERROR_A_RANGE = 3    #: A reaches past the end of its store
 ERROR_B_RANGE = 4    #: B reaches past the end of its store
 ERROR_C_RANGE = 5    #: C reaches past the end of its store
+
+#: Largest ``split`` a descriptor can carry (the ISA's 4-bit log2 field holds 0..8).
+MAX_SPLIT = 256
 
 ERROR_CODES = {
     ERROR_NONE: "no error",
@@ -145,6 +165,8 @@ class Descriptor:
         Number of independent contractions; each view advances by its ``batch_stride``.
     integer : bool
         Integer mode: sign-extended 16-bit operands, wrapping int32 sums (module docstring).
+    split : int
+        Reduction parts, a power of two (module docstring); 1 = the sequential order.
     """
     m: int
     n: int
@@ -155,6 +177,7 @@ class Descriptor:
     accumulate: bool = False
     batch: int = 1
     integer: bool = False
+    split: int = 1
 
     def __post_init__(self):
         for name in ("m", "n", "k", "batch"):
@@ -168,6 +191,16 @@ class Descriptor:
         if not isinstance(self.integer, (bool, np.bool_)):
             raise TypeError(f"Descriptor.integer must be a bool, not {self.integer!r}")
         object.__setattr__(self, "integer", bool(self.integer))
+        split = _check_int("Descriptor.split", self.split, 1)
+        if split & (split - 1) or split > MAX_SPLIT:
+            raise ValueError(f"Descriptor.split must be a power of two in 1..{MAX_SPLIT}, not "
+                             f"{split}")
+        object.__setattr__(self, "split", split)
+
+    @property
+    def kc(self):
+        """Terms per reduction part: ``ceil(k / split)``."""
+        return -(-self.k // self.split)
 
     @property
     def macs(self):
@@ -181,7 +214,7 @@ class Descriptor:
         changes which dimension is spread over the lanes.
         """
         return Descriptor(self.n, self.m, self.k, self.b.T, self.a.T, self.c.T,
-                          self.accumulate, self.batch, self.integer)
+                          self.accumulate, self.batch, self.integer, self.split)
 
     def shapes(self):
         """Return ``{"a": (batch, rows, cols), ...}`` for the three views."""
@@ -202,7 +235,7 @@ def view_addresses(view, batch, rows, cols):
     return view.base + b + i + j
 
 
-def check_descriptor(desc, store_sizes, *, max_dim=None):
+def check_descriptor(desc, store_sizes, *, max_dim=None, max_split=None):
     """Return the engine's error code for ``desc`` (:data:`ERROR_NONE` when it is legal).
 
     Parameters
@@ -212,8 +245,11 @@ def check_descriptor(desc, store_sizes, *, max_dim=None):
         Store name -> size in words.
     max_dim : int or None
         Largest m, n, k and batch the engine accepts (``None``: no limit).
+    max_split : int or None
+        Largest ``split`` the engine accepts (``None``: no limit); above it is
+        :data:`ERROR_DIM`.
 
-    Checks in the engine's order: stores, dimensions, then A, B and C ranges.
+    Checks in the engine's order: stores, dimensions (and split), then A, B and C ranges.
     """
     if not isinstance(desc, Descriptor):
         raise TypeError(f"desc must be a Descriptor, not {desc!r}")
@@ -223,6 +259,8 @@ def check_descriptor(desc, store_sizes, *, max_dim=None):
     for dim in (desc.m, desc.n, desc.k, desc.batch):
         if dim == 0 or (max_dim is not None and dim > max_dim):
             return ERROR_DIM
+    if max_split is not None and desc.split > max_split:
+        return ERROR_DIM
     for code, (name, shape) in zip((ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE),
                                    desc.shapes().items()):
         view = getattr(desc, name)
@@ -231,7 +269,7 @@ def check_descriptor(desc, store_sizes, *, max_dim=None):
     return ERROR_NONE
 
 
-def contract(desc, image, *, max_dim=None):
+def contract(desc, image, *, max_dim=None, max_split=None):
     """Run one contraction on a memory image, in the engine's exact accumulation order.
 
     Parameters
@@ -242,6 +280,8 @@ def contract(desc, image, *, max_dim=None):
         Store name -> one-dimensional ``uint32`` array of FP32 words. Not modified.
     max_dim : int or None
         Engine limit on m, n, k and batch (``None``: no limit).
+    max_split : int or None
+        Engine limit on ``split`` (``None``: no limit).
 
     Returns
     -------
@@ -262,7 +302,7 @@ def contract(desc, image, *, max_dim=None):
             raise TypeError(f"store {name!r} must be a one-dimensional uint32 array, got "
                             f"{words.dtype} with shape {words.shape}")
         sizes[name] = words.size
-    addr = validate(desc, sizes, max_dim=max_dim)
+    addr = validate(desc, sizes, max_dim=max_dim, max_split=max_split)
     shapes = desc.shapes()
 
     out = {name: np.array(words, dtype=np.uint32, copy=True) for name, words in image.items()}
@@ -271,13 +311,19 @@ def contract(desc, image, *, max_dim=None):
         return out
     a = image[desc.a.store][addr["a"]].view(np.float32)        # batch x m x k
     b = image[desc.b.store][addr["b"]].view(np.float32)        # batch x k x n
-    if desc.accumulate:
-        acc = image[desc.c.store][addr["c"]].view(np.float32)
-    else:
-        acc = np.full(shapes["c"], -0.0, dtype=np.float32)
-    for kk in range(desc.k):
-        acc = _fp32_add(acc, _fp32_mul(a[:, :, kk, None], b[:, None, kk, :]))
-    out[desc.c.store][addr["c"]] = np.asarray(acc, dtype=np.float32).view(np.uint32)
+    fresh = np.full(shapes["c"], -0.0, dtype=np.float32)
+    parts = []
+    for g in range(desc.split):                 # part g: terms g*kc .. (g+1)*kc - 1, in order
+        acc = image[desc.c.store][addr["c"]].view(np.float32) if (
+            g == 0 and desc.accumulate) else fresh
+        for kk in range(g * desc.kc, min(desc.k, (g + 1) * desc.kc)):
+            acc = _fp32_add(acc, _fp32_mul(a[:, :, kk, None], b[:, None, kk, :]))
+        parts.append(acc)
+    s = desc.split
+    while s > 1:                                # fold in halves: part g += part g + s/2
+        s //= 2
+        parts = [_fp32_add(parts[g], parts[g + s]) for g in range(s)]
+    out[desc.c.store][addr["c"]] = np.asarray(parts[0], dtype=np.float32).view(np.uint32)
     return out
 
 
@@ -296,15 +342,15 @@ def _int_contract(desc, image, addr):
     return (acc & 0xFFFFFFFF).astype(np.uint32)
 
 
-def validate(desc, store_sizes, *, max_dim=None):
+def validate(desc, store_sizes, *, max_dim=None, max_split=None):
     """Raise :class:`ValueError` if ``desc`` is illegal on stores of ``store_sizes`` words.
 
     Returns the address arrays ``{"a": ..., "b": ..., "c": ...}`` (see :func:`view_addresses`)
     of a legal descriptor.
     """
-    code = check_descriptor(desc, store_sizes, max_dim=max_dim)
+    code = check_descriptor(desc, store_sizes, max_dim=max_dim, max_split=max_split)
     if code != ERROR_NONE:
-        raise ValueError(_describe_error(code, desc, store_sizes, max_dim))
+        raise ValueError(_describe_error(code, desc, store_sizes, max_dim, max_split))
     shapes = desc.shapes()
     addr = {name: view_addresses(getattr(desc, name), *shapes[name]) for name in "abc"}
     c_flat = addr["c"].ravel()
@@ -322,13 +368,15 @@ def validate(desc, store_sizes, *, max_dim=None):
 
 
 def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max_dim=None,
-                      tries=200, integer=False):
+                      tries=200, integer=False, max_split=1):
     """Draw a random legal descriptor (seeded ``numpy.random.Generator``) for tests.
 
     Shapes up to ``max_mn`` x ``max_mn`` x ``max_k``, up to ``max_batch`` matrices, random
     stores, transposes, padded leading dimensions, column strides of 1 or 2, zero or padded
     batch strides for A and B, random bases and ``accumulate``. C never overlaps A or B.
     ``integer``: False (FP32), True (integer mode) or ``"random"`` (either, one more draw).
+    ``max_split`` > 1: ``split`` is a random power of two up to it (one more draw; parts may
+    be empty when ``split`` > ``k``).
     """
     names = sorted(store_sizes)
     for _ in range(tries):
@@ -356,8 +404,10 @@ def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max
         if not ok:
             continue
         is_int = bool(rng.integers(2)) if integer == "random" else bool(integer)
+        split = 1 << int(rng.integers(0, max_split.bit_length())) if max_split > 1 else 1
         desc = Descriptor(m, n, k, views["a"], views["b"], views["c"],
-                          accumulate=bool(rng.integers(2)), batch=batch, integer=is_int)
+                          accumulate=bool(rng.integers(2)), batch=batch, integer=is_int,
+                          split=split)
         try:
             validate(desc, store_sizes, max_dim=max_dim)
         except ValueError:
@@ -367,11 +417,15 @@ def random_descriptor(rng, store_sizes, *, max_mn=24, max_k=24, max_batch=3, max
                      f"than {store_sizes} or smaller max_mn/max_k/max_batch")
 
 
-def _describe_error(code, desc, sizes, max_dim):
+def _describe_error(code, desc, sizes, max_dim, max_split=None):
     for view in (desc.a, desc.b, desc.c):
         if view.store not in sizes:
             return (f"view {view} names store {view.store!r}, which is not one of "
                     f"{sorted(sizes)}: use an existing store")
+    if code == ERROR_DIM and max_split is not None and desc.split > max_split and all(
+            0 < x <= (max_dim or x) for x in (desc.m, desc.n, desc.k, desc.batch)):
+        return (f"split = {desc.split} is above the engine's limit {max_split}: use a smaller "
+                f"split")
     if code == ERROR_DIM:
         limit = f"1..{max_dim}" if max_dim is not None else ">= 1"
         return (f"dimensions m={desc.m}, n={desc.n}, k={desc.k}, batch={desc.batch} must each be "

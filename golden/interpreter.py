@@ -149,7 +149,7 @@ def dynamic_stream(instructions):
         pc += 1
 
 
-def check_program(program, store_sizes, *, max_dim=None):
+def check_program(program, store_sizes, *, max_dim=None, max_split=None):
     """Run the check pass only; return ``(code, pc, message)`` (code 0 when legal).
 
     Parameters
@@ -160,12 +160,15 @@ def check_program(program, store_sizes, *, max_dim=None):
     max_dim : int or None
         The contraction engine's limit on m, n, k and batch (``2**dim_bits - 1``); a CONTRACT
         above it is error 2. ``None``: only the 16-bit fields limit them.
+    max_split : int or None
+        The engine's largest CONTRACT ``split`` (its lane groups); above it is error 2.
+        ``None``: only the ISA field (up to 256) limits it.
     """
     try:
         instrs = _instructions(program)
         for pc, ins in dynamic_stream(instrs):
             try:
-                ins.check(store_sizes, max_dim)
+                ins.check(store_sizes, max_dim, max_split)
             except ISAError as e:
                 e.pc = pc
                 raise
@@ -174,7 +177,7 @@ def check_program(program, store_sizes, *, max_dim=None):
     return ERR_NONE, None, ""
 
 
-def run(program, image, *, raise_errors=False, trace=None, max_dim=None):
+def run(program, image, *, raise_errors=False, trace=None, max_dim=None, max_split=None):
     """Run a program on a memory image, bit-exactly.
 
     Parameters
@@ -188,8 +191,8 @@ def run(program, image, *, raise_errors=False, trace=None, max_dim=None):
         Called as ``trace(pc, instr, image)`` after every executed instruction (``instr`` with
         its loop-stepped bases; ``image`` is the live working image: copy what you keep). For
         comparing a simulator against the interpreter instruction by instruction.
-    max_dim : int or None
-        The engine's dimension limit, as in :func:`check_program`.
+    max_dim, max_split : int or None
+        The engine's dimension and split limits, as in :func:`check_program`.
 
     Returns
     -------
@@ -218,7 +221,7 @@ def run(program, image, *, raise_errors=False, trace=None, max_dim=None):
         if raise_errors:
             raise
         return work, stats
-    code, pc, msg = check_program(instrs, sizes, max_dim=max_dim)
+    code, pc, msg = check_program(instrs, sizes, max_dim=max_dim, max_split=max_split)
     if code:
         stats.error, stats.error_pc, stats.message = code, pc, msg
         if raise_errors:

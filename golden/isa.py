@@ -350,7 +350,7 @@ class Instruction:
         """Return the instruction with its stepped bases advanced for loop iteration ``t``."""
         return self
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         """Raise :class:`ISAError` if the (effective) instruction is illegal on ``sizes``."""
 
     def execute(self, image, stats):
@@ -436,7 +436,9 @@ class Contract(Instruction):
 
     Slots: 0 = C (written; read too when ``accumulate``), 1 = A, 2 = B. Flag bit 0 =
     ``accumulate``, bit 1 = integer mode (sign-extended 16-bit operands, wrapping int32
-    sums). Golden: :func:`ttrain.golden.contract.contract` (its accumulation order).
+    sums), bits [5:2] = log2 of ``split`` (0..8: the reduction cut into 1..256 parts folded in
+    halves; the assembler's ``split=S``), bits [7:6] zero. Golden:
+    :func:`ttrain.golden.contract.contract` (its accumulation order).
     """
     CLASS = "contract"
     desc: Descriptor
@@ -460,18 +462,19 @@ class Contract(Instruction):
         d = self.desc
         w[2] = d.m | d.n << 16
         w[3] = d.k | d.batch << 16
-        return int(d.accumulate) | int(d.integer) << 1
+        return int(d.accumulate) | int(d.integer) << 1 | (d.split.bit_length() - 1) << 2
 
     @classmethod
     def from_fields(cls, spec, f):
         desc = Descriptor(f.rows, f.cols, f.lo3, f.view(1), f.view(2), f.view(0),
-                          accumulate=bool(f.flags & 1), batch=f.hi3, integer=bool(f.flags & 2))
+                          accumulate=bool(f.flags & 1), batch=f.hi3, integer=bool(f.flags & 2),
+                          split=1 << (f.flags >> 2))
         return cls(desc, tuple(f.step))
 
     @classmethod
     def rules(cls, spec):
-        return [(ERR_FIELD, "only flag bits 0 (accumulate) and 1 (integer) are defined",
-                 lambda f: f.flags > 3),
+        return [(ERR_FIELD, "flag bits 0 (accumulate), 1 (integer) and [5:2] (log2 split, "
+                 "0..8) are defined", lambda f: (f.flags > 63) | ((f.flags >> 2) > 8)),
                 (ERR_DIM, "m, n, k and batch must be non-zero",
                  lambda f: (f.rows == 0) | (f.cols == 0) | (f.lo3 == 0) | (f.hi3 == 0)),
                 *_slot_rules((1, 2, 0), batch=True)]
@@ -480,14 +483,16 @@ class Contract(Instruction):
         d, st = self.desc, self.step
         s = (f"contract m={d.m} n={d.n} k={d.k} batch={d.batch} c={_fmt_view(d.c, st[0], 1)} "
              f"a={_fmt_view(d.a, st[1], 1)} b={_fmt_view(d.b, st[2], 1)}")
+        s += f" split={d.split}" if d.split > 1 else ""
         return s + (" acc" if d.accumulate else "") + (" int" if d.integer else "")
 
     @classmethod
     def parse(cls, spec, p):
         m, n, k, batch = p.take("m"), p.take("n"), p.take("k"), p.take("batch", int, 1)
         (c, s0), (a, s1), (b, s2) = p.view("c", 1), p.view("a", 1), p.view("b", 1)
-        return cls(Descriptor(m, n, k, a, b, c, "acc" in p.flags, batch, "int" in p.flags),
-                   (s0, s1, s2))
+        split = p.take("split", int, 1)
+        return cls(Descriptor(m, n, k, a, b, c, "acc" in p.flags, batch, "int" in p.flags,
+                              split), (s0, s1, s2))
 
     def stepped(self, inc, t):
         st, d = self.step, self.desc
@@ -496,10 +501,10 @@ class Contract(Instruction):
         return Contract(replace(d, c=_shift(d.c, st[0], inc, t), a=_shift(d.a, st[1], inc, t),
                                 b=_shift(d.b, st[2], inc, t)), st)
 
-    def check(self, sizes, max_dim=None):
-        code = check_descriptor(self.desc, sizes, max_dim=max_dim)
+    def check(self, sizes, max_dim=None, max_split=None):
+        code = check_descriptor(self.desc, sizes, max_dim=max_dim, max_split=max_split)
         try:
-            validate(self.desc, sizes, max_dim=max_dim)
+            validate(self.desc, sizes, max_dim=max_dim, max_split=max_split)
         except ValueError as e:
             raise ISAError(code or ERR_OVERLAP, str(e)) from None
 
@@ -618,7 +623,7 @@ class Elementwise(Instruction):
         return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t),
                        b=_shift(self.b, st[2], inc, t))
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         r, c = self.rows, self.cols
         for slot, v in enumerate(self.views):
             if v is not None:
@@ -713,7 +718,7 @@ class Reduce(Instruction):
             return self
         return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t))
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         name = self.mnemonic
         _check_range(self.d, self.rows, 1, sizes, 0, name)
         _check_range(self.a, self.rows, self.cols, sizes, 1, name)
@@ -824,7 +829,7 @@ class Gather(Instruction):
         r, c, tr = self.rows, self.cols, self.table_rows
         return ((r, c), (tr, c)) if self.op == "gather" else ((tr, c), (r, c))
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         (dshape, sshape), name = self._shapes(), self.op
         _check_range(self.dst, *dshape, sizes, 0, name)
         _check_range(self.src, *sshape, sizes, 1, name)
@@ -952,7 +957,7 @@ class Update(Instruction):
         return replace(self, theta=_shift(self.theta, st[0], inc, t),
                        grad=_shift(self.grad, st[1], inc, t))
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         n, th, g = self.count, self.theta, self.grad
         _check_range(th, 1, n, sizes, 0, "update")
         _check_range(g, 1, n, sizes, 1, "update")
@@ -1065,7 +1070,7 @@ class Random(Instruction):
         return replace(self, d=_shift(self.d, st[0], inc, t), a=_shift(self.a, st[1], inc, t),
                        seed=_shift(self.seed, st[2], inc, t))
 
-    def check(self, sizes, max_dim=None):
+    def check(self, sizes, max_dim=None, max_split=None):
         r, c = self.rows, self.cols
         _check_range(self.d, r, c, sizes, 0, self.op)
         _check_range(self.a, r, c, sizes, 1, self.op)

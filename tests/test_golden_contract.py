@@ -35,18 +35,25 @@ def _reference(desc, image):
             for j in range(desc.n):
                 ca = (desc.c.base + bb * desc.c.batch_stride + i * desc.c.row_stride
                       + j * desc.c.col_stride)
-                acc = None
-                if desc.accumulate:
-                    acc = word(desc.c.store, ca)
-                for kk in range(desc.k):
-                    aa = (desc.a.base + bb * desc.a.batch_stride + i * desc.a.row_stride
-                          + kk * desc.a.col_stride)
-                    ba = (desc.b.base + bb * desc.b.batch_stride + kk * desc.b.row_stride
-                          + j * desc.b.col_stride)
-                    p = numerics.fp32_mul(word(desc.a.store, aa), word(desc.b.store, ba))
-                    # fresh sums start from the first product (the docstring's equivalence)
-                    acc = p if acc is None else numerics.fp32_add(acc, p)
-                out[desc.c.store][ca] = numerics.f32_to_bits(np.float32(acc))
+                parts = []
+                for g in range(desc.split):          # consecutive k ranges of ceil(k/s) terms
+                    acc = None
+                    if desc.accumulate and g == 0:
+                        acc = word(desc.c.store, ca)
+                    for kk in range(g * desc.kc, min(desc.k, (g + 1) * desc.kc)):
+                        aa = (desc.a.base + bb * desc.a.batch_stride + i * desc.a.row_stride
+                              + kk * desc.a.col_stride)
+                        ba = (desc.b.base + bb * desc.b.batch_stride + kk * desc.b.row_stride
+                              + j * desc.b.col_stride)
+                        p = numerics.fp32_mul(word(desc.a.store, aa), word(desc.b.store, ba))
+                        # fresh sums start from the first product (the docstring's equivalence)
+                        acc = p if acc is None else numerics.fp32_add(acc, p)
+                    parts.append(acc)
+                while len(parts) > 1:                # fold in halves; an empty part is skipped
+                    h = len(parts) // 2
+                    parts = [x if y is None else y if x is None else numerics.fp32_add(x, y)
+                             for x, y in zip(parts[:h], parts[h:])]
+                out[desc.c.store][ca] = numerics.f32_to_bits(np.float32(parts[0]))
     return out
 
 
@@ -64,6 +71,55 @@ def test_random_descriptors_match_scalar_reference(seed):
         np.testing.assert_array_equal(got[name], want[name])
     # the input image is not modified
     assert all(got[n] is not img[n] for n in SIZES)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_split_descriptors_match_scalar_reference(seed):
+    """Split reductions: consecutive k parts, each in order, folded in halves; parts past k
+    are empty (the fold skips them in the reference: adding -0.0 is the identity)."""
+    rng = np.random.default_rng(100 + seed)
+    img = _image(rng, SIZES, specials=seed % 2 == 1)
+    desc = random_descriptor(rng, SIZES, max_mn=6, max_k=13, max_split=16)
+    got = contract(desc, img)
+    want = _reference(desc, img)
+    for name in SIZES:
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_split_order_and_limits():
+    a = View("f", 0, 4, 1)
+    b = View("f", 4, 1, 1)
+    c = View("s", 0, 1, 1)
+    img = {"f": np.zeros(8, np.uint32), "s": np.zeros(2, np.uint32)}
+    big, one = np.float32(2.0 ** 24), np.float32(1.0)
+    img["f"][:4] = np.array([big, one, -big, one], np.float32).view(np.uint32)
+    img["f"][4:8] = np.array([1, 1, 1, 1], np.float32).view(np.uint32)
+    val = lambda d: contract(d, img)["s"][0:1].view(np.float32)[0]  # noqa: E731
+    # sequential: ((2^24 + 1) - 2^24) + 1 = 1 (2^24 + 1 rounds to 2^24)
+    assert val(Descriptor(1, 1, 4, a, b, c)) == 1.0
+    # split 2: (2^24 + 1) + (-2^24 + 1) = 2^24 + (-2^24 + 1) = 1
+    assert val(Descriptor(1, 1, 4, a, b, c, split=2)) == 1.0
+    # split 4: (2^24 + -2^24) + (1 + 1) = 2: the fold pairs part g with part g + 2
+    assert val(Descriptor(1, 1, 4, a, b, c, split=4)) == 2.0
+    assert Descriptor(1, 1, 10, a, b, c, split=4).kc == 3
+    assert Descriptor(1, 1, 10, a, b, c, split=4).transposed().split == 4
+    for bad in (0, 3, 512):
+        with pytest.raises(ValueError, match="split must be"):
+            Descriptor(1, 1, 4, a, b, c, split=bad)
+    d8 = Descriptor(1, 1, 4, a, b, c, split=8)
+    sizes = {"f": 8, "s": 2}
+    assert check_descriptor(d8, sizes, max_split=8) == ERROR_NONE
+    assert check_descriptor(d8, sizes, max_split=4) == ERROR_DIM
+    with pytest.raises(ValueError, match="split = 8 is above the engine's limit 4"):
+        validate(d8, sizes, max_split=4)
+    # integer sums are associative: split changes nothing
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        d = random_descriptor(rng, SIZES, max_mn=6, max_k=13, integer=True, max_split=16)
+        im = {n: rng.integers(0, 1 << 32, SIZES[n], dtype=np.uint32) for n in SIZES}
+        ref = contract(Descriptor(d.m, d.n, d.k, d.a, d.b, d.c, d.accumulate, d.batch,
+                                  d.integer), im)
+        np.testing.assert_array_equal(contract(d, im)[d.c.store], ref[d.c.store])
 
 
 def test_dense_matmul_close_and_views():

@@ -39,7 +39,8 @@ def random_instr(rng, kind):
         return Loop(int(rng.integers(1, 2**32)), tuple(int(v) for v in rng.integers(0, 2**32, 3)))
     if kind == "contract":
         d = Descriptor(rdim(rng), rdim(rng), rdim(rng), rview(rng, True), rview(rng, True),
-                       rview(rng, True), bool(rng.integers(2)), rdim(rng))
+                       rview(rng, True), bool(rng.integers(2)), rdim(rng),
+                       bool(rng.integers(2)), 1 << int(rng.integers(0, 9)))
         return Contract(d, rstep(rng))
     if kind in ELEMENTWISE_OPS:
         nsrc = SPEC[kind].sources                 # from the ISA table
@@ -102,6 +103,9 @@ def test_field_positions():
     assert w[1] == STORE_IDS["scratch"] | STORE_IDS["act"] << 8 | STORE_IDS["param"] << 16
     assert w[2] == 3 | 4 << 16 and w[3] == 5 | 6 << 16
     assert w[4:16] == list(range(7, 19))
+    w = encode(Contract(Descriptor(3, 4, 5, a, b, c, False, 6, True, 32)))
+    assert (w[0] >> 8) & 0xFF == 2 | 5 << 2                 # integer, log2 split = 5
+    assert "split=32 int" in disassemble(w)
 
 
 def test_assembly_syntax_features():
@@ -212,7 +216,8 @@ def test_decode_illegal_opcode():
     (lambda w: w.__setitem__(0, w[0] | 1 << 24), ERR_FIELD),           # reserved bits word 0
     (lambda w: w.__setitem__(0, w[0] | 1 << 22), ERR_FIELD),           # reserved step bits
     (lambda w: w.__setitem__(1, w[1] | 1 << 24), ERR_FIELD),           # reserved bits word 1
-    (lambda w: w.__setitem__(0, w[0] | 4 << 8), ERR_FIELD),            # undefined flag (bit 2)
+    (lambda w: w.__setitem__(0, w[0] | 0x40 << 8), ERR_FIELD),         # undefined flag (bit 6)
+    (lambda w: w.__setitem__(0, w[0] | 9 << 10), ERR_FIELD),           # log2 split 9 (> 256)
     (lambda w: w.__setitem__(1, w[1] | 9), ERR_STORE),                 # store id 9
     (lambda w: w.__setitem__(2, w[2] & 0xFFFF0000), ERR_DIM),          # m = 0
     (lambda w: w.__setitem__(3, w[3] & 0x0000FFFF), ERR_DIM),          # batch = 0
