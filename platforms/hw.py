@@ -108,6 +108,8 @@ class HwConfig:
         The U50 mapping; :attr:`styles` is the dict view.
     fits_u50 : bool
         The stores fit the U50's BRAM and URAM with ``store_style``.
+    max_split : int
+        The engine's lane groups (largest CONTRACT ``split``; 1 = none).
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -126,6 +128,7 @@ class HwConfig:
     store_style: tuple
     fits_u50: bool
     source: str = "{}"
+    max_split: int = 1
 
     @property
     def stores(self):
@@ -168,6 +171,8 @@ class HwConfig:
               "slots": self.slots, "dim_bits": self.dim_bits, "imem_depth": self.imem_depth,
               "overlap": self.overlap, "store_impl": impl, "store_style": self.styles,
               "special": self.special}
+        if self.max_split > 1:
+            kw["max_split"] = self.max_split
         if self.special:
             kw["special_impl"] = special_impl
         return kw
@@ -192,10 +197,10 @@ class HwConfig:
         if not isinstance(d, dict) or d.get("format") != _FORMAT:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(d)
+        missing = names - set(d) - {"max_split"}          # older files: no lane groups
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
-        kw = {k: d[k] for k in names}
+        kw = {k: d[k] for k in names if k in d}
         kw["store_words"] = tuple((s, int(d["store_words"][s])) for s in _STORES)
         kw["store_style"] = tuple((s, d["store_style"][s]) for s in _STORES)
         kw["source"] = _canonical(d["source"])
@@ -212,7 +217,7 @@ def _canonical(obj):
 
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
-              min_store_words=None, store_style=None):
+              min_store_words=None, store_style=None, max_split=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -234,6 +239,10 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         Lower bounds per store (room for more than the programs).
     store_style : dict or None
         Per-store ``"block"``/``"ultra"`` instead of the U50 fit.
+    max_split : int or None
+        The engine's lane groups (power of two up to ``lanes``); ``None``: the largest
+        CONTRACT ``split`` of the programs (1 when none splits). Smaller than a program's
+        split is rejected.
     """
     from .memory import fit_memory
 
@@ -256,6 +265,17 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         if imem_depth < longest:
             raise ValueError(f"imem_depth {imem_depth} cannot hold the {longest}-instruction "
                              f"program; use at least {1 << (longest - 1).bit_length()}")
+    used_split = max([1] + [ins.desc.split for p in progs.values() for ins in p.instructions
+                            if getattr(ins, "CLASS", None) == "contract"])
+    if max_split is None:
+        max_split = used_split
+    _pos_int("max_split", max_split, power_of_two=True)
+    if max_split > lanes:
+        raise ValueError(f"max_split {max_split} is above the {lanes} lanes: lane groups "
+                         f"split the lanes, so use at most {lanes}")
+    if max_split < used_split:
+        raise ValueError(f"max_split {max_split} is below the split {used_split} a program's "
+                         f"CONTRACT uses; use at least {used_split}")
     needs_special = any(program_needs_special(p) for p in progs.values())
     if special is None:
         special = needs_special
@@ -289,7 +309,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     clock_mhz=float(clock_mhz),
                     store_words=tuple((s, words[s]) for s in _STORES),
                     store_style=tuple((s, styles[s]) for s in _STORES),
-                    fits_u50=bool(fits), source=_canonical(source))
+                    fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split))
 
 
 def preset_hw_config(config, **overrides):

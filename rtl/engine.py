@@ -83,10 +83,12 @@ def view_layout(store_bits, addr_bits):
 
 
 def descriptor_layout(store_bits, addr_bits, dim_bits):
-    """Return the layout of the ``desc`` port (``m`` is the least significant field)."""
+    """Return the layout of the ``desc`` port (``m`` is the least significant field;
+    ``split`` is log2 of the descriptor's ``split``)."""
     view = view_layout(store_bits, addr_bits)
     return data.StructLayout({"m": dim_bits, "n": dim_bits, "k": dim_bits, "batch": dim_bits,
-                              "accumulate": 1, "integer": 1, "a": view, "b": view, "c": view})
+                              "accumulate": 1, "integer": 1, "split": 4,
+                              "a": view, "b": view, "c": view})
 
 
 def host_request_layout(store_bits, addr_bits, width):
@@ -326,6 +328,11 @@ class ContractionEngine(wiring.Component):
     integer : bool
         Build the integer mode (default). Without it an integer descriptor runs as FP32: only
         for reuse in FP32-only designs and for measuring the mode's cost.
+    max_split : int
+        Largest descriptor ``split`` (power of two, 1..lanes; default 1 = no lane groups):
+        the lanes run in ``split`` groups of ``lanes / split`` columns, each group a part of
+        the k range, and a fold tree of ``lanes - lanes / max_split`` adders sums the parts
+        (module docstring). A larger ``split`` is :data:`~ttrain.golden.contract.ERROR_DIM`.
 
     Members
     -------
@@ -348,7 +355,7 @@ class ContractionEngine(wiring.Component):
     """
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
-                 mul_unit=None, add_unit=None, ports=0, integer=True):
+                 mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -371,6 +378,11 @@ class ContractionEngine(wiring.Component):
         if isinstance(ports, bool) or not isinstance(ports, int) or not 0 <= ports <= 8:
             raise ValueError(f"ports must be an integer in 0..8 (store ports for the vector "
                              f"and update units), not {ports!r}")
+        if isinstance(max_split, bool) or not isinstance(max_split, int) or max_split < 1 \
+                or max_split & (max_split - 1) or max_split > lanes:
+            raise ValueError(f"max_split must be a power of two in 1..lanes ({lanes}), not "
+                             f"{max_split!r}")
+        self._max_split = max_split
         self._ports = ports
         self._integer = bool(integer)
         self._mul_unit = mul_unit or FP32Mul
@@ -415,6 +427,8 @@ class ContractionEngine(wiring.Component):
         })
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
+    max_split = property(lambda self: self._max_split,
+                         doc="Largest descriptor ``split`` (lane groups).")
     ports = property(lambda self: self._ports, doc="Store ports for other units.")
     port_signature = property(lambda self: self._port_sig,
                               doc="The :class:`~ttrain.rtl.port.StorePortSignature` of a port.")
@@ -466,6 +480,7 @@ class ContractionEngine(wiring.Component):
         return _pack(self._desc_layout, {
             "m": desc.m, "n": desc.n, "k": desc.k, "batch": desc.batch,
             "accumulate": int(desc.accumulate), "integer": int(desc.integer),
+            "split": desc.split.bit_length() - 1,
             "a": view(desc.a), "b": view(desc.b),
             "c": view(desc.c)})
 
@@ -479,22 +494,38 @@ class ContractionEngine(wiring.Component):
     def issue_cycles(self, desc):
         """Return the analytical cycle count of ``desc`` without fetch stalls.
 
-        ``batch * ceil(m/h') * ceil(n/lanes) * k * hp`` issue cycles (``h'`` the balanced tile
-        height, ``hp = max(h', add latency + 1)``) plus the fixed pipeline fill and drain
-        (:attr:`overhead_cycles`). Bank conflicts deeper than ``hp`` and A/B sharing a store
-        can add stalls on top of this.
+        ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles
+        (``h'`` the balanced tile height, ``hp = max(h', add latency + 1)``) plus the fixed
+        pipeline fill and drain (:attr:`overhead_cycles`) and, with ``split`` > 1, the fold
+        tree's ``log2(split)`` adder latencies. Bank conflicts deeper than ``hp`` and A/B
+        sharing a store can add stalls on top of this.
         """
         mtiles = -(-desc.m // self._slots)
         h = -(-desc.m // mtiles)
         hp = max(h, self._add_latency + 1)
-        ntiles = -(-desc.n // self._lanes)
-        return desc.batch * mtiles * ntiles * desc.k * hp + self.overhead_cycles
+        ntiles = -(-desc.n // (self._lanes // desc.split))
+        fold = (desc.split.bit_length() - 1) * self._add_latency
+        return desc.batch * mtiles * ntiles * desc.kc * hp + self.overhead_cycles + fold
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
         faster on this engine (ties keep ``desc``). Both give the same words bit for bit."""
         flipped = desc.transposed()
         return flipped if self.issue_cycles(flipped) < self.issue_cycles(desc) else desc
+
+    def best_split(self, desc):
+        """Return ``desc`` with the ``split`` (1 .. :attr:`max_split`, at most ``k``) that
+        :meth:`issue_cycles` says is fastest (ties keep the smaller split). A different split
+        is a different accumulation order: the program carries it and golden follows."""
+        from dataclasses import replace
+        best = replace(desc, split=1)
+        s = 2
+        while s <= min(self._max_split, desc.k):
+            cand = replace(desc, split=s)
+            if self.issue_cycles(cand) < self.issue_cycles(best):
+                best = cand
+            s *= 2
+        return best
 
     @property
     def overhead_cycles(self):
@@ -513,6 +544,8 @@ class ContractionEngine(wiring.Component):
         AB, DB, SB = self._addr_bits, self._dim_bits, self._store_bits
         n_stores = len(self._stores)
         AW = AB + max(lp, ls, lnb) + 2          # lane addresses of masked lanes may overflow AB
+        G = self._max_split                       # lane groups (split parts) at most
+        SL = exact_log2(G)
 
         for st in self._stores:
             m.submodules[f"store_{st.name}"] = st
@@ -528,7 +561,8 @@ class ContractionEngine(wiring.Component):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
         # ---- clients -------------------------------------------------------------------
-        ra = _ReadClient(m, "fa", S, AW, SB, lnb)     # A vectors (S words down a column)
+        ra = _ReadClient(m, "fa", S * G, AW, SB, lnb)  # A vectors (S words down a column
+                                                        # per lane group)
         rb = _ReadClient(m, "fb", P, AW, SB, lnb)     # B vectors (P words along a row)
         rc = _ReadClient(m, "fc", P, AW, SB, lnb)     # old C vectors (accumulate)
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb)    # host read
@@ -631,7 +665,7 @@ class ContractionEngine(wiring.Component):
                                 + (rows - 1) * v.row_stride + (cols - 1) * v.col_stride)
             lasts.append((v, last))
         bad_store = reduce(operator.or_, [v.store >= n_stores for v, _ in lasts])
-        bad_dim = reduce(operator.or_, [x == 0 for x in dims])
+        bad_dim = reduce(operator.or_, [x == 0 for x in dims]) | (d.split > SL)
         with m.If(bad_store):
             m.d.comb += check_code.eq(1)
         with m.Elif(bad_dim):
@@ -644,9 +678,52 @@ class ContractionEngine(wiring.Component):
         # Tile height: the m rows are cut into ceil(m / slots) tiles of equal height
         # h = ceil(m / tiles) (balanced, so m = 20 runs as 2 x 10, not 16 + 4); a k-step
         # issues hp = max(h, add latency + 1) slots, the padding slots being bubbles.
+        def by_split(options, name, width):
+            """The entry ``d.split`` of ``options`` (one per log2 split 0..SL; constant
+            during a run)."""
+            out = Signal(width, name=name)
+            m.d.comb += out.eq(options[0])
+            for v in range(1, SL + 1):
+                with m.If(d.split == v):
+                    m.d.comb += out.eq(options[v])
+            return out
+
+        # Lane groups (split s = 2**d.split): lane p is column p % (P/s) of group p // (P/s);
+        # group g sums the k range g*kc .. (g+1)*kc - 1 (kc = ceil(k / s)) of the tile's
+        # P/s columns, and a fold tree adds the groups' partial sums (golden's order).
         mtiles = Signal(DB, name="mtiles")
-        ntiles = Signal(DB, name="ntiles")
-        m.d.comb += [mtiles.eq((d.m + S - 1) >> ls), ntiles.eq((d.n + P - 1) >> lp)]
+        m.d.comb += mtiles.eq((d.m + S - 1) >> ls)
+        ntiles = by_split([(d.n + (P >> v) - 1) >> (lp - v) for v in range(SL + 1)],
+                          "ntiles", DB)
+        kc = by_split([(d.k + (1 << v) - 1) >> v for v in range(SL + 1)], "kc", DB)
+        pg = by_split([Const(P >> v, lp + 1) for v in range(SL + 1)], "pg", lp + 1)
+        b_nstride = by_split([d.b.col_stride << (lp - v) for v in range(SL + 1)], "b_nstride",
+                             AW)
+        c_nstride = by_split([d.c.col_stride << (lp - v) for v in range(SL + 1)], "c_nstride",
+                             AW)
+        # per group: first k index g*kc and the k offsets of A's and B's parts (registered
+        # while checking; A's and B's lane offsets are ready when the run starts)
+        kst = [Signal(DB + SL, name=f"kst{g}") for g in range(G)]
+        kca = Signal(AW, name="kca")
+        kcb = Signal(AW, name="kcb")
+        gk_a = [Signal(AW, name=f"gk_a{g}") for g in range(G)]
+        gk_b = [Signal(AW, name=f"gk_b{g}") for g in range(G)]
+        m.d.sync += [kst[g].eq(kc * g) for g in range(G)]
+        m.d.sync += [gk_a[g].eq(kca * g) for g in range(G)]
+        m.d.sync += [gk_b[g].eq(kcb * g) for g in range(G)]
+
+        def k_valid(kk, name):
+            """Per group: is its k index ``g*kc + kk`` inside the k range?"""
+            bits = Signal(G, name=name)
+            m.d.comb += bits.eq(Cat(*[(kst[g] + kk) < d.k for g in range(G)]))
+            return bits
+
+        def group_of(p, bits, name):
+            """Bit ``group(p)`` of the per-group ``bits`` for lane ``p``."""
+            return by_split([bits[p >> (lp - v)] for v in range(SL + 1)], name, 1)
+
+        in_g0 = [by_split([Const(int(p < (P >> v)), 1) for v in range(SL + 1)], f"in_g0_{p}", 1)
+                 for p in range(P)]
         tile_h = Signal(ls + 1, name="tile_h")
         tile_hp = Signal(ls + 1, name="tile_hp")
         h_next = Signal(ls + 1)
@@ -663,21 +740,23 @@ class ContractionEngine(wiring.Component):
         with m.If(checking & (check_step == 1)):
             m.d.sync += [a_mstride.eq(d.a.row_stride * tile_h),
                          c_mstride.eq(d.c.row_stride * tile_h)]
+        with m.If(checking & (check_step == 0)):
+            m.d.sync += [kca.eq(kc * d.a.col_stride), kcb.eq(kc * d.b.row_stride)]
         restart = Signal()
-        g_a = _Loops(m, "ga", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.a.base,
+        g_a = _Loops(m, "ga", [d.batch, mtiles, ntiles, kc], addr_bits=AW, base=d.a.base,
                      strides=[d.a.batch_stride, a_mstride, 0, d.a.col_stride],
                      rems={1: (d.m, tile_h)})
-        g_b = _Loops(m, "gb", [d.batch, mtiles, ntiles, d.k], addr_bits=AW, base=d.b.base,
-                     strides=[d.b.batch_stride, 0, d.b.col_stride << lp, d.b.row_stride],
-                     rems={2: (d.n, P)})
-        cstrides = [d.c.batch_stride, c_mstride, d.c.col_stride << lp, d.c.row_stride]
+        g_b = _Loops(m, "gb", [d.batch, mtiles, ntiles, kc], addr_bits=AW, base=d.b.base,
+                     strides=[d.b.batch_stride, 0, b_nstride, d.b.row_stride],
+                     rems={2: (d.n, pg)})
+        cstrides = [d.c.batch_stride, c_mstride, c_nstride, d.c.row_stride]
         g_c = _Loops(m, "gc", [d.batch, mtiles, ntiles, tile_hp],
                      addr_bits=AW, base=d.c.base, strides=cstrides,
-                     rems={1: (d.m, tile_h), 2: (d.n, P)})
+                     rems={1: (d.m, tile_h), 2: (d.n, pg)})
         g_w = _Loops(m, "gw", [d.batch, mtiles, ntiles, tile_hp],
                      addr_bits=AW, base=d.c.base, strides=cstrides,
-                     rems={1: (d.m, tile_h), 2: (d.n, P)})
-        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, d.k, tile_hp])
+                     rems={1: (d.m, tile_h), 2: (d.n, pg)})
+        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, kc, tile_hp])
         for g in (g_a, g_b, g_c, g_w, g_i):
             m.d.comb += g.restart.eq(restart)
 
@@ -685,31 +764,54 @@ class ContractionEngine(wiring.Component):
             return Cat(*[rem > i for i in range(n)])
 
         # lane offsets (registered while checking; constant during a run)
-        for cl, stride in ((ra, d.a.row_stride), (rb, d.b.col_stride), (rc, d.c.col_stride),
-                           (wc, d.c.col_stride)):
+        for cl, stride in ((rc, d.c.col_stride), (wc, d.c.col_stride)):
             for p in range(cl.lanes):
                 m.d.sync += cl.offsets[p].eq(stride * p)
+        for j in range(S * G):                  # A: row t of group g's column
+            g, t = divmod(j, S)
+            m.d.sync += ra.offsets[j].eq(d.a.row_stride * t + (gk_a[g] if g else 0))
+        if G == 1:
+            m.d.sync += [rb.offsets[p].eq(d.b.col_stride * p) for p in range(P)]
+        else:                                   # B: column p % (P/s) of group p // (P/s)'s row
+            colb = [Signal(AW, name=f"colb{j}") for j in range(P)]
+            m.d.comb += [colb[j].eq(d.b.col_stride * j) for j in range(P)]
+            for p in range(P):
+                col = by_split([colb[p % (P >> v)] for v in range(SL + 1)], f"fb_col{p}", AW)
+                row = by_split([gk_b[p >> (lp - v)] for v in range(SL + 1)], f"fb_row{p}", AW)
+                m.d.sync += rb.offsets[p].eq(col + row)
 
         # ---- fetchers ----------------------------------------------------------------------
         FD = self._fetch_depth
-        fa = m.submodules.fifo_a = fifo.SyncFIFO(width=32 * S, depth=FD)
+        fa = m.submodules.fifo_a = fifo.SyncFIFO(width=32 * S * G, depth=FD)
         fb = m.submodules.fifo_b = fifo.SyncFIFO(width=32 * P, depth=FD)
         fc = m.submodules.fifo_c = fifo.SyncFIFO(width=32 * P, depth=S)
         cred_a = Signal(range(FD + 1), init=FD)
         cred_b = Signal(range(FD + 1), init=FD)
         cred_c = Signal(range(S + 1), init=S)
         acc_on = d.accumulate
+        a_rows = thermo(S, g_a.rem[1]) & thermo(S, tile_h)
+        kv_a = k_valid(g_a.idx[3], "kv_a")
+        if G == 1:
+            b_mask = thermo(P, g_b.rem[2])
+        else:
+            kv_b = k_valid(g_b.idx[3], "kv_b")
+            b_cols = thermo(P, g_b.rem[2])
+            b_mask = Cat(*[by_split([b_cols[p % (P >> v)] for v in range(SL + 1)],
+                                    f"fb_colok{p}", 1) & group_of(p, kv_b, f"fb_kok{p}")
+                           for p in range(P)])
+        g0_mask = Cat(*in_g0)
         m.d.comb += [
             ra.load.eq(running & ~g_a.done & (cred_a != 0) & ra.can_load),
-            ra.load_base.eq(g_a.addr), ra.load_mask.eq(thermo(S, g_a.rem[1]) & thermo(S, tile_h)),
+            ra.load_base.eq(g_a.addr),
+            ra.load_mask.eq(Cat(*[Mux(kv_a[g], a_rows, 0) for g in range(G)])),
             ra.load_store.eq(d.a.store), g_a.advance.eq(ra.load),
             rb.load.eq(running & ~g_b.done & (cred_b != 0) & rb.can_load),
-            rb.load_base.eq(g_b.addr), rb.load_mask.eq(thermo(P, g_b.rem[2])),
+            rb.load_base.eq(g_b.addr), rb.load_mask.eq(b_mask),
             rb.load_store.eq(d.b.store), g_b.advance.eq(rb.load),
             rc.load.eq(running & acc_on & ~g_c.done & (cred_c != 0) & rc.can_load),
             rc.load_base.eq(g_c.addr),
             rc.load_mask.eq(Mux((g_c.idx[3] < g_c.rem[1]) & (g_c.idx[3] < tile_h),
-                                thermo(P, g_c.rem[2]), 0)),
+                                thermo(P, g_c.rem[2]) & g0_mask, 0)),
             rc.load_store.eq(d.c.store), g_c.advance.eq(rc.load),
             fa.w_en.eq(ra.out_valid), fa.w_data.eq(Cat(*ra.out_data)),
             fb.w_en.eq(rb.out_valid), fb.w_data.eq(Cat(*rb.out_data)),
@@ -732,15 +834,19 @@ class ContractionEngine(wiring.Component):
         m.d.comb += [fa.r_en.eq(pop_ab), fb.r_en.eq(pop_ab)]
         m.d.sync += [cred_a.eq(cred_a - ra.load + pop_ab), cred_b.eq(cred_b - rb.load + pop_ab)]
 
-        a_words = Array([fa.r_data[32 * t:32 * (t + 1)] for t in range(S)])
         s1_valid = Signal()
         s1_t = Signal(ls + 1)
         s1_first = Signal()
         s1_last = Signal()
-        s1_a = Signal(32)
+        s1_ag = [Signal(32, name=f"s1_a{g}") for g in range(G)]     # A word of each group
         s1_b = Signal(32 * P)
+        s1_kv = Signal(G)
+        kv_i = k_valid(g_i.idx[3], "kv_i")
         m.d.sync += [s1_valid.eq(issue), s1_t.eq(t_i), s1_first.eq(k_first),
-                     s1_last.eq(k_last), s1_a.eq(a_words[t_i]), s1_b.eq(fb.r_data)]
+                     s1_last.eq(k_last), s1_b.eq(fb.r_data), s1_kv.eq(kv_i)]
+        for g in range(G):
+            a_words = Array([fa.r_data[32 * (g * S + t):32 * (g * S + t + 1)] for t in range(S)])
+            m.d.sync += s1_ag[g].eq(a_words[t_i])
 
         # tag pipeline alongside the multipliers
         def delay(sig, n, name):
@@ -754,6 +860,7 @@ class ContractionEngine(wiring.Component):
         x_valid, x_first, x_last, x_t = tagx[0], tagx[1], tagx[2], tagx[3:]
         tagy = delay(tagx, self._add_latency, "tagy")
         y_valid, y_last, y_t = tagy[0], tagy[2], tagy[3:]
+        x_kv = delay(s1_kv, self._mul_latency, "x_kv")
 
         m.d.comb += fc.r_en.eq(x_valid & x_first & acc_on)
         took_cold = issue & k_first & acc_on
@@ -773,14 +880,26 @@ class ContractionEngine(wiring.Component):
             accm = m.submodules[f"acc{p}"] = memory.Memory(shape=32, depth=S, init=[])
             acc_rd = accm.read_port(domain="comb")
             acc_wr = accm.write_port()
-            init = Mux(acc_on, fc.r_data[32 * p:32 * (p + 1)], Mux(int_on, 0, NEG_ZERO))
+            # group 0 starts from the old C (accumulate); every other group from -0 / 0
+            init = Mux(acc_on & in_g0[p], fc.r_data[32 * p:32 * (p + 1)],
+                       Mux(int_on, 0, NEG_ZERO))
             acc_in = Mux(x_first, init, acc_rd.data)
             b_word = s1_b[32 * p:32 * (p + 1)]
+            if G == 1:
+                s1_a, kv_p, prod = s1_ag[0], None, mul.o.payload
+            else:
+                s1_a = by_split([s1_ag[p >> (lp - v)] for v in range(SL + 1)], f"s1_a_l{p}", 32)
+                # a group's k index past k (its part is short): the product is -0, which
+                # leaves the sum as it is (x + -0 == x for an adder output)
+                kv_p = group_of(p, x_kv, f"x_kv_l{p}")
+                prod = Mux(kv_p, mul.o.payload, NEG_ZERO)
             result = Signal(32, name=f"result{p}")
             if self._integer:
                 iprod = Signal(signed(32), name=f"iprod{p}")
                 m.d.comb += iprod.eq(s1_a[:16].as_signed() * b_word[:16].as_signed())
                 iprod_x = delay(iprod, self._mul_latency, f"iprodx{p}")
+                if kv_p is not None:
+                    iprod_x = Mux(kv_p, iprod_x, 0)
                 isum = Signal(32, name=f"isum{p}")
                 m.d.comb += isum.eq(iprod_x + acc_in)
                 isum_y = delay(isum, self._add_latency, f"isumy{p}")
@@ -791,18 +910,47 @@ class ContractionEngine(wiring.Component):
                 mul.i.valid.eq(s1_valid), mul.i.payload.a.eq(s1_a),
                 mul.i.payload.b.eq(b_word),
                 acc_rd.addr.eq(x_t),
-                add.i.valid.eq(x_valid), add.i.payload.a.eq(mul.o.payload),
+                add.i.valid.eq(x_valid), add.i.payload.a.eq(prod),
                 add.i.payload.b.eq(acc_in),
                 acc_wr.addr.eq(y_t), acc_wr.data.eq(result),
                 acc_wr.en.eq(y_valid & ~y_last),
             ]
             results.append(result)
 
-        # ---- write-back ------------------------------------------------------------------
+        # ---- fold tree: level l adds lane p + P/2**l to lane p (p < P/2**l) ---------------
         push = y_valid & y_last
-        wmask = Mux((g_w.idx[3] < g_w.rem[1]) & (g_w.idx[3] < tile_h), thermo(P, g_w.rem[2]), 0)
-        m.d.comb += [fw.w_en.eq(push), fw.w_data.eq(Cat(*results, wmask, g_w.addr)),
-                     g_w.advance.eq(push)]
+        levels, valids = [results], [push]
+        for lv in range(1, SL + 1):
+            width, prev = P >> lv, levels[-1]
+            outs = []
+            for p in range(width):
+                fadd = m.submodules[f"fold{lv}_{p}"] = self._add_unit()
+                m.d.comb += [fadd.i.valid.eq(valids[-1]), fadd.i.payload.a.eq(prev[p]),
+                             fadd.i.payload.b.eq(prev[p + width])]
+                out = Signal(32, name=f"fold{lv}_{p}")
+                if self._integer:
+                    fisum = Signal(32, name=f"fold{lv}_isum{p}")
+                    m.d.comb += fisum.eq(prev[p] + prev[p + width])
+                    m.d.comb += out.eq(Mux(int_on, delay(fisum, self._add_latency,
+                                                         f"fold{lv}_isumy{p}"),
+                                           fadd.o.payload))
+                else:
+                    m.d.comb += out.eq(fadd.o.payload)
+                outs.append(out)
+            levels.append(outs)
+            valids.append(delay(valids[-1], self._add_latency, f"fold{lv}_valid"))
+        if G == 1:
+            folded, push_out = results, push
+        else:                                    # the level of this descriptor's split
+            push_out = by_split(valids, "fold_valid", 1)
+            folded = [by_split([levels[v][q] if q < (P >> v) else Const(0, 32)
+                                for v in range(SL + 1)], f"folded{q}", 32) for q in range(P)]
+
+        # ---- write-back ------------------------------------------------------------------
+        wmask = Mux((g_w.idx[3] < g_w.rem[1]) & (g_w.idx[3] < tile_h),
+                    thermo(P, g_w.rem[2]) & g0_mask, 0)
+        m.d.comb += [fw.w_en.eq(push_out), fw.w_data.eq(Cat(*folded, wmask, g_w.addr)),
+                     g_w.advance.eq(push_out)]
         m.d.comb += [
             wc.load.eq(fw.r_rdy & wc.can_load), fw.r_en.eq(wc.load),
             wc.load_base.eq(fw.r_data[32 * P + P:]), wc.load_mask.eq(fw.r_data[32 * P:32 * P + P]),
@@ -829,6 +977,6 @@ class ContractionEngine(wiring.Component):
             with m.Elif(check_step == 2):
                 m.d.sync += check_step.eq(2)
         with m.Elif(running):
-            with m.If(g_i.done & (cred_w == 2 * S) & ~push & ~fw.r_rdy):
+            with m.If(g_i.done & (cred_w == 2 * S) & ~push & ~push_out & ~fw.r_rdy):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         return m

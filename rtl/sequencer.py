@@ -34,6 +34,7 @@ word's bits (``golden.isa.Fields`` over Amaranth values). They amount to:
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ..golden.isa import (CLASS_NAMES, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
                           ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE, ERR_STORE,
@@ -150,7 +151,8 @@ class Sequencer(wiring.Component):
     2. *check*: walk the dynamic stream (loop bodies once per iteration, bases stepped by the
        loop increments) and check every operand's last address against its store
        (``ERR_A_RANGE``/``ERR_B_RANGE``/``ERR_C_RANGE``) and CONTRACT dimensions against
-       ``max_dim`` (``ERR_DIM``), in the golden's order;
+       ``max_dim`` and their ``split`` against ``max_split`` (``ERR_DIM``), in the golden's
+       order;
     3. *execute*: walk again and issue each instruction to its unit (CONTRACT -> engine,
        elementwise/reduce/gather -> vector, UPDATE -> update) as soon as that unit is idle and
        the instruction's address intervals do not conflict (RAW, WAR, WAW) with the instruction
@@ -168,6 +170,9 @@ class Sequencer(wiring.Component):
         Instructions the instruction memory holds (power of two not required).
     max_dim : int or None
         The engine's limit on m, n, k and batch (``None``: the 16-bit fields only).
+    max_split : int or None
+        The engine's largest CONTRACT ``split`` (its lane groups; ``None``: the ISA field's
+        256 only).
     overlap : bool
         Allow instructions on different units to run concurrently (else strictly one at a
         time, e.g. when the units share one memory port).
@@ -214,7 +219,7 @@ class Sequencer(wiring.Component):
         left unconnected (the Vitis kernel) it is optimised away.
     """
 
-    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, overlap=True,
+    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, max_split=None, overlap=True,
                  special=True, desc_layout=None):
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
@@ -231,7 +236,13 @@ class Sequencer(wiring.Component):
             raise ValueError(f"max_dim must be None or an int in 1..65535, not {max_dim!r}")
         self._sizes = dict(store_sizes)
         self._depth = imem_depth
+        if max_split is not None and (isinstance(max_split, bool)
+                                      or not isinstance(max_split, int) or max_split < 1
+                                      or max_split & (max_split - 1) or max_split > 256):
+            raise ValueError(f"max_split must be None or a power of two in 1..256, not "
+                             f"{max_split!r}")
         self._max_dim = max_dim
+        self._max_split = max_split
         self._overlap = bool(overlap)
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool, not {special!r}")
@@ -357,8 +368,11 @@ class Sequencer(wiring.Component):
         if self._max_dim is not None:
             for d in (rows, cols, k, batch):
                 dims_big = dims_big | (d > self._max_dim)
+        if self._max_split is not None and self._max_split < 256:
+            dims_big = dims_big | (dec.flags[2:6] > exact_log2(self._max_split))
         with m.If(cls["contract"]):
-            dim_check = [(dims_big, ERR_DIM)] if self._max_dim is not None else []
+            dim_check = [(dims_big, ERR_DIM)] if (self._max_dim is not None or (
+                self._max_split is not None and self._max_split < 256)) else []
             _first(m, range_code, dim_check + [(~in_range[1], ERR_A_RANGE),
                                                (~in_range[2], ERR_B_RANGE),
                                                (~in_range[0], ERR_C_RANGE)])
@@ -416,7 +430,8 @@ class Sequencer(wiring.Component):
 
         ep = self.eng.payload
         m.d.comb += [ep.m.eq(rows), ep.n.eq(cols), ep.k.eq(k), ep.batch.eq(batch),
-                     ep.accumulate.eq(dec.flags[0]), ep.integer.eq(dec.flags[1])]
+                     ep.accumulate.eq(dec.flags[0]), ep.integer.eq(dec.flags[1]),
+                     ep.split.eq(dec.flags[2:6])]
         for lv, s in ((ep.c, 0), (ep.a, 1), (ep.b, 2)):
             m.d.comb += [lv.store.eq(dec.store[s]), lv.base.eq(base[s]),
                          lv.row_stride.eq(w[5 + 4 * s]), lv.col_stride.eq(w[6 + 4 * s]),

@@ -79,6 +79,10 @@ class Accelerator(wiring.Component):
         The special unit's ``impl``; ``"verilog"`` needs the modules of
         :data:`ttrain.rtl.special.FP_UNIT_MODULES` in the build
         (``platforms.sim.top.build_top`` adds them).
+    max_split : int
+        The engine's lane groups (:class:`~ttrain.rtl.engine.ContractionEngine`
+        ``max_split``); the sequencer rejects a CONTRACT with a larger ``split`` as
+        ``ERR_DIM`` in its check pass.
 
     Members
     -------
@@ -105,7 +109,7 @@ class Accelerator(wiring.Component):
 
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
-                 store_style="auto", special=False, special_impl="amaranth"):
+                 store_style="auto", special=False, special_impl="amaranth", max_split=1):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -133,13 +137,14 @@ class Accelerator(wiring.Component):
                            style=styles[STORE_NAMES[i]], impl=impls[STORE_NAMES[i]])
                  for i in range(len(STORE_IDS))]
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
-                                         dim_bits=dim_bits, ports=2)
+                                         dim_bits=dim_bits, ports=2, max_split=max_split)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)
         self._vector = vector
         self._seq = Sequencer(store_sizes=self._sizes, imem_depth=imem_depth,
                               max_dim=self._engine.max_dim if dim_bits < 16 else None,
+                              max_split=max_split,
                               overlap=overlap, special=special,
                               desc_layout=self._engine.desc.payload.shape())
         host_sig = self._engine.signature.members

@@ -33,9 +33,10 @@ BENCH_SLOTS = 16
 
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
-    optional ``slots``): the same configuration ``testbench/tb_engine.py`` reads from
-    ``$ENGINE_CONFIG``."""
+    optional ``slots`` and ``max_split``): the same configuration ``testbench/tb_engine.py``
+    reads from ``$ENGINE_CONFIG``."""
     return ContractionEngine(lanes=cfg["lanes"], stores=[StoreSpec(*s) for s in cfg["stores"]],
+                             max_split=cfg.get("max_split", 1),
                              **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 

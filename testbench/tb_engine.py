@@ -34,6 +34,7 @@ def engine_from_env():
     cfg = json.loads(os.environ["ENGINE_CONFIG"])
     stores = [StoreSpec(*s) for s in cfg["stores"]]
     return ContractionEngine(lanes=cfg["lanes"], stores=stores,
+                             max_split=cfg.get("max_split", 1),
                              **({"slots": cfg["slots"]} if cfg.get("slots") else {})), cfg
 
 
@@ -161,8 +162,8 @@ def compare(got, want, what):
 
 @cocotb.test()
 async def random_descriptors(dut):
-    """Random shapes, strides, transposes, batches, accumulate and FP32/integer mode; every
-    store word checked."""
+    """Random shapes, strides, transposes, batches, accumulate, FP32/integer mode and splits
+    up to the engine's ``max_split``; every store word checked."""
     eng, cfg = engine_from_env()
     tb = EngineTB(dut, eng, cfg["seed"])
     await tb.start()
@@ -174,7 +175,7 @@ async def random_descriptors(dut):
     total_cycles = total_ideal = total_model = 0
     for i in range(cfg["n_random"]):
         desc = random_descriptor(rng, sizes, max_mn=cfg["max_mn"], max_k=cfg["max_k"],
-                                 max_batch=3, integer="random")
+                                 max_batch=3, integer="random", max_split=eng.max_split)
         err, code, cycles = await tb.run(eng.encode_descriptor(desc))
         assert (err, code) == (0, ERROR_NONE), f"descriptor {i} {desc}: error code {code}"
         image = contract(desc, image)
@@ -184,7 +185,8 @@ async def random_descriptors(dut):
         total_ideal += eng.ideal_cycles(desc)
         total_model += eng.issue_cycles(desc)
         dut._log.info(f"descriptor {i}: {desc.batch}x{desc.m}x{desc.n}x{desc.k} "
-                      f"acc={desc.accumulate} int={desc.integer} cycles {cycles} model {eng.issue_cycles(desc)} "
+                      f"acc={desc.accumulate} int={desc.integer} split={desc.split} "
+                      f"cycles {cycles} model {eng.issue_cycles(desc)} "
                       f"ideal {eng.ideal_cycles(desc)}")
     dut._log.info(f"random sweep: {total_cycles} cycles, model {total_model}, "
                   f"ideal {total_ideal}")
@@ -215,6 +217,9 @@ async def error_descriptors(dut):
     layout = eng.desc.payload.shape()
     zero_n = raw & ~(((1 << eng.dim_bits) - 1) << layout["n"].offset)
     values = [(eng.encode_descriptor(d), code) for d, code in cases] + [(zero_n, ERROR_DIM)]
+    # a split above the engine's lane groups (log2 field = log2 max_split + 1)
+    over = eng.max_split.bit_length() << layout["split"].offset
+    values.append(((raw & ~(15 << layout["split"].offset)) | over, ERROR_DIM))
     if len(names) < (1 << (len(names) - 1).bit_length()):
         off = layout["c"].offset + layout["c"].shape["store"].offset
         values.append((raw | (((1 << (len(names) - 1).bit_length()) - 1) << off), ERROR_STORE))

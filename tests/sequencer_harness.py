@@ -25,7 +25,7 @@ def descriptor_of(p):
         return View(STORES[int(v.store)], int(v.base), int(v.row_stride), int(v.col_stride),
                     int(v.batch_stride))
     return Descriptor(int(p.m), int(p.n), int(p.k), view(p.a), view(p.b), view(p.c),
-                      bool(p.accumulate), int(p.batch), bool(p.integer))
+                      bool(p.accumulate), int(p.batch), bool(p.integer), 1 << int(p.split))
 
 
 def read_image(ctx, mems, sizes):

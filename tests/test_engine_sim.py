@@ -276,3 +276,39 @@ def test_engine_integer_mode_random_descriptors_sim():
         for name in sizes:
             np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
     assert int(expect["s"][0]) == (8 * 0x7FFF * 0x7FFF) & 0xFFFFFFFF
+
+
+def test_engine_split_descriptors_sim():
+    """Lane groups: split 1..4 on 4 lanes (each group a part of k, the fold tree adds the
+    parts in golden's order), FP32 and integer, accumulate, parts past k empty, random stalls;
+    a split above the engine's limit is ERROR_DIM and changes nothing."""
+    sizes = {"f": 128, "s": 64}
+    eng = ContractionEngine(lanes=4, stores=[StoreSpec(n, s) for n, s in sizes.items()],
+                            max_split=4)
+    rng = np.random.default_rng(21)
+    image = _image(rng, sizes)
+    descs = [
+        # k = 7 in parts of 2: the last part is short; 5 columns on groups of 2 lanes
+        Descriptor(3, 5, 7, View("f", 0, 7, 1), View("f", 21, 5, 1), View("s", 0, 5, 1),
+                   accumulate=True, split=4),
+        # k = 2 with split 4: two empty parts
+        Descriptor(2, 3, 2, View("f", 60, 2, 1), View("s", 20, 3, 1), View("f", 90, 3, 1),
+                   split=4),
+    ]
+    descs += [random_descriptor(rng, sizes, max_mn=6, max_k=9, max_batch=2, max_split=4,
+                                integer="random") for _ in range(3)]
+    over = Descriptor(2, 2, 2, View("f", 0, 2, 1), View("f", 8, 2, 1), View("s", 0, 2, 1),
+                      split=8)
+    raw = eng.encode_descriptor(over)
+    expect = image
+    runs = run_engine(eng, image, descs + [raw], stall_seed=5)
+    for desc, (got, err, code, cycles) in zip(descs, runs):
+        expect = contract(desc, expect)
+        assert (err, code) == (0, ERROR_NONE), desc
+        for name in sizes:
+            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    got, err, code, _ = runs[-1]
+    assert (err, code) == (1, ERROR_DIM)
+    for name in sizes:
+        np.testing.assert_array_equal(got[name], expect[name])
+    assert check_descriptor(over, sizes, max_split=eng.max_split) == ERROR_DIM

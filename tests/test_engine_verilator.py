@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """Contraction engine under Verilator: random descriptors and error cases, bit-exact vs golden.
 
-One build (4 lanes, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
+One build (4 lanes in up to 4 split groups, three stores: a Memory-based one, one from the ``ttrain_ram`` Verilog
 template and a small scratch) shared by the cocotb tests in ``testbench/tb_engine.py``. The
 engine helpers and the paper-layer benchmark (``ttrain bench engine``) are library code in
 :mod:`ttrain.testbench.bench_engine`.
@@ -18,6 +18,7 @@ from ttrain.testbench import TESTBENCH_DIR
 
 CONFIG = {
     "lanes": 4,
+    "max_split": 4,
     "stores": [["f", 2048, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 1024, "block", "memory"]],
     "seed": 2026,

@@ -8,10 +8,10 @@ from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import memory
 from amaranth.sim import Simulator
 
-from ttrain.golden.contract import View
+from ttrain.golden.contract import Descriptor, View
 from ttrain.golden.interpreter import check_program, run
 from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, SPECIAL_OPS, STORE_IDS,
-                               Elementwise, End, Gather, Reduce, Update, f32_bits)
+                               Contract, Elementwise, End, Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.command import VectorCommand, vector_command
 from ttrain.testbench.vector_ref import VectorUnit
 from sequencer_harness import connect_units, descriptor_of, load_and_run, read_image
@@ -379,9 +379,10 @@ class _SeqHarness(Elaboratable):
     contraction engine is played by the testbench (golden ``contract`` on the memory words,
     after a delay), which only tests the sequencing, not the engine."""
 
-    def __init__(self, sizes, imem_depth, overlap=True):
+    def __init__(self, sizes, imem_depth, overlap=True, max_split=None):
         from ttrain.rtl.sequencer import Sequencer
-        self.seq = Sequencer(store_sizes=sizes, imem_depth=imem_depth, overlap=overlap)
+        self.seq = Sequencer(store_sizes=sizes, imem_depth=imem_depth, overlap=overlap,
+                             max_split=max_split)
         ab = max(1, (max(sizes.values()) - 1).bit_length())
         self.vec = VectorUnit(addr_bits=ab)
         self.upd = VectorUnit(addr_bits=ab)
@@ -413,14 +414,15 @@ class _SeqHarness(Elaboratable):
         return m
 
 
-def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=None):
+def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=None,
+                  max_split=None):
     """Load and run each ``(words)`` of ``programs`` in turn on one harness; return a list of
     ``(image, error_code, error_pc, executed, cycles, busy_engine, busy_vector, busy_update,
     max_concurrent)``."""
     from ttrain.golden.contract import contract, view_addresses
     sizes = {s: len(image[s]) for s in STORES}
     depth = imem_depth or max(len(p) // 16 for p in programs) + 1
-    h = _SeqHarness(sizes, depth, overlap)
+    h = _SeqHarness(sizes, depth, overlap, max_split)
     seq = h.seq
     results = []
     concurrent = [0]
@@ -623,3 +625,29 @@ def test_decoder_without_special_unit_rejects_special_opcodes():
             assert got[i] == want[i], (hex(w[0]), got[i], want[i])
     with pytest.raises(TypeError, match="special must be a bool"):
         InstructionDecoder(special=1)
+
+
+def test_sequencer_carries_split_and_rejects_it_above_the_engine():
+    """A CONTRACT's split reaches the engine's descriptor; one above the engine's lane groups
+    is ERR_DIM in the check pass (nothing written), as golden ``run(max_split=...)``."""
+    from ttrain.golden.isa import ERR_DIM, encode_program
+    rng = np.random.default_rng(8)
+    image = _random_image(rng)
+    a, b = View("act", 0, 9, 1), View("param", 0, 3, 1)
+
+    def prog(split):
+        return encode_program([Contract(Descriptor(2, 3, 9, a, b, View("scratch", 0, 3, 1),
+                                                   split=split)), End()])
+    res = run_sequencer([prog(2), prog(4)], image, max_split=2)
+    want, st = run(prog(2), image, max_split=2)
+    got, code, *_ = res[0]
+    assert code == 0 and st.ok
+    for s in STORES:
+        np.testing.assert_array_equal(got[s], want[s])
+    # the engine got split 2: these words round differently in the sequential order
+    assert not np.array_equal(want["scratch"], run(prog(1), image)[0]["scratch"])
+    _, st4 = run(prog(4), want, max_split=2)
+    got, code, pc, *_ = res[1]
+    assert (code, pc) == (st4.error, st4.error_pc) == (ERR_DIM, 0)
+    for s in STORES:
+        np.testing.assert_array_equal(got[s], want[s])
