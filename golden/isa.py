@@ -1632,6 +1632,32 @@ class Program:
         """Return the flat instruction words."""
         return encode_program(self.instructions)
 
+    def for_engine(self, lanes, slots, max_split=1, *, orient=True):
+        """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
+        ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
+        ``split`` (up to ``max_split``) of the fewest cycles of
+        :func:`ttrain.golden.contract.engine_cycles`, ties keeping the compiled choice. A
+        new split is a new accumulation order, which golden follows (the program carries
+        it); everything else is unchanged."""
+        from .contract import best_split, engine_cycles
+        out = []
+        for ins in self.instructions:
+            if isinstance(ins, Contract):
+                c0, a0, b0 = ins.step
+                cands = [(ins.desc, ins.step)]
+                if orient:
+                    cands.append((ins.desc.transposed(), (c0, b0, a0)))
+                best = None
+                for d, st in cands:
+                    d = best_split(d, lanes, slots, max_split)
+                    cyc = engine_cycles(d, lanes, slots)
+                    if best is None or cyc < best[0]:
+                        best = (cyc, d, st)
+                _, d, st = best
+                ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
+            out.append(ins)
+        return Program(out, dict(self.store_sizes), dict(self.memory_map))
+
     def text(self):
         """Return the assembly text."""
         return disassemble(self.words())

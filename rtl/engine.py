@@ -56,6 +56,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..golden.contract import best_split, engine_cycles
 from ..golden.numerics import NEG_ZERO       # -0.0: the initial value of a fresh sum
 from .fp32 import latency_of
 from .port import StorePortSignature
@@ -492,20 +493,12 @@ class ContractionEngine(wiring.Component):
                                           "addr": addr, "mask": mask, "data": words})
 
     def issue_cycles(self, desc):
-        """Return the analytical cycle count of ``desc`` without fetch stalls.
-
-        ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles
-        (``h'`` the balanced tile height, ``hp = max(h', add latency + 1)``) plus the fixed
-        pipeline fill and drain (:attr:`overhead_cycles`) and, with ``split`` > 1, the fold
-        tree's ``log2(split)`` adder latencies. Bank conflicts deeper than ``hp`` and A/B
-        sharing a store can add stalls on top of this.
-        """
-        mtiles = -(-desc.m // self._slots)
-        h = -(-desc.m // mtiles)
-        hp = max(h, self._add_latency + 1)
-        ntiles = -(-desc.n // (self._lanes // desc.split))
-        fold = (desc.split.bit_length() - 1) * self._add_latency
-        return desc.batch * mtiles * ntiles * desc.kc * hp + self.overhead_cycles + fold
+        """Return the analytical cycle count of ``desc`` without fetch stalls: the golden
+        cycle model :func:`ttrain.golden.contract.engine_cycles` at this engine's lanes,
+        slots and FP32 latencies (issue cycles, the fixed fill and drain of
+        :attr:`overhead_cycles` and the fold tree's adder latencies of a split)."""
+        return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
+                             add_latency=self._add_latency)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -514,18 +507,10 @@ class ContractionEngine(wiring.Component):
         return flipped if self.issue_cycles(flipped) < self.issue_cycles(desc) else desc
 
     def best_split(self, desc):
-        """Return ``desc`` with the ``split`` (1 .. :attr:`max_split`, at most ``k``) that
-        :meth:`issue_cycles` says is fastest (ties keep the smaller split). A different split
-        is a different accumulation order: the program carries it and golden follows."""
-        from dataclasses import replace
-        best = replace(desc, split=1)
-        s = 2
-        while s <= min(self._max_split, desc.k):
-            cand = replace(desc, split=s)
-            if self.issue_cycles(cand) < self.issue_cycles(best):
-                best = cand
-            s *= 2
-        return best
+        """Return ``desc`` with the ``split`` (1 .. :attr:`max_split`) of the fewest
+        :meth:`issue_cycles` (:func:`ttrain.golden.contract.best_split`)."""
+        return best_split(desc, self._lanes, self._slots, self._max_split,
+                          mul_latency=self._mul_latency, add_latency=self._add_latency)
 
     @property
     def overhead_cycles(self):

@@ -15,6 +15,10 @@ cycles) and a fixed per-descriptor fill/drain:
   that golden would follow: ``(s - 1) m n / P`` extra cycles plus the adder chain);
 * ``array``: a 2-D array of ``Pm x Pn`` lanes (best split per descriptor) fed an A vector and a
   B vector per k-step (outer products), up to 7 tiles interleaved;
+* ``engine``: the lane groups as built (``rtl/engine.py`` with ``max_split = P``): the golden
+  cycle model :func:`ttrain.golden.contract.engine_cycles` of the orientation and ``split``
+  that :meth:`ttrain.golden.isa.Program.for_engine` picks (the fold tree's latency per
+  descriptor, no extra reduction cycles: the tree is pipelined behind the write-back);
 
 and ``best``: the best of the last three per descriptor. ``--overlap`` drops the per-descriptor
 fill/drain (descriptors pipelined back to back). The model ignores bank conflicts and operand
@@ -35,7 +39,7 @@ __all__ = ["MAPPINGS", "step_descriptors", "cycles", "study"]
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 25               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
 SLOTS = 16
-MAPPINGS = ("current", "batch", "split-k", "array")
+MAPPINGS = ("current", "batch", "split-k", "array", "engine")
 
 
 def _cdiv(a, b):
@@ -86,7 +90,19 @@ def _array(m, n, k, b, P, ov):
     return best
 
 
-_FN = {"current": _current, "batch": _batch, "split-k": _split_k, "array": _array}
+def _engine(m, n, k, b, P, ov):
+    from ..golden.contract import Descriptor, View, best_split, engine_cycles
+    v = View("s", 0, 1, 1)
+    best = None
+    for mm, nn in ((m, n), (n, m)):
+        d = best_split(Descriptor(mm, nn, k, v, v, v, batch=b), P, SLOTS, P)
+        cyc = engine_cycles(d, P, SLOTS) - (OVERHEAD - ov)
+        best = cyc if best is None else min(best, cyc)
+    return best
+
+
+_FN = {"current": _current, "batch": _batch, "split-k": _split_k, "array": _array,
+       "engine": _engine}
 
 
 def cycles(desc, P, mapping, overlap=False):

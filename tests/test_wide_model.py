@@ -41,3 +41,56 @@ def test_study_of_the_tiny_step():
         u = {k: v["utilization"] for k, v in e["mappings"].items()}
         assert all(0 < x <= 1 for x in u.values())
         assert u["best +overlap"] >= u["best"] >= max(u["split-k"], u["array"], u["batch"]) - 1e-12
+
+
+def test_engine_cycle_model_is_one_definition():
+    """rtl/engine.py's issue_cycles is golden's engine_cycles (with the units' latencies), and
+    best_split never loses to split 1."""
+    from ttrain.golden.contract import ADD_LATENCY, MUL_LATENCY, best_split, engine_cycles
+    eng = ContractionEngine(lanes=16, slots=16, stores=[StoreSpec("s", 1 << 12)], max_split=16)
+    assert (eng.mul_latency, eng.add_latency) == (MUL_LATENCY, ADD_LATENCY)
+    rng = np.random.default_rng(4)
+    v = View("s", 0, 1, 1)
+    for _ in range(100):
+        m, n, k = (int(x) for x in rng.integers(1, 200, 3))
+        d = Descriptor(m, n, k, v, v, v, batch=int(rng.integers(1, 4)))
+        b = eng.best_split(d)
+        assert b == best_split(d, 16, 16, 16) and b.split <= min(16, k)
+        assert eng.issue_cycles(b) == engine_cycles(b, 16, 16) <= engine_cycles(d, 16, 16)
+    # 12 x 12 outputs over k = 1280 on 16 lanes: groups of 4 lanes x 4 parts beat 16 lanes
+    d = Descriptor(12, 12, 1280, v, v, v)
+    assert best_split(d, 16, 16, 16).split > 1
+
+
+def test_program_for_engine_keeps_the_words_or_follows_the_split():
+    """Program.for_engine: orientation alone (max_split 1) leaves every word of a tiny training
+    step as it was; with lane groups the splits change the rounding only, the cycle model
+    drops, and the interpreter follows the new order."""
+    from ttrain.golden import config as C, data as D, model as M
+    from ttrain.golden.contract import engine_cycles
+    from ttrain.golden.interpreter import dynamic_stream, run
+    from ttrain.golden.isa import Contract
+    from ttrain.golden.model_compiler import compile_model
+    cfg = C.get_config("tiny")
+    cm = compile_model(cfg)
+    ds = D.generate_dataset(3, n_train=4, n_dev=2, n_test=2)
+    batch = {k: v[:1] for k, v in ds.splits["train"].items()}
+    image = cm.initial_image(M.init_params(cfg, np.random.default_rng(1)))
+    cm.set_batch(image, batch, 0.05)
+    want, st = run(cm.program, image, raise_errors=True)
+
+    def total(prog, P):
+        return sum(engine_cycles(i.desc, P, 16) for _, i in dynamic_stream(prog.instructions)
+                   if isinstance(i, Contract))
+    oriented = cm.program.for_engine(64, 16, 1)
+    got, _ = run(oriented, image, raise_errors=True)
+    for s in want:
+        np.testing.assert_array_equal(got[s], want[s])
+    assert total(oriented, 64) <= total(cm.program, 64)
+    wide = cm.program.for_engine(256, 16, 256)
+    splits = [i.desc.split for i in wide.instructions if isinstance(i, Contract)]
+    assert max(splits) > 1
+    assert total(wide, 256) < 0.7 * total(cm.program, 256)
+    got, _ = run(wide, image, raise_errors=True)
+    assert cm.loss(got) == pytest.approx(cm.loss(want), rel=1e-5)
+    assert any(not np.array_equal(got[s], want[s]) for s in want)    # a new order
