@@ -71,7 +71,6 @@ __all__ = [
     "ERROR_A_RANGE", "ERROR_B_RANGE", "ERROR_C_RANGE",
     "contract", "check_descriptor", "validate", "view_addresses", "macs",
     "random_descriptor", "tt_linear_step", "BATCH_DEPENDENT", "MAX_SPLIT",
-    "engine_cycles", "best_split", "MUL_LATENCY", "ADD_LATENCY",
 ]
 
 #: Error codes the engine reports (``error_code`` port) and :func:`check_descriptor` returns.
@@ -561,44 +560,3 @@ def tt_linear_step(spec, batch, *, pad=True, stores=None):
 #: Names of the batch-dependent contractions of :func:`tt_linear_step`.
 BATCH_DEPENDENT = ("x_l", "z_r", "dz", "dx", "dr", "dl")
 
-
-#: FP32 multiplier and adder latencies of the engine's units (``rtl/fp32.py``), the cycle
-#: model's defaults.
-MUL_LATENCY = 6
-ADD_LATENCY = 6
-
-
-def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY):
-    """The contraction engine's cycle model of ``desc`` without fetch stalls.
-
-    ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles (``h'``
-    the balanced tile height of at most ``slots`` rows, ``hp = max(h', add_latency + 1)``),
-    the fixed fill and drain (3 check, 4 first fetch, 1 issue register, the two latencies, 3
-    write-back, 2 done) and ``log2(split)`` adder latencies of the fold tree. The engine
-    (``rtl/engine.py: issue_cycles``) and the compiler's choice of ``split`` use this one
-    definition; bank conflicts and A/B sharing a store can add stalls on top.
-    """
-    mtiles = -(-desc.m // slots)
-    h = -(-desc.m // mtiles)
-    hp = max(h, add_latency + 1)
-    ntiles = -(-desc.n // (lanes // desc.split))
-    fill = 3 + 4 + 1 + mul_latency + add_latency + 3 + 2
-    fold = (desc.split.bit_length() - 1) * add_latency
-    return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
-
-
-def best_split(desc, lanes, slots, max_split, **latencies):
-    """Return ``desc`` with the ``split`` (a power of two up to ``max_split``, ``lanes`` and
-    ``k``) of the fewest :func:`engine_cycles`; ties keep the smaller split, and ``desc``
-    itself is returned when its own split is already the choice. A different split is a
-    different accumulation order: the program carries it and golden follows."""
-    from dataclasses import replace
-    best, best_cyc = None, None
-    s = 1
-    while s <= min(max_split, lanes, desc.k):
-        cand = desc if s == desc.split else replace(desc, split=s)
-        cyc = engine_cycles(cand, lanes, slots, **latencies)
-        if best is None or cyc < best_cyc:
-            best, best_cyc = cand, cyc
-        s *= 2
-    return best

@@ -50,6 +50,7 @@ __all__ = [
     "Update", "Region", "Program", "encode", "decode", "encode_program", "decode_program",
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
+    "engine_cycles", "best_split", "MUL_LATENCY", "ADD_LATENCY",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
     "OP_UPDATE", "Random", "RANDOM_OPS", "ALL_UNITS",
@@ -1599,6 +1600,48 @@ class Region:
         _int("Region.size", self.size, 1)
 
 
+#: FP32 multiplier and adder latencies of the engine's units (``rtl/fp32.py``), the cycle
+#: model's defaults.
+MUL_LATENCY = 6
+ADD_LATENCY = 6
+
+
+def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY):
+    """The contraction engine's cycle model of CONTRACT descriptor ``desc`` (fetch stalls
+    aside): the machine model the compiler maps programs with.
+
+    ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles (``h'``
+    the balanced tile height of at most ``slots`` rows, ``hp = max(h', add_latency + 1)``),
+    the fixed fill and drain (3 check, 4 first fetch, 1 issue register, the two latencies, 3
+    write-back, 2 done) and ``log2(split)`` adder latencies of the fold tree. The engine
+    (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one definition;
+    bank conflicts and A/B sharing a store can add stalls on top.
+    """
+    mtiles = -(-desc.m // slots)
+    h = -(-desc.m // mtiles)
+    hp = max(h, add_latency + 1)
+    ntiles = -(-desc.n // (lanes // desc.split))
+    fill = 3 + 4 + 1 + mul_latency + add_latency + 3 + 2
+    fold = (desc.split.bit_length() - 1) * add_latency
+    return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
+
+
+def best_split(desc, lanes, slots, max_split, **latencies):
+    """Return ``desc`` with the ``split`` (a power of two up to ``max_split``, ``lanes`` and
+    ``k``) of the fewest :func:`engine_cycles`; ties keep the smaller split, and ``desc``
+    itself is returned when its own split is the choice. A different split is a different
+    accumulation order: the program carries it and golden follows."""
+    best, best_cyc = None, None
+    s = 1
+    while s <= min(max_split, lanes, desc.k):
+        cand = desc if s == desc.split else replace(desc, split=s)
+        cyc = engine_cycles(cand, lanes, slots, **latencies)
+        if best is None or cyc < best_cyc:
+            best, best_cyc = cand, cyc
+        s *= 2
+    return best
+
+
 @dataclass
 class Program:
     """Instructions + store sizes + memory map.
@@ -1636,10 +1679,9 @@ class Program:
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
-        :func:`ttrain.golden.contract.engine_cycles`, ties keeping the compiled choice. A
+        :func:`engine_cycles`, ties keeping the compiled choice. A
         new split is a new accumulation order, which golden follows (the program carries
         it); everything else is unchanged."""
-        from .contract import best_split, engine_cycles
         out = []
         for ins in self.instructions:
             if isinstance(ins, Contract):

@@ -56,7 +56,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..golden.contract import best_split, engine_cycles
+from ..golden.isa import best_split, engine_cycles
 from ..golden.numerics import NEG_ZERO       # -0.0: the initial value of a fresh sum
 from .fp32 import latency_of
 from .port import StorePortSignature
@@ -494,7 +494,7 @@ class ContractionEngine(wiring.Component):
 
     def issue_cycles(self, desc):
         """Return the analytical cycle count of ``desc`` without fetch stalls: the golden
-        cycle model :func:`ttrain.golden.contract.engine_cycles` at this engine's lanes,
+        cycle model :func:`ttrain.golden.isa.engine_cycles` at this engine's lanes,
         slots and FP32 latencies (issue cycles, the fixed fill and drain of
         :attr:`overhead_cycles` and the fold tree's adder latencies of a split)."""
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
@@ -508,7 +508,7 @@ class ContractionEngine(wiring.Component):
 
     def best_split(self, desc):
         """Return ``desc`` with the ``split`` (1 .. :attr:`max_split`) of the fewest
-        :meth:`issue_cycles` (:func:`ttrain.golden.contract.best_split`)."""
+        :meth:`issue_cycles` (:func:`ttrain.golden.isa.best_split`)."""
         return best_split(desc, self._lanes, self._slots, self._max_split,
                           mul_latency=self._mul_latency, add_latency=self._add_latency)
 

@@ -16,7 +16,7 @@ cycles) and a fixed per-descriptor fill/drain:
 * ``array``: a 2-D array of ``Pm x Pn`` lanes (best split per descriptor) fed an A vector and a
   B vector per k-step (outer products), up to 7 tiles interleaved;
 * ``engine``: the lane groups as built (``rtl/engine.py`` with ``max_split = P``): the golden
-  cycle model :func:`ttrain.golden.contract.engine_cycles` of the orientation and ``split``
+  cycle model :func:`ttrain.golden.isa.engine_cycles` of the orientation and ``split``
   that :meth:`ttrain.golden.isa.Program.for_engine` picks (the fold tree's latency per
   descriptor, no extra reduction cycles: the tree is pipelined behind the write-back);
 
@@ -91,7 +91,8 @@ def _array(m, n, k, b, P, ov):
 
 
 def _engine(m, n, k, b, P, ov):
-    from ..golden.contract import Descriptor, View, best_split, engine_cycles
+    from ..golden.contract import Descriptor, View
+    from ..golden.isa import best_split, engine_cycles
     v = View("s", 0, 1, 1)
     best = None
     for mm, nn in ((m, n), (n, m)):

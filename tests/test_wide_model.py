@@ -46,7 +46,7 @@ def test_study_of_the_tiny_step():
 def test_engine_cycle_model_is_one_definition():
     """rtl/engine.py's issue_cycles is golden's engine_cycles (with the units' latencies), and
     best_split never loses to split 1."""
-    from ttrain.golden.contract import ADD_LATENCY, MUL_LATENCY, best_split, engine_cycles
+    from ttrain.golden.isa import ADD_LATENCY, MUL_LATENCY, best_split, engine_cycles
     eng = ContractionEngine(lanes=16, slots=16, stores=[StoreSpec("s", 1 << 12)], max_split=16)
     assert (eng.mul_latency, eng.add_latency) == (MUL_LATENCY, ADD_LATENCY)
     rng = np.random.default_rng(4)
@@ -67,7 +67,7 @@ def test_program_for_engine_keeps_the_words_or_follows_the_split():
     step as it was; with lane groups the splits change the rounding only, the cycle model
     drops, and the interpreter follows the new order."""
     from ttrain.golden import config as C, data as D, model as M
-    from ttrain.golden.contract import engine_cycles
+    from ttrain.golden.isa import engine_cycles
     from ttrain.golden.interpreter import dynamic_stream, run
     from ttrain.golden.isa import Contract
     from ttrain.golden.model_compiler import compile_model
