@@ -65,8 +65,11 @@ SPARSE_MASKS = ("none", "random", "topk")
 
 ROUNDINGS = ("nearest", "stochastic")
 #: Learning-rate schedules over a run of ``T`` steps: the rate of step ``k`` is ``lr`` times
-#: 1 (constant), ``0.5 (1 + cos(pi k / T))`` (cosine) or ``1 - k / T`` (linear).
-SCHEDULES = ("constant", "cosine", "linear")
+#: 1 (constant), ``0.5 (1 + cos(pi k / T))`` (cosine), ``1 - k / T`` (linear), or, with a
+#: warm-up over the first ``W = warmup T`` steps, ``min(1, (k + 1) / W)`` for ``k < W`` and
+#: ``(T - k) / (T - W)`` after (warmup_linear: rises from ``1 / W`` to 1, then decays linearly
+#: to ``1 / (T - W)`` at the last step; ``warmup = 0`` is linear).
+SCHEDULES = ("constant", "cosine", "linear", "warmup_linear")
 NP_DIMS = ("queries", "batch")
 
 _STREAM_WP, _STREAM_NP, _STREAM_MASK, _STREAM_ROUND = 0, 1, 2, 3
@@ -95,7 +98,8 @@ class ZOSettings:
     perturbing that layer alone (else every query perturbs all of them). ``np_dim``: the NP
     dim factor over ``queries`` (``n / (n + d - 1)``) or ``batch`` x queries. ``layer_lr``:
     ``(layer name, factor)`` pairs multiplying ``lr`` for those layers. ``schedule``: the
-    learning rate over the run (:data:`SCHEDULES`; ``lr`` is the peak, at step 0):
+    learning rate over the run (:data:`SCHEDULES`; ``lr`` is the peak, at step 0, or at the end
+    of the warm-up, the fraction ``warmup`` of the run, for ``warmup_linear``):
     :func:`train_zo` steps with :meth:`at_step`, the settings with that step's constant rate.
     The rate only enters the per-channel update constants (:func:`wp_scale`, the NP ``kw`` /
     ``kb``), which the chip holds as data, so a schedule is host data: the host rewrites those
@@ -118,6 +122,7 @@ class ZOSettings:
     np_dim: str = "queries"
     layer_lr: tuple = ()
     schedule: str = "constant"
+    warmup: float = 0.1
     seed: int = 0
 
     def rate_factor(self, step, total):
@@ -128,6 +133,11 @@ class ZOSettings:
             raise ValueError(f"step {step} is outside the run's {total} steps")
         if self.schedule == "cosine":
             return 0.5 * (1.0 + float(np.cos(np.pi * step / total)))
+        if self.schedule == "warmup_linear":
+            w = self.warmup * total
+            if step < w:
+                return min(1.0, (step + 1) / w)
+            return (total - step) / (total - w)
         return 1.0 - step / total
 
     def at_step(self, step, total):
@@ -177,6 +187,10 @@ class ZOSettings:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"learning-rate schedule must be one of {', '.join(SCHEDULES)}, "
                              f"not {self.schedule!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or \
+                not 0 <= self.warmup < 1:
+            raise ValueError(f"warm-up fraction of the run must be in [0, 1), not "
+                             f"{self.warmup!r}")
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"update rounding must be one of {', '.join(ROUNDINGS)}, not "
                              f"{self.rounding!r}")

@@ -36,6 +36,35 @@ def test_rate_factors_of_the_schedules():
         zo.ZOSettings(schedule="step")
 
 
+def test_warmup_linear_rises_to_the_peak_then_decays_linearly():
+    T = 100
+    wl = zo.ZOSettings(lr=0.2, schedule="warmup_linear", warmup=0.1)
+    assert zo.ZOSettings().warmup == 0.1
+    f = [wl.rate_factor(k, T) for k in range(T)]
+    assert f[0] == pytest.approx(0.1) and f[4] == pytest.approx(0.5)
+    assert f[9] == 1.0 and f[10] == 1.0                  # the peak at the end of the warm-up
+    assert f[55] == pytest.approx(0.5) and f[99] == pytest.approx(1 / 90)
+    assert all(a < b for a, b in zip(f[:10], f[1:10]))   # rising over the warm-up
+    assert all(a > b for a, b in zip(f[10:], f[11:]))    # then decaying, never 0
+    assert max(f) == 1.0 and min(f) > 0
+    assert wl.at_step(5, T).lr == pytest.approx(0.2 * 0.6)
+    assert wl.at_step(5, T).schedule == "constant"
+    # no warm-up is the linear schedule; a fractional warm-up length still caps at 1
+    lin = zo.ZOSettings(schedule="linear")
+    w0 = zo.ZOSettings(schedule="warmup_linear", warmup=0)
+    assert [w0.rate_factor(k, T) for k in range(T)] == pytest.approx(
+        [lin.rate_factor(k, T) for k in range(T)])
+    g = [zo.ZOSettings(schedule="warmup_linear", warmup=0.25).rate_factor(k, 10)
+         for k in range(10)]
+    assert g[:3] == [pytest.approx(0.4), pytest.approx(0.8), 1.0] and max(g) == 1.0
+    assert g[3] == pytest.approx(7 / 7.5)
+    with pytest.raises(ValueError, match="outside the run"):
+        wl.rate_factor(T, T)
+    for bad in (-0.1, 1, 1.5, True, "0.1"):
+        with pytest.raises(ValueError, match=r"warm-up fraction of the run must be in \[0, 1\)"):
+            zo.ZOSettings(schedule="warmup_linear", warmup=bad)
+
+
 def _small(name, n=100):
     full = digits.load_digits_c(name)
     small = copy.copy(full)
@@ -79,13 +108,16 @@ def test_train_zo_applies_the_schedule_step_by_step_and_a_seed_reproduces_it(dig
     assert any(not np.array_equal(again.w[k], q.w[k]) for k in q.w)
 
 
-def test_a_scheduled_rate_is_data_of_the_compiled_step(digits_q):
+@pytest.mark.parametrize("schedule", ["linear", "warmup_linear"])
+def test_a_scheduled_rate_is_data_of_the_compiled_step(digits_q, schedule):
     """Two steps' rates compile to the same program; rewriting the update constants (host
     data) before step 1 gives the golden scheduled step exactly. The compiler itself refuses
     scheduled settings (its stepper writes the constants once)."""
     q0 = digits_q
-    s = zo.ZOSettings(mode="wp", queries=2, lr=0.3, layers=("fc4",), schedule="linear", seed=2)
+    s = zo.ZOSettings(mode="wp", queries=2, lr=0.3, layers=("fc4",), schedule=schedule,
+                      warmup=0.5, seed=2)
     total, batch = 4, 3
+    assert s.rate_factor(0, total) != s.rate_factor(1, total)
     with pytest.raises(ValueError, match="learning-rate schedule"):
         compile_zo_step(q0, batch, s)
     cz = [compile_zo_step(q0, batch, s.at_step(k, total)) for k in range(2)]
