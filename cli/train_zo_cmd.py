@@ -21,6 +21,16 @@ def add_arguments(p):
     g.add_argument("--runs", metavar="A,B",
                    help="--rule zo: comma-separated subset of bp-float, bp-int8, zo-wp, zo-np, "
                         "zo-mixed, zo-sparse (default all)")
+    g.add_argument("--zo-lr", type=float, metavar="LR",
+                   help="--rule zo: (peak) learning rate of every ZO run of --runs (default: "
+                        "each run's, golden/adapt.py ZO_RUNS)")
+    g.add_argument("--zo-schedule", metavar="NAME",
+                   help="--rule zo: learning-rate schedule of every ZO run of --runs: constant, "
+                        "cosine, linear or warmup_linear (default: each run's, constant); the "
+                        "per-step rate is host data, so it runs compiled too")
+    g.add_argument("--zo-warmup", type=float, metavar="W",
+                   help="--zo-schedule warmup_linear: fraction of the run over which the rate "
+                        "rises to its peak before the linear decay (default 0.1)")
     g.add_argument("--json", metavar="FILE", dest="json_out",
                    help="--rule zo: write the table (per corruption and averaged) as JSON; "
                         "--data digits-drift: the run's result (accuracies, writes per cell "
@@ -57,6 +67,13 @@ def add_arguments(p):
 
 
 _ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len", "rounding")
+_ZO_FLAGS = ("zo_lr", "zo_schedule", "zo_warmup")
+
+
+def zo_overrides(args):
+    """``ZOSettings`` fields set by ``--zo-lr``, ``--zo-schedule`` and ``--zo-warmup``."""
+    return {k: v for k, v in (("lr", args.zo_lr), ("schedule", args.zo_schedule),
+                              ("warmup", args.zo_warmup)) if v is not None}
 
 
 def _write_checkpoint(out, model):
@@ -99,7 +116,7 @@ def _check_online(args):
     if args.lanes is not None and args.engine != "rtl":
         raise ValueError("--lanes goes with --engine rtl (the simulated chip)")
     for flag in ("batch_size", "schedule", "clip", "train_sentences", "max_steps", "epochs",
-                 "corruption", "runs", "out"):
+                 "corruption", "runs", "out") + _ZO_FLAGS:
         if getattr(args, flag, None) is not None:
             raise ValueError(f"{_flag(flag)} does not apply to the online runs on digits-drift "
                              "(one pass over the stream)")
@@ -264,12 +281,35 @@ def _check(args):
                          (" (--engine interpreter|rtl runs the compiled ZO step: --rule zo)"
                           if flag == "engine" else "") +
                          (" (--lanes goes with --engine rtl)" if flag == "lanes" else ""))
+    from dataclasses import replace
+    over = zo_overrides(args)
+    if over:
+        from ttrain.golden import zo
+        if args.rule != "zo":
+            raise ValueError("--zo-lr, --zo-schedule and --zo-warmup apply to --rule zo only")
+        if args.zo_warmup is not None and args.zo_schedule != "warmup_linear":
+            raise ValueError("--zo-warmup goes with --zo-schedule warmup_linear")
+        default_runs = "zo-wp" if chip else ",".join(adapt.ZO_RUNS)
+        zo_runs = [r for r in (args.runs or default_runs).split(",") if r in adapt.ZO_RUNS]
+        if not zo_runs:
+            raise ValueError("--zo-lr, --zo-schedule and --zo-warmup change the ZO runs; --runs "
+                             f"{args.runs} has none (choose among {', '.join(adapt.ZO_RUNS)})")
+        if args.zo_schedule is not None and args.zo_schedule not in zo.SCHEDULES:
+            raise ValueError(f"--zo-schedule {args.zo_schedule!r} is not a schedule; choose "
+                             f"{', '.join(zo.SCHEDULES)}")
+        for r in zo_runs:
+            try:
+                replace(adapt.ZO_RUNS[r], **over)
+            except ValueError as e:
+                flag = "--zo-lr" if "learning rate" in str(e) else "--zo-warmup"
+                raise ValueError(f"{flag}: {e}") from None
     if chip:
         from ttrain.golden.zo_compiler import _check_settings
         for r in (args.runs or "zo-wp").split(","):
             if r in adapt.ZO_RUNS:
                 try:
-                    _check_settings(adapt.ZO_RUNS[r].at_step(0, 1))   # a schedule is data
+                    _check_settings(replace(adapt.ZO_RUNS[r], **over).at_step(0, 1)
+                                    if over else adapt.ZO_RUNS[r].at_step(0, 1))  # schedule: data
                 except ValueError as e:
                     raise ValueError(f"--runs {r} cannot run with --engine {args.engine}: {e}; "
                                      "choose zo-wp, zo-np or zo-mixed (or use --engine "
@@ -350,6 +390,10 @@ def run(args):
         print(f"the ZO runs execute the compiled step (golden/zo_compiler.py) on {where}; the "
               "back-propagation references run on the golden fast path")
     epochs = 10 if args.epochs is None else args.epochs
+    over = zo_overrides(args)
+    if over:
+        print("ZO runs with " + ", ".join(f"{k}={v}" for k, v in over.items()) +
+              " (instead of golden/adapt.py ZO_RUNS)")
     table = {}
     labels = runs or (list(adapt.REFERENCE_LR) + list(adapt.ZO_RUNS))
     print(f"adaptation, {epochs} epochs, batch 50, seed {args.seed}; test accuracy % of the "
@@ -357,7 +401,8 @@ def run(args):
     print(f"{'corruption':18s}" + "".join(f"{lab:>16s}" for lab in labels))
     for c in corruptions:
         table[c] = adapt.adapt_corruption(model, q, c, runs=runs, epochs=epochs,
-                                          seed=args.seed, stepper=stepper)
+                                          seed=args.seed, stepper=stepper,
+                                          overrides=over or None)
         row = "".join(f"{100 * r['before']:6.1f} -> {100 * r['after']:5.1f}"
                       for r in table[c].values())
         print(f"{c:18s}{row}", flush=True)
@@ -368,7 +413,8 @@ def run(args):
     if args.json_out:
         from ttrain.golden.train import write_atomically
         text = json.dumps({"config": cfg.name, "epochs": epochs, "seed": args.seed,
-                           "per_corruption": table, "mean": mean}, indent=1)
+                           "zo_overrides": over, "per_corruption": table, "mean": mean},
+                          indent=1)
         write_atomically(args.json_out, lambda f: f.write(text.encode()))
         print(f"wrote {args.json_out}")
     return 0

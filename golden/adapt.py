@@ -97,10 +97,14 @@ def load_checkpoint(path, cfg):
 
 
 def adapt_corruption(model, qmodel, corruption, *, runs=None, epochs=10, batch=50, seed=0,
-                     severity=digits.DEFAULT_SEVERITY, progress=None, stepper=None):
+                     severity=digits.DEFAULT_SEVERITY, progress=None, stepper=None,
+                     overrides=None):
     """Adapt to one corruption; returns ``{label: result}`` with before/after test accuracy.
 
     ``runs`` chooses labels among ``bp-float``, ``bp-int8`` and :data:`ZO_RUNS` (default all).
+    ``overrides``: :class:`~ttrain.golden.zo.ZOSettings` fields replacing those of every ZO run
+    (e.g. ``{"lr": 0.15, "schedule": "warmup_linear"}``: the CLI's ``--zo-lr``,
+    ``--zo-schedule``, ``--zo-warmup``).
     ``stepper(settings)``, if given, returns the step function of a ZO run (see
     :func:`ttrain.golden.zo.train_zo`), e.g. the compiled step on the interpreter.
     """
@@ -119,7 +123,7 @@ def adapt_corruption(model, qmodel, corruption, *, runs=None, epochs=10, batch=5
             r, _ = zo.train_ste(qmodel, data, lr=REFERENCE_LR[label], epochs=epochs,
                                 batch=batch, seed=seed)
         else:
-            s = replace(ZO_RUNS[label], seed=seed)
+            s = replace(ZO_RUNS[label], seed=seed, **(overrides or {}))
             st = None if stepper is None else stepper(s)
             r, _ = zo.train_zo(qmodel, data, s, epochs=epochs, batch=batch, stepper=st)
             if hasattr(st, "close"):        # a chip stepper verifies its queued steps

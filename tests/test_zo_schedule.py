@@ -141,3 +141,23 @@ def test_a_scheduled_rate_is_data_of_the_compiled_step(digits_q, schedule):
             assert np.array_equal(chip.w[n], golden.w[n]), (step, n)
             assert np.array_equal(chip.b[n], golden.b[n]), (step, n)
     assert any(not np.array_equal(golden.w[n], q0.w[n]) for n in golden.w)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--zo-warmup", "0.2"], "--zo-warmup goes with --zo-schedule warmup_linear"),
+    (["--zo-schedule", "step"], "--zo-schedule 'step' is not a schedule; choose constant"),
+    (["--zo-schedule", "warmup_linear", "--zo-warmup", "1"],
+     "--zo-warmup: warm-up fraction of the run must be in [0, 1), not 1.0"),
+    (["--zo-lr", "0"], "--zo-lr: learning rate must be positive"),
+    (["--runs", "bp-float", "--zo-lr", "0.1"], "change the ZO runs; --runs bp-float has none"),
+])
+def test_the_cli_schedule_flags_reject_bad_input(argv, needle, capsys):
+    from test_cli_errors import error_line
+    error_line(capsys, ["train", "--config", "digits-cnn", "--rule", "zo", "--data", "digits-c",
+                        *argv], needle)
+
+
+def test_the_cli_schedule_flags_are_rule_zo_only(capsys):
+    from test_cli_errors import error_line
+    error_line(capsys, ["train", "--config", "digits-cnn", "--data", "digits", "--zo-lr", "0.1"],
+               "--zo-lr, --zo-schedule and --zo-warmup apply to --rule zo only")
