@@ -30,7 +30,12 @@ def _engine(args):
         raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
     if args.lanes < 1 or args.lanes & (args.lanes - 1):
         raise ValueError(f"--lanes must be a positive power of two, not {args.lanes}")
-    report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks)
+    if args.max_split < 1 or args.max_split & (args.max_split - 1) \
+            or args.max_split > args.lanes:
+        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
+                         f"not {args.max_split}")
+    report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks,
+                          max_split=args.max_split)
     _print_report(report, args.json)
     return 0
 
@@ -180,6 +185,9 @@ def register(sub):
                    help="interleaved output slots per lane (default 16)")
     e.add_argument("--ranks", default="r10,r20",
                    help="rank sets: r10 (all 10), r20 ([1,12,20,20,20,12,1]); default both")
+    e.add_argument("--max-split", type=int, default=1, metavar="G",
+                   help="lane groups: each contraction's k split up to G ways, chosen by the "
+                        "cycle model (power of two up to --lanes; default 1 = none)")
     from .debug_cmd import add_sim_debug_flags, with_sim_debug
     add_sim_debug_flags(e, trace=False)      # the engine alone: no sequencer, no trace
     e.set_defaults(func=with_sim_debug(_engine))

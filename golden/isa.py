@@ -50,7 +50,7 @@ __all__ = [
     "Update", "Region", "Program", "encode", "decode", "encode_program", "decode_program",
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
-    "engine_cycles", "best_split", "MUL_LATENCY", "ADD_LATENCY",
+    "engine_cycles", "best_split", "map_contract", "MUL_LATENCY", "ADD_LATENCY",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
     "OP_UPDATE", "Random", "RANDOM_OPS", "ALL_UNITS",
@@ -1642,6 +1642,21 @@ def best_split(desc, lanes, slots, max_split, **latencies):
     return best
 
 
+def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True):
+    """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
+    or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
+    :func:`engine_cycles`; ties keep ``desc``'s orientation."""
+    c0, a0, b0 = step
+    cands = [(desc, tuple(step))] + ([(desc.transposed(), (c0, b0, a0))] if orient else [])
+    best = None
+    for d, st in cands:
+        d = best_split(d, lanes, slots, max_split)
+        cyc = engine_cycles(d, lanes, slots)
+        if best is None or cyc < best[0]:
+            best = (cyc, d, st)
+    return best[1], best[2]
+
+
 @dataclass
 class Program:
     """Instructions + store sizes + memory map.
@@ -1685,17 +1700,8 @@ class Program:
         out = []
         for ins in self.instructions:
             if isinstance(ins, Contract):
-                c0, a0, b0 = ins.step
-                cands = [(ins.desc, ins.step)]
-                if orient:
-                    cands.append((ins.desc.transposed(), (c0, b0, a0)))
-                best = None
-                for d, st in cands:
-                    d = best_split(d, lanes, slots, max_split)
-                    cyc = engine_cycles(d, lanes, slots)
-                    if best is None or cyc < best[0]:
-                        best = (cyc, d, st)
-                _, d, st = best
+                d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
+                                     orient=orient)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

@@ -71,12 +71,14 @@ def run_step(build, eng, cfg, jobs, tdir, sizes):
 
 
 def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
-                 rank_sets=tuple(PAPER_RANKS), test_dir=None):
+                 rank_sets=tuple(PAPER_RANKS), test_dir=None, max_split=1):
     """Measure every contraction of one TT-linear training step under Verilator.
 
     For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
-    tokens, builds one engine (``lanes`` lanes, ``slots`` slots, stores sized for the largest
-    step), runs :func:`ttrain.golden.contract.tt_linear_step`'s descriptors in order, checks
+    tokens, builds one engine (``lanes`` lanes, ``slots`` slots, ``max_split`` lane groups,
+    stores sized for the largest step), maps each of
+    :func:`ttrain.golden.contract.tt_linear_step`'s descriptors for it (orientation and split,
+    :func:`ttrain.golden.isa.map_contract`), runs them in order, checks
     them bit-exact against the golden model and returns the report
     ``{"config": ..., "entries": [...], "total": ...}`` (``architecture.md`` "Measurement"
     shape; one entry per contraction and per step total). Writes it to ``out_json`` if given.
@@ -86,6 +88,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
 
     from ..golden.config import TTSpec
     from ..golden.contract import BATCH_DEPENDENT, tt_linear_step
+    from ..golden.isa import map_contract
 
     steps = {}
     need = {}
@@ -96,12 +99,15 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         for store, words in sizes.items():
             need[store] = max(need.get(store, 0), words)
     stores = [[s, -(-w // lanes) * lanes, "auto", "verilog"] for s, w in sorted(need.items())]
-    cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7}
+    cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7,
+           "max_split": max_split}
     t0 = time.time()
     eng = make_engine(cfg)
-    build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}")
+    suffix = f"_g{max_split}" if max_split > 1 else ""
+    build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}{suffix}")
     build_s = time.time() - t0
-    steps = {name: (sizes, [(j, eng.best_orientation(d)) for j, d in jobs])
+    steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split)[0])
+                            for j, d in jobs])
              for name, (sizes, jobs) in steps.items()}
     entries = []
     totals = {}
@@ -119,7 +125,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
             e = {"name": f"{name}.{jname}", "macs": desc.macs, "cycles": cycles[jname],
                  "ideal_cycles": ideal, "utilization": ideal / cycles[jname],
                  "model_cycles": eng.issue_cycles(desc),
-                 "shape": [desc.batch, desc.m, desc.n, desc.k]}
+                 "shape": [desc.batch, desc.m, desc.n, desc.k], "split": desc.split}
             entries.append(e)
             for acc in (tot, batch_dep) if jname in BATCH_DEPENDENT else (tot,):
                 for key in ("macs", "cycles", "ideal_cycles"):
@@ -130,6 +136,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
                         "sim_seconds": round(sim_s, 1), "teardown_crash": teardown_crash}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
+                         "max_split": max_split,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
                          "stores": [store_primitives(st) for st in eng.stores], "build_seconds": round(build_s, 1)},

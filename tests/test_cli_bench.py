@@ -1,4 +1,5 @@
-"""`ttrain bench step` prints the report bench_step returns, fused-update steps included."""
+"""`ttrain bench step` prints the report bench_step returns, fused-update steps included;
+`ttrain bench engine` passes its lane groups on and rejects bad ones."""
 
 from ttrain.main import main
 
@@ -20,3 +21,23 @@ def test_bench_step_prints_both_breakdowns(monkeypatch, capsys):
         assert main(["bench", "step", "--config", "tiny", "--lanes", "4"]) == 0
         out = capsys.readouterr().out
         assert "step 0: 100 cycles (forward 30" in out and want in out, out
+
+
+def test_bench_engine_passes_the_lane_groups_and_rejects_bad_ones(monkeypatch, capsys):
+    from ttrain.testbench import bench_engine
+    seen = {}
+
+    def fake(out, **kw):
+        seen.update(kw)
+        return {"config": {}, "entries": [{"name": "r10.step", "macs": 64, "cycles": 10,
+                                            "ideal_cycles": 8, "utilization": 0.8}],
+                "total": {}}
+    monkeypatch.setattr(bench_engine, "bench_engine", fake)
+    assert main(["bench", "engine", "--lanes", "32", "--max-split", "8"]) == 0
+    assert seen["lanes"] == 32 and seen["max_split"] == 8
+    capsys.readouterr()
+    for bad in ("3", "64", "0"):
+        assert main(["bench", "engine", "--lanes", "32", "--max-split", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--max-split must be a power of two up to --lanes (32)" in err and \
+            "Traceback" not in err
