@@ -123,6 +123,9 @@ def _lrt_step(args):
 
 
 def _step(args):
+    if args.rule != "sgd" and args.max_split != 1:
+        raise ValueError(f"--max-split applies to --rule sgd only (the {args.rule} programs "
+                         f"are not mapped for lane groups yet): drop it")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -133,9 +136,13 @@ def _step(args):
     for flag in ("zo_run", "batch", "queries"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
+    if args.max_split < 1 or args.max_split & (args.max_split - 1) \
+            or args.max_split > args.lanes:
+        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
+                         f"not {args.max_split}")
     from ttrain.testbench.bench_step import bench_step
     rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
-                     positions=args.positions, **_top_args(args))
+                     positions=args.positions, max_split=args.max_split, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -228,6 +235,9 @@ def register(sub):
     st.add_argument("--slots", type=int, default=16,
                     help="scoreboard slots of the sequencer (default 16)")
     st.add_argument("--steps", type=int, default=1, help="training steps (default 1)")
+    st.add_argument("--max-split", type=int, default=1, metavar="G",
+                    help="--rule sgd: lane groups; every contraction mapped for them "
+                         "(orientation and k split by the cycle model; default 1 = none)")
     st.add_argument("--positions", type=int, default=None, metavar="P",
                     help="run the program compiled for the first P positions (padding past P "
                          "skipped) on the full-size build (default: the full grid)")

@@ -20,7 +20,7 @@ ATIS_TRAIN_SENTENCES = 4478
 
 
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
-               progress=None, workdir=None, positions=None):
+               progress=None, workdir=None, positions=None, max_split=1):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -32,8 +32,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     of ``seq_len`` positions per sentence, so the cycles do not depend on the sentence).
     ``positions``: run the program compiled for that many positions instead (on the same
     build, sized for the full grid), on sentences that fit them; the epoch time is then what
-    an epoch of steps of that length would take.
+    an epoch of steps of that length would take. ``max_split`` > 1: the engine has that many
+    lane groups and every CONTRACT of the program is mapped for it
+    (:meth:`~ttrain.golden.isa.Program.for_engine`: orientation and split by the cycle
+    model); the interpreter runs the same mapped program, so the check stays bit-exact.
     """
+    from dataclasses import replace
     import json
     import tempfile
 
@@ -47,11 +51,16 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     cfg, notes = chip_config(get_config(config))
     full = compile_model(cfg)
     cm = full if positions is None else compile_model(cfg, positions=positions)
+    if max_split > 1:
+        full = replace(full, program=full.program.for_engine(lanes, slots, max_split))
+        cm = full if positions is None else replace(
+            cm, program=cm.program.for_engine(lanes, slots, max_split))
     t0 = time.time()
     say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
         f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
         f"paper-size first build takes 10-30 minutes")
-    name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}"
+    name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}" + (
+        f"_g{max_split}" if max_split > 1 else "")
     build = build_model_top(full, lanes=lanes, slots=slots, name=name)
     build_s = time.time() - t0
     ds = generate_dataset(seed=0, n_train=max(8, steps * cfg.batch), n_dev=4, n_test=4,
@@ -80,6 +89,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             "instructions": r.instructions, "bit_exact": True})
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
+              "max_split": max_split,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,

@@ -41,3 +41,8 @@ def test_bench_engine_passes_the_lane_groups_and_rejects_bad_ones(monkeypatch, c
         err = capsys.readouterr().err
         assert "--max-split must be a power of two up to --lanes (32)" in err and \
             "Traceback" not in err
+
+
+def test_bench_step_max_split_is_checked():
+    assert main(["bench", "step", "--rule", "zo", "--max-split", "2"]) == 2
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--max-split", "16"]) == 2
