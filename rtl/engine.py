@@ -25,6 +25,14 @@ so a k-step issues back to back with the next as long as every fetcher delivers 
 write client drains while the next tile computes; with ``accumulate`` a fourth fetcher reads the
 old C vectors of the next tile ahead.
 
+Lane groups (``max_split`` > 1; a descriptor's ``split = s``): the lanes run as ``s`` groups of
+``lanes / s`` columns over the same tile, group ``g`` summing the k range ``g * kc .. (g + 1) *
+kc - 1`` (``kc = ceil(k / s)``) with its own A word per cycle (the A vector holds ``slots`` words
+per group); a group whose k index passes ``k`` gets a ``-0.0`` product (``x + -0 == x``). A
+pipelined fold tree between the lanes and the write FIFO adds the groups' partial sums in
+golden's order (level ``l`` adds lane ``p + lanes / 2**l`` to lane ``p``); only group 0 starts
+from the old C.
+
 Stores are banked by address (word ``a`` in bank ``a % banks``). Every fetcher and writer is a
 vector client: each lane requests one word; a per-store arbiter grants each bank to the first
 requesting lane in fixed priority order (host, old C, B, A), and a vector completes when all of
