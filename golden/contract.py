@@ -16,8 +16,10 @@ Accumulation order (the engine's, reproduced bit for bit by :func:`contract`)::
     C[b, i, j] = acc
 
 Split reduction (``split = s > 1``, a power of two; the wide engine's lane groups): the k
-range is cut into ``s`` consecutive parts of ``kc = ceil(k / s)`` terms (part ``g`` covers
-``g * kc .. min(k, (g + 1) * kc) - 1``; trailing parts may be short or empty), each summed in
+range is cut into ``s`` consecutive parts of ``kc`` terms, ``ceil(k / s)`` rounded up to an odd
+number (part ``g`` covers ``g * kc .. min(k, (g + 1) * kc) - 1``; trailing parts may be short
+or empty; odd, so that the groups' first words ``g * kc * stride`` fall in different banks of
+a power-of-two banked store whenever the stride is odd), each summed in
 increasing k as above, part 0 from C's old word (``accumulate``) or ``-0.0`` and every other
 part from ``-0.0``; then the parts are folded in halves::
 
@@ -199,8 +201,9 @@ class Descriptor:
 
     @property
     def kc(self):
-        """Terms per reduction part: ``ceil(k / split)``."""
-        return -(-self.k // self.split)
+        """Terms per reduction part: ``ceil(k / split)``, rounded up to odd when split > 1."""
+        kc = -(-self.k // self.split)
+        return kc | 1 if self.split > 1 else kc
 
     @property
     def macs(self):

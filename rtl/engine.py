@@ -27,7 +27,7 @@ old C vectors of the next tile ahead.
 
 Lane groups (``max_split`` > 1; a descriptor's ``split = s``): the lanes run as ``s`` groups of
 ``lanes / s`` columns over the same tile, group ``g`` summing the k range ``g * kc .. (g + 1) *
-kc - 1`` (``kc = ceil(k / s)``) with its own A word per cycle (the A vector holds ``slots`` words
+kc - 1`` (``kc = ceil(k / s)`` rounded up to odd) with its own A word per cycle (the A vector holds ``slots`` words
 per group); a group whose k index passes ``k`` gets a ``-0.0`` product (``x + -0 == x``). A
 pipelined fold tree between the lanes and the write FIFO adds the groups' partial sums in
 golden's order (level ``l`` adds lane ``p + lanes / 2**l`` to lane ``p``); only group 0 starts
@@ -688,7 +688,8 @@ class ContractionEngine(wiring.Component):
         m.d.comb += mtiles.eq((d.m + S - 1) >> ls)
         ntiles = by_split([(d.n + (P >> v) - 1) >> (lp - v) for v in range(SL + 1)],
                           "ntiles", DB)
-        kc = by_split([(d.k + (1 << v) - 1) >> v for v in range(SL + 1)], "kc", DB)
+        kc = by_split([((d.k + (1 << v) - 1) >> v) | (1 if v else 0) for v in range(SL + 1)],
+                      "kc", DB)                # odd when split: groups start in other banks
         pg = by_split([Const(P >> v, lp + 1) for v in range(SL + 1)], "pg", lp + 1)
         b_nstride = by_split([d.b.col_stride << (lp - v) for v in range(SL + 1)], "b_nstride",
                              AW)
