@@ -163,10 +163,10 @@ def run(args):
     if args.rule != "sgd":
         raise ValueError(f"--rule {args.rule} trains the int8 CNN presets (digits-cnn); the "
                          f"transformer {args.config} trains with --rule sgd")
-    for flag in ("corruption", "runs", "json_out"):
-        if getattr(args, flag) is not None:
-            raise ValueError(f"--{flag.replace('_out', '')} applies to the CNN presets with "
-                             "--rule zo only")
+    for flag in ("corruption", "runs", "json_out", "zo_lr", "zo_schedule", "zo_warmup"):
+        if getattr(args, flag, None) is not None:
+            raise ValueError(f"--{flag.replace('_out', '').replace('_', '-')} applies to the CNN "
+                             "presets with --rule zo only")
     for flag in ("variant", "norm", "rank", "eff_batch", "segments", "segment_len",
                  "accumulate", "bias_only"):
         if getattr(args, flag, None) not in (None, False):

@@ -41,6 +41,8 @@ def test_transformer_presets_reject_the_cnn_flags(capsys):
                "--rule zo trains the int8 CNN presets")
     error_line(capsys, ["train", "--config", "tiny", "--corruption", "contrast"],
                "--corruption applies to the CNN presets")
+    error_line(capsys, ["train", "--config", "tiny", "--zo-schedule", "cosine"],
+               "--zo-schedule applies to the CNN presets with --rule zo only")
 
 
 def test_pretrain_checkpoint_then_zo_table(tmp_path, capsys):
