@@ -932,7 +932,10 @@ class ContractionEngine(wiring.Component):
                     m.d.comb += out.eq(fadd.o.payload)
                 outs.append(out)
             levels.append(outs)
-            valids.append(delay(valids[-1], self._add_latency, f"fold{lv}_valid"))
+            # a level past the descriptor's split carries nothing: an earlier descriptor's
+            # vectors must not reach a later one's output level
+            valids.append(delay(valids[-1] & (d.split >= lv), self._add_latency,
+                                f"fold{lv}_valid"))
         if G == 1:
             folded, push_out = results, push
         else:                                    # the level of this descriptor's split
