@@ -445,7 +445,8 @@ class ProgramGen:
              "gather": 0.05, "update": 0.14, "random": 0.05, "barrier": 0.03, "loop": 0.03}
 
     def __init__(self, seed, sizes, window, *, special=True, max_elems=48, hazard=0.7,
-                 numeric=0.35, index_words=32, max_mn=6, max_k=6, plain_ops=None):
+                 numeric=0.35, index_words=32, max_mn=6, max_k=6, plain_ops=None,
+                 max_split=1):
         self.rng = np.random.default_rng(seed)
         self.sizes = dict(sizes)
         self.window = {s: min(int(window[s]), sizes[s]) for s in STORES}
@@ -458,6 +459,7 @@ class ProgramGen:
         self.hazard = hazard
         self.numeric = numeric
         self.max_mn, self.max_k = max_mn, max_k
+        self.max_split = max_split              # CONTRACT splits drawn up to it (1: none)
         self.stats = {"neg_zero_cells": 0, "numeric": 0, "bad_index": 0}
 
     # -- images --------------------------------------------------------------------------
@@ -552,8 +554,11 @@ class ProgramGen:
         b = self._place(h, "engine", False, k, n, batch=batch, bcast=True)
         if None in (a, b, c):
             return None
-        return Contract(Descriptor(m, n, k, a, b, c, accumulate=bool(rng.random() < 0.3),
-                                   batch=batch, integer=bool(rng.random() < 0.25)))
+        acc, integer = bool(rng.random() < 0.3), bool(rng.random() < 0.25)
+        split = (1 << int(rng.integers(0, self.max_split.bit_length()))
+                 if self.max_split > 1 else 1)
+        return Contract(Descriptor(m, n, k, a, b, c, accumulate=acc, batch=batch,
+                                   integer=integer, split=split))
 
     def _elementwise(self, h, special=False):
         rng = self.rng
@@ -847,7 +852,7 @@ def _last(ins, slot):
     return int(max(addr.max() for sl, _, addr, _ in _operands(ins) if sl == slot))
 
 
-def illegal_variants(sizes, special=True):
+def illegal_variants(sizes, special=True, max_split=None):
     """Every illegal field of every slot of every instruction class, as programs.
 
     Each case is ``(name, words)``: a flat program (a short legal prefix, the bad
@@ -859,7 +864,9 @@ def illegal_variants(sizes, special=True):
     reserved bits, an immediate on a non-immediate op, zero dims/counts/table rows, reduce's
     and the index list's column stride, UPDATE's strides and reserved modes; LOOP fields,
     zero count, nesting, stray ENDLOOP, END inside a LOOP, missing END; illegal opcodes;
-    a CONTRACT batch reaching past its store (the batch stride counts)."""
+    a CONTRACT batch reaching past its store (the batch stride counts); a split past the ISA's
+    256 and, with ``max_split``, one past the engine's lane groups (``ERR_DIM``: the caller's
+    interpreter must be given the same ``max_split``)."""
     base = _base_instrs(sizes)
     pre = [Elementwise("fill", 1, 4, View("scratch", 200, 4, 1), imm=0x3F800000)]
     post = [Update(View("param", 200), View("grad", 200), 3, 0x3C23D70A)]
@@ -941,8 +948,10 @@ def illegal_variants(sizes, special=True):
     c = base["contract"]
     add("contract.zero_k", mutate(c, lambda w: w.__setitem__(3, w[3] & 0xFFFF0000)))
     add("contract.zero_batch", mutate(c, lambda w: w.__setitem__(3, w[3] & 0xFFFF)))
-    add("contract.flags4", mutate(c, set_flags(4)))
-    add("contract.int.flags6", mutate(c, set_flags(6)))          # integer mode + undefined bit
+    add("contract.split512", mutate(c, set_flags(9 << 2)))       # log2 split 9: past the ISA
+    add("contract.int.flags66", mutate(c, set_flags(0x42)))      # integer mode + undefined bit
+    if max_split is not None and max_split < 256:                  # past the engine's groups
+        add("contract.split_over_engine", mutate(c, set_flags(max_split.bit_length() << 2)))
     for name in ("add", "fill", "rsum") + (("exp",) if special else ()):
         add(f"{name}.imm_on_non_imm" if name != "fill" else "fill.step_unused",
             mutate(base[name], set_word(3, 1) if name != "fill" else set_step(1, 2)))

@@ -4,7 +4,7 @@
 , ``tests/test_model_verilator.py`` (whole-model training steps), ``tests/test_cnn_verilator.py``
 (the int8 CNN forward pass and ZO steps) and ``tests/test_lrt_verilator.py`` (low-rank
 training's per-sample and read-out programs) run on the same 4-lane build
-with the special-function unit, stores and instruction memory sized for every program below;
+(lane groups up to 4: CONTRACT splits) with the special-function unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
 """
@@ -24,6 +24,7 @@ from ttrain.platforms.hw import hw_config
 from ttrain.platforms.sim.top import build_top
 
 LANES = 4
+SLOTS = 8
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
 
 
@@ -38,9 +39,14 @@ def layer_programs():
 
 
 def model_programs():
+    from dataclasses import replace
     tiny = C.get_config("tiny")
-    return {"tiny": compile_model(tiny),
-            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1)}
+    cm = compile_model(tiny)
+    return {"tiny": cm,
+            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1),
+            # the same step mapped for the build's lane groups (orientation and k split per
+            # CONTRACT by the cycle model): a new accumulation order the interpreter follows
+            "tiny_split": replace(cm, program=cm.program.for_engine(LANES, SLOTS, LANES))}
 
 
 #: A CNN with every node kind (padded and strided convolution, grouped, depthwise, residual
@@ -135,5 +141,5 @@ def shared_top():
     alone takes ~16 s, and every Verilator test module asks for it)."""
     programs = {**layer_programs(), **model_programs(), **cnn_programs(), **zo_programs(),
                 **lrt_programs()}
-    hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=8)
+    hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=SLOTS, max_split=LANES)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

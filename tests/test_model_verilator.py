@@ -51,6 +51,23 @@ def test_tiny_five_steps_bit_exact(top, models, dataset, tmp_path):
     assert any(np.any(after[k] != params[k]) for k in params)
 
 
+def test_tiny_step_with_split_contractions_bit_exact(top, models, dataset, tmp_path):
+    """The tiny step mapped for the build's lane groups (``Program.for_engine``: CONTRACTs in
+    2 and 4 parts folded in halves) runs bit-exact against the interpreter of the same
+    program, and its first loss is the float model's to within rounding."""
+    from ttrain.golden.isa import Contract
+    cm = models["tiny_split"]
+    splits = {i.desc.split for i in cm.program.instructions if isinstance(i, Contract)}
+    assert splits == {1, 2, 4}
+    params = M.init_params(cm.cfg, np.random.default_rng(0))
+    chip = ChipRun(cm, top, params, tmp_path, check="all")
+    batches = list(dataset.batches("train", 1, seed=0))[:1]
+    res = chip.run_steps(batches)             # every store word vs the interpreter
+    assert len(res) == 1
+    loss, _, _ = M.forward_backward(cm.cfg, params, batches[0])
+    assert res[0].loss == pytest.approx(loss, rel=1e-5)
+
+
 def test_two_layers_batch_two_with_short_batch_and_breakdown(top, models, dataset, tmp_path):
     cm = models["tiny2"]
     params = M.init_params(cm.cfg, np.random.default_rng(1))

@@ -4,7 +4,8 @@
 
 * the issue's write-after-read between units (a 64-word copy reading ``scratch[0:64]``, then a
   contraction writing ``scratch[60:64]``) and its RAW/WAW analogues, at several copy lengths;
-* seeded random programs (:class:`random_programs.ProgramGen`): CONTRACT, elementwise (special
+* seeded random programs (:class:`random_programs.ProgramGen`): CONTRACT (split up to the
+  build's lane groups), elementwise (special
   functions included), reduce, gather/scatter_add, UPDATE, LOOP and BARRIER mixes whose
   operands overlap between units (RAW, WAR, WAW — counted, and the count asserted), on images
   rich in signed zeros, subnormals, infinities and NaNs, with crafted rounding pairs (ties,
@@ -33,7 +34,7 @@ except ImportError:                     # before it moved out of testbench/
     from ttrain.testbench.top import TopSession, run_top
 from random_programs import (EXPECTED_CODES, STORES, ProgramGen, hazards, illegal_variants,
                              issue_war_program, rich_words)
-from shared_top import shared_top
+from shared_top import LANES, shared_top
 
 #: Random programs in ``make test`` (one session); ``TTRAIN_RANDOM_PROGRAMS=N`` runs N.
 DEFAULT_PROGRAMS = 48
@@ -57,6 +58,7 @@ class Player:
         self.sizes = top.config["store_sizes"]
         self.window = window
         self.cur = {s: np.array(image[s], dtype=np.uint32) for s in STORES}
+        self.max_split = top.hw.max_split   # the interpreter checks the engine's limit too
         self.sess = TopSession()
         self.sess.write_image(self.cur)
         self.runs = []                     # (name, stats)
@@ -67,7 +69,7 @@ class Player:
             self.sess.write(store, base, words)
 
     def run(self, name, words, *, full=False):
-        want, st = interpret(words, self.cur)
+        want, st = interpret(words, self.cur, max_split=self.max_split)
         self.sess.program(words)
         if full:
             check = {"expect": want}
@@ -121,7 +123,7 @@ def test_issue_war_case_and_analogues(top, tmp_path, copy_words):
 
 def _random_session(top, seed, count, tmp_path):
     sizes, window = _sizes_window(top)
-    gen = ProgramGen(seed, sizes, window, special=True)
+    gen = ProgramGen(seed, sizes, window, special=True, max_split=LANES)
     p = Player(top, gen.image(), window)
     total = {}
     codes = []
@@ -181,7 +183,7 @@ def test_every_illegal_field_at_the_rtl_sequencer(top, tmp_path):
     source included) reaches the sequencer's checks: error, code and pc as the interpreter's,
     no instruction issued, no store word changed; a legal program runs after each session."""
     sizes, window = _sizes_window(top)
-    cases = illegal_variants(sizes, special=True)
+    cases = illegal_variants(sizes, special=True, max_split=top.hw.max_split)
     rng = np.random.default_rng(77)
     image = {s: rich_words(rng, sizes[s], special=0.2) for s in STORES}
     codes = set()
