@@ -682,7 +682,7 @@ class ContractionEngine(wiring.Component):
             return out
 
         # Lane groups (split s = 2**d.split): lane p is column p % (P/s) of group p // (P/s);
-        # group g sums the k range g*kc .. (g+1)*kc - 1 (kc = ceil(k / s)) of the tile's
+        # group g sums the k range g*kc .. (g+1)*kc - 1 (kc = ceil(k / s), odd) of the tile's
         # P/s columns, and a fold tree adds the groups' partial sums (golden's order).
         mtiles = Signal(DB, name="mtiles")
         m.d.comb += mtiles.eq((d.m + S - 1) >> ls)
