@@ -4,7 +4,7 @@
 The generated kernel.xml, package_xo TCL, v++ link config and XDC are parsed and checked
 against the register map of ``platforms/kernel.py`` (the table the RTL decodes and the driver
 programs), the U50 part and the kernel's Verilog ports; ``ttrain bitstream --config tiny`` must write
-the whole tree on a machine without Vivado (one tree, shared by the tests that read it: the
+the whole tree on a machine without Vivado (one tree, one test: the
 Verilog conversion is the slow part; ``xo`` differs only in ``build.sh``).
 """
 
@@ -112,22 +112,24 @@ def test_verilog_ports_are_the_vitis_names():
         VitisKernel(lanes=2)
 
 
-@pytest.fixture(scope="module")
-def bitstream_tree(tmp_path_factory):
-    """One kernel tree of ``tiny`` (2 lanes, 250 MHz) written by the ``ttrain bitstream`` CLI:
-    the Verilog conversion is the slow part, so the tests below share it."""
+def test_ttrain_bitstream_writes_the_tree_of_the_compiled_step(tmp_path):
+    """``ttrain bitstream --config tiny`` writes the whole tree on a machine without Vivado
+    (one Verilog conversion, the slow part, for every check here: pytest-xdist would build a
+    shared fixture once per worker). The kernel holds the preset's compiled training step
+    (stores from the compiler's memory map, the whole program in the instruction memory, the
+    special-function unit) and its tree records the one hardware configuration as hw.json;
+    bad flags are rejected before anything is written."""
+    from ttrain.golden.config import get_config
+    from ttrain.golden.model_compiler import compile_model
+    from ttrain.platforms.hw import preset_hw_config, read_hw_json
+    from ttrain.platforms.vitis import kernel_tree
     if shutil.which("vivado") or shutil.which("v++"):
-        pytest.fail("vivado or v++ is on PATH: these tests check the tree-only path")
-    out = tmp_path_factory.mktemp("bitstream") / "tree"
+        pytest.fail("vivado or v++ is on PATH: this test checks the tree-only path")
+    out = tmp_path / "tree"
     proc = subprocess.run([sys.executable, "-m", "ttrain", "bitstream", "--config", "tiny",
                            "--out", str(out), "--lanes", "2", "--clock-mhz", "250"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    return proc, out
-
-
-def test_ttrain_bitstream_writes_the_tree_without_vivado(bitstream_tree):
-    proc, out = bitstream_tree
     for name in (f"{KERNEL_NAME}.v", "ttrain_ram.v", "kernel.xml", "package_xo.tcl",
                  "kernel.xdc", "link.cfg", "build.sh", "kernel.json", "hw.json"):
         assert (out / name).is_file(), name
@@ -146,25 +148,7 @@ def test_ttrain_bitstream_writes_the_tree_without_vivado(bitstream_tree):
             if ln.startswith(("vivado ", "v++ "))]
     assert len(cmds) == 2 and cmds[0].startswith("vivado ") and cmds[1].startswith("v++ --link")
     assert "--config link.cfg" in cmds[1] and f"{KERNEL_NAME}.xo" in cmds[1]
-
-
-def test_xo_build_script_packages_without_linking():
-    from ttrain.platforms.vitis import build_script, package_command
-    xo, linked = build_script(link=False), build_script(link=True)
-    assert package_command() in xo and "v++" not in xo
-    assert linked.startswith(xo.splitlines()[0]) and vpp_link_command() in linked
-
-
-def test_kernel_tree_follows_the_compiled_training_step(bitstream_tree, tmp_path):
-    """The kernel of a preset holds its compiled training step (stores from the compiler's
-    memory map, the whole program in the instruction memory, the special-function unit) and
-    its tree records the one hardware configuration as hw.json; bad flags are rejected before
-    anything is written."""
-    from ttrain.golden.config import get_config
-    from ttrain.golden.model_compiler import compile_model
-    from ttrain.platforms.hw import preset_hw_config, read_hw_json
-    from ttrain.platforms.vitis import kernel_tree
-    _, out = bitstream_tree
+    # the one hardware configuration, sized for the compiled step
     hw = read_hw_json(out)
     assert hw == preset_hw_config("tiny", lanes=2, clock_mhz=250.0)
     prog = compile_model(get_config("tiny")).program
@@ -180,3 +164,10 @@ def test_kernel_tree_follows_the_compiled_training_step(bitstream_tree, tmp_path
     with pytest.raises(ValueError, match="unknown preset"):
         kernel_tree("nope", tmp_path / "bad", link=False, run_tools=False)
     assert not (tmp_path / "bad").exists()
+
+
+def test_xo_build_script_packages_without_linking():
+    from ttrain.platforms.vitis import build_script, package_command
+    xo, linked = build_script(link=False), build_script(link=True)
+    assert package_command() in xo and "v++" not in xo
+    assert linked.startswith(xo.splitlines()[0]) and vpp_link_command() in linked
