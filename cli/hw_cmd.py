@@ -15,7 +15,8 @@ def format_hw(hw):
     progs = ", ".join(f"{p['name']} ({p['instructions']} instructions)" for p in src["programs"])
     lines = [f"hardware configuration of {src['config']!r} (hw.json digest {hw.digest()})",
              f"  runs        {progs}",
-             f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims",
+             f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
+             + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else ""),
              f"  stores      {hw.banks} banks each",
              *(f"    {s:8s} {w:>10,} words  {hw.styles[s]:5s} ({'URAM' if hw.styles[s] == 'ultra' else 'BRAM'})"
                for s, w in hw.stores.items()),
