@@ -22,6 +22,15 @@ def _print_report(report, as_json):
               f"ideal {e['ideal_cycles']:>10,} utilization {e['utilization']:7.2%}")
 
 
+def _max_split(args):
+    """``--max-split``, checked: a power of two up to ``--lanes`` (the lane groups)."""
+    g = args.max_split
+    if g < 1 or g & (g - 1) or g > args.lanes:
+        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
+                         f"not {g}")
+    return g
+
+
 def _engine(args):
     from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
@@ -30,12 +39,8 @@ def _engine(args):
         raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
     if args.lanes < 1 or args.lanes & (args.lanes - 1):
         raise ValueError(f"--lanes must be a positive power of two, not {args.lanes}")
-    if args.max_split < 1 or args.max_split & (args.max_split - 1) \
-            or args.max_split > args.lanes:
-        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
-                         f"not {args.max_split}")
     report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks,
-                          max_split=args.max_split)
+                          max_split=_max_split(args))
     _print_report(report, args.json)
     return 0
 
@@ -136,13 +141,9 @@ def _step(args):
     for flag in ("zo_run", "batch", "queries"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
-    if args.max_split < 1 or args.max_split & (args.max_split - 1) \
-            or args.max_split > args.lanes:
-        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
-                         f"not {args.max_split}")
     from ttrain.testbench.bench_step import bench_step
     rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
-                     positions=args.positions, max_split=args.max_split, **_top_args(args))
+                     positions=args.positions, max_split=_max_split(args), **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
