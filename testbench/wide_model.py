@@ -46,12 +46,18 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+def _engine_cycles(m, n, k, b, P, ov, split=1):
+    """The engine's own cycle model (golden.isa.engine_cycles) of one orientation, its fixed
+    fill and drain replaced by ``ov``."""
+    from ..golden.contract import Descriptor, View
+    from ..golden.isa import engine_cycles
+    v = View("s", 0, 1, 1)
+    return engine_cycles(Descriptor(m, n, k, v, v, v, batch=b, split=split), P, SLOTS) \
+        - OVERHEAD + ov
+
+
 def _current(m, n, k, b, P, ov):
-    def one(m, n):
-        mt = _cdiv(m, SLOTS)
-        h = _cdiv(m, mt)
-        return b * mt * _cdiv(n, P) * k * max(h, ADD_INTERLEAVE) + ov
-    return min(one(m, n), one(n, m))
+    return min(_engine_cycles(m, n, k, b, P, ov), _engine_cycles(n, m, k, b, P, ov))
 
 
 def _batch(m, n, k, b, P, ov):
@@ -92,14 +98,12 @@ def _array(m, n, k, b, P, ov):
 
 def _engine(m, n, k, b, P, ov):
     from ..golden.contract import Descriptor, View
-    from ..golden.isa import best_split, engine_cycles
+    from ..golden.isa import best_split
     v = View("s", 0, 1, 1)
-    best = None
-    for mm, nn in ((m, n), (n, m)):
-        d = best_split(Descriptor(mm, nn, k, v, v, v, batch=b), P, SLOTS, P)
-        cyc = engine_cycles(d, P, SLOTS) - (OVERHEAD - ov)
-        best = cyc if best is None else min(best, cyc)
-    return best
+    return min(_engine_cycles(mm, nn, k, b, P, ov,
+                              best_split(Descriptor(mm, nn, k, v, v, v, batch=b), P, SLOTS,
+                                         P).split)
+               for mm, nn in ((m, n), (n, m)))
 
 
 _FN = {"current": _current, "batch": _batch, "split-k": _split_k, "array": _array,
