@@ -31,6 +31,9 @@ word's bits (``golden.isa.Fields`` over Amaranth values). They amount to:
   ``ERR_FIELD``; slots 0, 1 store; count 0 -> ``ERR_DIM``; mode != 0 -> ``ERR_MODE``.
 """
 
+from functools import reduce
+import operator
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -219,8 +222,8 @@ class Sequencer(wiring.Component):
         left unconnected (the Vitis kernel) it is optimised away.
     """
 
-    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, max_split=None, overlap=True,
-                 special=True, desc_layout=None):
+    def __init__(self, *, store_sizes, imem_depth=256, max_dim=None, max_split=None,
+                 overlap=True, special=True, desc_layout=None):
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -242,7 +245,8 @@ class Sequencer(wiring.Component):
             raise ValueError(f"max_split must be None or a power of two in 1..256, not "
                              f"{max_split!r}")
         self._max_dim = max_dim
-        self._max_split = max_split
+        # 256 is the ISA field's own limit (the decoder's ERR_FIELD): no check pass needed
+        self._max_split = None if max_split == 256 else max_split
         self._overlap = bool(overlap)
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool, not {special!r}")
@@ -364,15 +368,13 @@ class Sequencer(wiring.Component):
             last.append(lst)
             in_range.append(ok)
         range_code = Signal(4)
-        dims_big = 0
+        dims_big = []
         if self._max_dim is not None:
-            for d in (rows, cols, k, batch):
-                dims_big = dims_big | (d > self._max_dim)
-        if self._max_split is not None and self._max_split < 256:
-            dims_big = dims_big | (dec.flags[2:6] > exact_log2(self._max_split))
+            dims_big += [d > self._max_dim for d in (rows, cols, k, batch)]
+        if self._max_split is not None:
+            dims_big.append(dec.flags[2:6] > exact_log2(self._max_split))
         with m.If(cls["contract"]):
-            dim_check = [(dims_big, ERR_DIM)] if (self._max_dim is not None or (
-                self._max_split is not None and self._max_split < 256)) else []
+            dim_check = [(reduce(operator.or_, dims_big), ERR_DIM)] if dims_big else []
             _first(m, range_code, dim_check + [(~in_range[1], ERR_A_RANGE),
                                                (~in_range[2], ERR_B_RANGE),
                                                (~in_range[0], ERR_C_RANGE)])
