@@ -1606,27 +1606,57 @@ MUL_LATENCY = 6
 ADD_LATENCY = 6
 
 
-def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY):
-    """The contraction engine's cycle model of CONTRACT descriptor ``desc`` (fetch stalls
+def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
+                  fetch_words=None):
+    """The contraction engine's cycle model of CONTRACT descriptor ``desc`` (bank conflicts
     aside): the machine model the compiler maps programs with.
 
-    ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles (``h'``
-    the balanced tile height of at most ``slots`` rows, ``hp = max(h', add_latency + 1)``),
-    the fixed fill and drain (3 check, 4 first fetch, 1 issue register, the two latencies, 3
-    write-back, 2 done) and ``log2(split)`` adder latencies of the fold tree. The engine
-    (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one definition;
-    bank conflicts and A/B sharing a store can add stalls on top.
+    Without ``fetch_words`` (every vector fetched in one beat): ``batch * ceil(m/h') *
+    ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles (``h'`` the balanced tile height
+    of at most ``slots`` rows, ``hp = max(h', add_latency + 1)``), the fixed fill and drain (3
+    check, 4 first fetch, 1 issue register, the two latencies, 3 write-back, 2 done) and
+    ``log2(split)`` adder latencies of the fold tree.
+
+    With ``fetch_words = W`` (the engine's operand fetchers and C writer move at most ``W``
+    words per cycle, in beats of ``W`` consecutive lanes, empty beats skipped): a k-step takes
+    ``max(hp, A beats, B beats)`` cycles and a tile at least its C vectors' beats (``h'`` rows
+    of ``ceil(c/W)`` beats, ``c`` the tile's columns; old C and the results move on separate
+    ports), plus what the pipeline cannot hide: the first A and B vectors' beats, the first
+    tile's old C rows (``accumulate``) and the last tile's result beats past its last k-step.
+    The engine (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one
+    definition; bank conflicts and A/B sharing a store can add stalls on top.
     """
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
     hp = max(h, add_latency + 1)
-    ntiles = -(-desc.n // (lanes // desc.split))
+    pg = lanes // desc.split
+    ntiles = -(-desc.n // pg)
     fill = 3 + 4 + 1 + mul_latency + add_latency + 3 + 2
     fold = (desc.split.bit_length() - 1) * add_latency
-    return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
+    if fetch_words is None:
+        return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
+    w = fetch_words
+    s = min(desc.split, -(-desc.k // desc.kc))   # lane groups with a part of k (the rest masked)
+    wa = min(w, slots * desc.split)              # A: slots words per lane group
+    beats_a = s * -(-h // wa) if slots >= wa else -(-(s * slots) // wa)
+
+    def beats_b(c):
+        return s * -(-c // w) if pg >= w else -(-(s * pg) // w)
+
+    def tile(c):                                 # a tile of c columns
+        return max(desc.kc * max(hp, beats_a, beats_b(c)), h * -(-c // w))
+    last = desc.n - (ntiles - 1) * pg
+    first = pg if ntiles > 1 else last
+    # not hidden: the first A and B vectors' beats, the first tile's old C rows (accumulate)
+    # and the last tile's results past its last k-step
+    edges = max(0, max(beats_a, beats_b(first)) - 1) + max(0, h * -(-last // w) - hp)
+    if desc.accumulate:
+        edges += max(0, h * -(-first // w) - hp)
+    return (desc.batch * mtiles * ((ntiles - 1) * tile(pg) + tile(last)) + fill + fold
+            + edges)
 
 
-def best_split(desc, lanes, slots, max_split, **latencies):
+def best_split(desc, lanes, slots, max_split, **machine):
     """Return ``desc`` with the ``split`` (a power of two up to ``max_split``, ``lanes`` and
     ``k``) of the fewest :func:`engine_cycles`; ties keep the smaller split, and ``desc``
     itself is returned when its own split is the choice. A different split is a different
@@ -1635,14 +1665,14 @@ def best_split(desc, lanes, slots, max_split, **latencies):
     s = 1
     while s <= min(max_split, lanes, desc.k):
         cand = desc if s == desc.split else replace(desc, split=s)
-        cyc = engine_cycles(cand, lanes, slots, **latencies)
+        cyc = engine_cycles(cand, lanes, slots, **machine)
         if best is None or cyc < best_cyc:
             best, best_cyc = cand, cyc
         s *= 2
     return best
 
 
-def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True):
+def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1650,8 +1680,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True):
     cands = [(desc, tuple(step))] + ([(desc.transposed(), (c0, b0, a0))] if orient else [])
     best = None
     for d, st in cands:
-        d = best_split(d, lanes, slots, max_split)
-        cyc = engine_cycles(d, lanes, slots)
+        d = best_split(d, lanes, slots, max_split, fetch_words=fetch_words)
+        cyc = engine_cycles(d, lanes, slots, fetch_words=fetch_words)
         if best is None or cyc < best[0]:
             best = (cyc, d, st)
     return best[1], best[2]
@@ -1690,7 +1720,7 @@ class Program:
         """Return the flat instruction words."""
         return encode_program(self.instructions)
 
-    def for_engine(self, lanes, slots, max_split=1, *, orient=True):
+    def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None):
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
@@ -1701,7 +1731,7 @@ class Program:
         for ins in self.instructions:
             if isinstance(ins, Contract):
                 d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
-                                     orient=orient)
+                                     orient=orient, fetch_words=fetch_words)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

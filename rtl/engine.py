@@ -176,15 +176,69 @@ class _Loops:
                 m.d.sync += self.done.eq(1)
 
 
+class _Beats:
+    """The ``width`` ports through which a client of ``lanes`` lanes reaches the arbiter.
+
+    The lanes are cut into ``lanes / width`` beats of ``width`` consecutive lanes; each cycle
+    the lowest beat that still has a pending lane is presented (port ``j`` carries lane
+    ``beat * width + j``), so a vector of ``n`` pending beats takes at least ``n`` cycles and the
+    arbiter's and the data return's cost grows with ``width``, not with ``lanes``. With
+    ``width == lanes`` (one beat) the ports are the lanes.
+    """
+
+    def __init__(self, m, name, lanes, width, pending, addr):
+        self.width = width
+        self.nbeats = lanes // width
+        W = width
+        self.port_grant = Signal(W, name=f"{name}_pgrant")
+        self.grant = Signal(lanes, name=f"{name}_grant")
+        if self.nbeats == 1:
+            self.sel = None
+            self.port_req = [pending[j] for j in range(W)]
+            self.port_addr = list(addr)
+            m.d.comb += self.grant.eq(self.port_grant)
+            return
+        any_b = [pending[b * W:(b + 1) * W].any() for b in range(self.nbeats)]
+        self.sel = Signal(self.nbeats, name=f"{name}_beat")      # one-hot: the lowest beat
+        earlier = Const(0, 1)
+        for b in range(self.nbeats):
+            m.d.comb += self.sel[b].eq(any_b[b] & ~earlier)
+            nxt = Signal(name=f"{name}_before{b + 1}")
+            m.d.comb += nxt.eq(earlier | any_b[b])
+            earlier = nxt
+        self.port_req, self.port_addr = [], []
+        for j in range(W):
+            req = Signal(name=f"{name}_preq{j}")
+            pa = Signal(len(addr[0]), name=f"{name}_paddr{j}")
+            m.d.comb += [req.eq((Cat(*[pending[b * W + j] for b in range(self.nbeats)])
+                                 & self.sel).any()),
+                         pa.eq(_or_mux([(self.sel[b], addr[b * W + j])
+                                        for b in range(self.nbeats)], len(pa)))]
+            self.port_req.append(req)
+            self.port_addr.append(pa)
+        m.d.comb += self.grant.eq(Cat(*[self.port_grant[p % W] & self.sel[p // W]
+                                        for p in range(lanes)]))
+
+    def port_values(self, values, width):
+        """Per port, the value of the presented beat's lane out of ``values`` (one per lane)."""
+        if self.sel is None:
+            return list(values)
+        W = self.width
+        return [_or_mux([(self.sel[b], values[b * W + j]) for b in range(self.nbeats)], width)
+                for j in range(W)]
+
+
 class _ReadClient:
     """A vector of ``lanes`` word reads from one store, completed over one or more cycles.
 
     ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store``; lane ``p``
-    reads word ``load_base + offsets[p]``. When every masked-in lane has been granted by the
-    arbiter, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
+    reads word ``load_base + offsets[p]``. The lanes reach the arbiter through ``width``
+    ports (:class:`_Beats`; default one port per lane). When every masked-in lane has been
+    granted, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
     """
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None):
+        width = lanes if width is None else min(width, lanes)
         self.name = name
         self.lanes = lanes
         self.load = Signal(name=f"{name}_load")
@@ -196,7 +250,8 @@ class _ReadClient:
         self.active = Signal(name=f"{name}_active")
         self.pending = Signal(lanes, name=f"{name}_pending")
         self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-        self.grant = Signal(lanes, name=f"{name}_grant")
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr)
+        self.grant = self.beats.grant
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
         self.nb_log2 = nb_log2
@@ -213,25 +268,36 @@ class _ReadClient:
             m.d.sync += [self.pending.eq(0), self.active.eq(0)]
         with m.Else():
             m.d.sync += self.pending.eq(self.pending & ~self.grant)
-        # Data return, one cycle after the grant.
+        # Data return, one cycle after the grant: port j's bank, the lanes granted.
         self.grant_d = Signal(lanes, name=f"{name}_grant_d")
         self.out_valid = Signal(name=f"{name}_out_valid")
         self.store_d = Signal(store_bits, name=f"{name}_store_d")
-        self.bank_d = [Signal(max(1, nb_log2), name=f"{name}_bank_d{p}") for p in range(lanes)]
+        self.bank_d = [Signal(max(1, nb_log2), name=f"{name}_bank_d{j}") for j in range(width)]
         self.assembled = [Signal(32, name=f"{name}_asm{p}") for p in range(lanes)]
         self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
         m.d.sync += [self.grant_d.eq(self.grant), self.out_valid.eq(self.finishing),
                      self.store_d.eq(self.store)]
-        m.d.sync += [self.bank_d[p].eq(self.addr[p][:max(1, nb_log2)] if nb_log2 else 0)
-                     for p in range(lanes)]
+        m.d.sync += [self.bank_d[j].eq(a[:max(1, nb_log2)] if nb_log2 else 0)
+                     for j, a in enumerate(self.beats.port_addr)]
+
+    def ports(self):
+        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        b = self.beats
+        return [(b.port_req[j], self.store, b.port_addr[j], b.port_grant[j])
+                for j in range(b.width)]
 
     def connect_data(self, m, store_rdata):
         """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
         flat = Array([Array(banks) for banks in store_rdata])
+        W = self.beats.width
+        words = []
+        for j in range(W):
+            word = Signal(32, name=f"{self.name}_rd{j}")
+            m.d.comb += word.eq(flat[self.store_d][self.bank_d[j]])
+            words.append(word)
         for p in range(self.lanes):
-            word = Signal(32, name=f"{self.name}_rd{p}")
-            m.d.comb += word.eq(flat[self.store_d][self.bank_d[p]])
-            m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], word, self.assembled[p]))
+            m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], words[p % W],
+                                                self.assembled[p]))
             with m.If(self.out_valid):
                 m.d.sync += self.assembled[p].eq(0)
             with m.Else():
@@ -239,9 +305,11 @@ class _ReadClient:
 
 
 class _WriteClient:
-    """A vector of ``lanes`` word writes to one store, completed over one or more cycles."""
+    """A vector of ``lanes`` word writes to one store, completed over one or more cycles,
+    through ``width`` ports (:class:`_Beats`; default one per lane)."""
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, width=None):
+        width = lanes if width is None else min(width, lanes)
         self.name = name
         self.lanes = lanes
         self.load = Signal(name=f"{name}_load")
@@ -255,7 +323,9 @@ class _WriteClient:
         self.pending = Signal(lanes, name=f"{name}_pending")
         self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
         self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
-        self.grant = Signal(lanes, name=f"{name}_grant")
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr)
+        self.grant = self.beats.grant
+        self.port_data = self.beats.port_values(self.data, 32)
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
         m.d.comb += [
@@ -272,6 +342,12 @@ class _WriteClient:
             m.d.sync += [self.pending.eq(0), self.active.eq(0)]
         with m.Else():
             m.d.sync += self.pending.eq(self.pending & ~self.grant)
+
+    def ports(self):
+        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        b = self.beats
+        return [(b.port_req[j], self.store, b.port_addr[j], b.port_grant[j])
+                for j in range(b.width)]
 
 
 def _arbitrate(m, name, lanes, n_stores, nb_log2):
@@ -342,6 +418,12 @@ class ContractionEngine(wiring.Component):
         the lanes run in ``split`` groups of ``lanes / split`` columns, each group a part of
         the k range, and a fold tree of ``lanes - lanes / max_split`` adders sums the parts
         (module docstring). A larger ``split`` is :data:`~ttrain.golden.contract.ERROR_DIM`.
+    fetch_words : int or None
+        Ports of each operand fetcher (A, B, old C) and of the C writer to the stores' arbiter
+        (power of two, 1..lanes): a vector moves in beats of at most ``fetch_words`` words per
+        cycle, so the arbiter and the read-data crossbar grow with ``fetch_words x banks``
+        instead of ``lanes x banks`` (module docstring, "Beats"). Default ``None``: one port
+        per lane, every vector in one beat.
 
     Members
     -------
@@ -364,7 +446,8 @@ class ContractionEngine(wiring.Component):
     """
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
-                 mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1):
+                 mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
+                 fetch_words=None):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -391,6 +474,12 @@ class ContractionEngine(wiring.Component):
                 or max_split & (max_split - 1) or max_split > lanes:
             raise ValueError(f"max_split must be a power of two in 1..lanes ({lanes}), not "
                              f"{max_split!r}")
+        if fetch_words is not None and (
+                isinstance(fetch_words, bool) or not isinstance(fetch_words, int)
+                or fetch_words < 1 or fetch_words & (fetch_words - 1) or fetch_words > lanes):
+            raise ValueError(f"fetch_words must be a power of two in 1..lanes ({lanes}), not "
+                             f"{fetch_words!r}")
+        self._fetch_words = fetch_words
         self._max_split = max_split
         self._ports = ports
         self._integer = bool(integer)
@@ -436,6 +525,9 @@ class ContractionEngine(wiring.Component):
         })
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
+    fetch_words = property(lambda self: self._fetch_words,
+                           doc="Words per cycle each operand fetcher and the C writer move "
+                               "(``None``: a whole vector).")
     max_split = property(lambda self: self._max_split,
                          doc="Largest descriptor ``split`` (lane groups).")
     ports = property(lambda self: self._ports, doc="Store ports for other units.")
@@ -506,7 +598,7 @@ class ContractionEngine(wiring.Component):
         slots and FP32 latencies (issue cycles, the fixed fill and drain of
         :attr:`overhead_cycles` and the fold tree's adder latencies of a split)."""
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
-                             add_latency=self._add_latency)
+                             add_latency=self._add_latency, fetch_words=self._fetch_words)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -518,7 +610,8 @@ class ContractionEngine(wiring.Component):
         """Return ``desc`` with the ``split`` (1 .. :attr:`max_split`) of the fewest
         :meth:`issue_cycles` (:func:`ttrain.golden.isa.best_split`)."""
         return best_split(desc, self._lanes, self._slots, self._max_split,
-                          mul_latency=self._mul_latency, add_latency=self._add_latency)
+                          mul_latency=self._mul_latency, add_latency=self._add_latency,
+                          fetch_words=self._fetch_words)
 
     @property
     def overhead_cycles(self):
@@ -554,26 +647,23 @@ class ContractionEngine(wiring.Component):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
         # ---- clients -------------------------------------------------------------------
-        ra = _ReadClient(m, "fa", S * G, AW, SB, lnb)  # A vectors (S words down a column
+        FW = self._fetch_words
+        ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW)  # A vectors (S words down a column
                                                         # per lane group)
-        rb = _ReadClient(m, "fb", P, AW, SB, lnb)     # B vectors (P words along a row)
-        rc = _ReadClient(m, "fc", P, AW, SB, lnb)     # old C vectors (accumulate)
+        rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW)  # B vectors (P words along a row)
+        rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW)  # old C vectors (accumulate)
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb)    # host read
-        wc = _WriteClient(m, "wc", P, AW, SB)          # C results
+        wc = _WriteClient(m, "wc", P, AW, SB, FW)      # C results
         wh = _WriteClient(m, "hw", NB, AW, SB)         # host write
 
         prs = [_ReadClient(m, f"p{i}r", NB, AW, SB, lnb) for i in range(self._ports)]
         pws = [_WriteClient(m, f"p{i}w", NB, AW, SB) for i in range(self._ports)]
 
-        def lane_list(client):
-            return [(client.pending[p], client.store, client.addr[p], client.grant[p])
-                    for p in range(client.lanes)]
-
-        rsel = _arbitrate(m, "rarb", sum((lane_list(c) for c in [rh, rc, rb, ra] + prs), []),
+        rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
                           n_stores, lnb)
         wclients = [wh, wc] + pws
-        wsel = _arbitrate(m, "warb", sum((lane_list(c) for c in wclients), []), n_stores, lnb)
-        wdata_lanes = [cl.data[p] for cl in wclients for p in range(cl.lanes)]
+        wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb)
+        wdata_lanes = [dd for cl in wclients for dd in cl.port_data]
         for s, st in enumerate(self._stores):
             for b in range(NB):
                 rpairs = rsel[s][b]
