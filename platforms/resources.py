@@ -125,7 +125,8 @@ def logic_depth(netlist, top="top"):
     -------
     dict
         ``levels`` (LUT/MUXF/CARRY/INV cells on the longest path between sequential cells or
-        ports) and ``path`` (the cell types along it, source first).
+        ports), ``path`` (the cell types along it, source first) and ``nets`` (the net names
+        at its ends: ``[source, end]``, the signal it starts from and the one it drives last).
 
     Each LUT, MUXF and CARRY cell is one level (as Vivado counts logic levels); FFs, DSPs,
     RAMs, black boxes and ports start and end paths.
@@ -164,13 +165,38 @@ def logic_depth(netlist, top="top"):
             depth[name] = 1 + (depth.get(best, 0) if best is not None else 0)
             via[name] = best
     if not depth:
-        return {"levels": 0, "path": []}
+        return {"levels": 0, "path": [], "nets": []}
+    names = {}                        # bit -> a net name (visible names first, then shortest)
+    for net, info in netlist["modules"][top].get("netnames", {}).items():
+        rank = (info.get("hide_name", 0), len(net))
+        for b in info["bits"]:
+            if isinstance(b, int) and (b not in names or rank < names[b][0]):
+                names[b] = (rank, net)
     end = max(depth, key=depth.get)
+    out_bits = {b for b, d in driver.items() if d == end}
+    sink = None
+    for c in cells.values():          # name the register the path ends in by its output
+        if c["type"].startswith(_COMB_PREFIXES):
+            continue
+        dirs = c.get("port_directions", {})
+        if any(b in out_bits for p, bits in c["connections"].items()
+               if dirs.get(p) == "input" for b in bits):
+            q = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
+                 for b in bits if b in names]
+            if q:
+                sink = names[q[0]][1]
+                break
+    if sink is None:
+        sink = next((names[b][1] for b in out_bits if b in names), "?")
     path = []
-    while end is not None:
+    while True:
         path.append(comb[end][0])
+        if via[end] is None:
+            break
         end = via[end]
-    return {"levels": max(depth.values()), "path": path[::-1]}
+    srcs = [b for b in comb[end][1] if b not in driver and b in names]
+    source = names[srcs[0]][1] if srcs else "?"
+    return {"levels": max(depth.values()), "path": path[::-1], "nets": [source, sink]}
 
 
 def _summarize(cells):
@@ -289,7 +315,7 @@ def _synthesize(component, work, *, timeout, log):
     (work / "netlist.json").unlink()                 # large; the counts are kept
     (work / "top.il").unlink()
     return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
-            "critical_path": depth["path"],
+            "critical_path": depth["path"], "critical_nets": depth["nets"],
             "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
 
 

@@ -132,6 +132,11 @@ def test_logic_depth_counts_levels_between_registers():
     d = logic_depth(netlist)
     assert d["levels"] == 3
     assert d["path"] == ["LUT2", "LUT4", "CARRY4"]
+    assert d["nets"] == ["?", "?"]                   # no net names in this netlist
+    netlist["modules"]["top"]["netnames"] = {
+        "a_q": {"bits": [2], "hide_name": 0}, "$x": {"bits": [2], "hide_name": 1},
+        "sum": {"bits": [5], "hide_name": 0}, "acc": {"bits": [7], "hide_name": 0}}
+    assert logic_depth(netlist)["nets"] == ["a_q", "acc"]    # source, register it ends in
     assert logic_depth({"modules": {"top": {"cells": {}}}})["levels"] == 0
     with pytest.raises(ValueError, match="not in the netlist"):
         logic_depth(netlist, top="other")
