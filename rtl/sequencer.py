@@ -34,15 +34,14 @@ word's bits (``golden.isa.Fields`` over Amaranth values). They amount to:
 from functools import reduce
 import operator
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..golden.isa import (CLASS_NAMES, ERR_A_RANGE, ERR_B_RANGE, ERR_C_RANGE, ERR_DIM,
-                          ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE, ERR_STORE,
-                          GATHER_OPS, OP_BARRIER, OP_CONTRACT, OP_END, OP_ENDLOOP, OP_LOOP,
-                          OP_UPDATE, OPS, SPEC, SPECIAL_OPS, STORE_IDS, STORE_NAMES, WORDS, Fields)
+                          ERR_FIELD, ERR_LOOP, ERR_NO_END, ERR_OPCODE, GATHER_OPS, OPS,
+                          STORE_IDS, STORE_NAMES, WORDS, Fields)
 from .command import VectorCommand
 from .engine import descriptor_layout
 
@@ -135,7 +134,6 @@ class InstructionDecoder(wiring.Component):
 # ============================================================================================
 # the sequencer
 
-_WIDE = 72          # address arithmetic width (no wrap for 32-bit fields and 2**32 iterations)
 _UNITS = ("engine", "vector", "update")
 
 
@@ -292,42 +290,88 @@ class Sequencer(wiring.Component):
         op = dec.op
         step = dec.step
 
-        # ---- loop state and effective bases ----------------------------------------------
+        # The per-instruction datapath is a free-running pipeline of registered stages (prefix
+        # sN_: latched every cycle from stage N-1). Its inputs (the fetched word ``w``, the
+        # loop offsets, the scoreboard records) hold still while one instruction is handled,
+        # so stage N is valid N cycles after the word is: FETCH reads the word, DECODE is the
+        # cycle stage 1 latches, WAIT lets stages 2..7 settle, ACT checks or issues it
+        # (LOOP/ENDLOOP/BARRIER/END and the static pass need stage 1 only: no WAIT). Every
+        # stage is a short path (at most 12 logic levels in the Yosys xcup estimate,
+        # tests/test_timing.py):
+        #   s1  decoder outputs; base = field + loop offset (32 bits + carry); fields - 1
+        #   s2  per slot and extent: the 16x32 multiplier operands of (extent - 1) * stride
+        #   s3  two 16x16 partial products each (DSP48E2)
+        #   s4  their sum (the product's upper half)
+        #   s5  base + term, term + term
+        #   s6  last address = the two sums
+        #   s7  last < store size; scoreboard interval tests against the records
+        # The address arithmetic is saturating instead of 72 bits wide: a store has at most
+        # 2**32 words, so an address is only needed exactly below 2**32 and a flag ("big")
+        # says "2**32 or more" (such an operand is out of range; the check pass stops there,
+        # so the execute pass only sees exact 32-bit intervals).
+        SETTLE = 7                     # stages: ACT reads s7 SETTLE cycles after DECODE
+
+        # ---- loop state ------------------------------------------------------------------
         in_loop = Signal()
         loop_pc = Signal(range(self._depth + 1))
-        loop_count = Signal(32)
-        loop_iter = Signal(32)
+        loop_left = Signal(32)         # back jumps left: count - 1 at LOOP
         inc = [Signal(32, name=f"inc{i}") for i in range(3)]
-        off = [Signal(64, name=f"off{i}") for i in range(3)]
-        base = []
-        for s in range(3):
-            b = Signal(_WIDE, name=f"base{s}")
-            sel = step[s]
-            m.d.comb += b.eq(w[4 + 4 * s] + Mux(sel == 0, 0,
-                                               Mux(sel == 1, off[0],
-                                                   Mux(sel == 2, off[1], off[2]))))
-            base.append(b)
+        off = [Signal(32, name=f"off{i}") for i in range(3)]        # exact below 2**32 ...
+        off_big = [Signal(name=f"off{i}_big") for i in range(3)]    # ... else this flag
 
-        # ---- per-slot extents (batch, rows, cols) and roles ------------------------------
+        # ---- s1: decoder, bases, fields - 1 ----------------------------------------------
+        s1_err = Signal(4)
+        s1_cls = Signal(len(CLASS_NAMES))
+        m.d.sync += [s1_err.eq(dec.error), s1_cls.eq(dec.cls)]
+        cls = {name: s1_cls[i] for i, name in enumerate(CLASS_NAMES)}
+        s1_base = [Signal(33, name=f"s1_base{s}") for s in range(3)]
+        s1_obig = [Signal(name=f"s1_obig{s}") for s in range(3)]
+        for s in range(3):
+            sel = step[s]
+            m.d.sync += [
+                s1_base[s].eq(w[4 + 4 * s] + Mux(sel == 0, 0, Mux(sel == 1, off[0],
+                                                             Mux(sel == 2, off[1], off[2])))),
+                s1_obig[s].eq(Mux(sel == 0, 0, Mux(sel == 1, off_big[0],
+                                                   Mux(sel == 2, off_big[1], off_big[2])))),
+            ]
+        base = [b[0:32] for b in s1_base]          # exact whenever the operand is in range
         rows, cols = w[2][0:16], w[2][16:32]
         k, batch = w[3][0:16], w[3][16:32]
-        ext = [[Signal(32, name=f"ext{s}_{d}") for d in "brc"] for s in range(3)]
-        used = [Signal(name=f"used{s}") for s in range(3)]
-        write = [Signal(name=f"write{s}") for s in range(3)]
+        m1 = {}                                    # field - 1 (legal fields are >= 1)
+        for name, field, width in (("rows", rows, 16), ("cols", cols, 16), ("k", k, 16),
+                                   ("batch", batch, 16), ("w2", w[2], 32), ("w3", w[3], 32)):
+            m1[name] = Signal(width, name=f"s1_{name}_m1")
+            m.d.sync += m1[name].eq(field - 1)
+        s1_dims_big = Signal()
+        dims_big = []
+        if self._max_dim is not None:
+            dims_big += [d > self._max_dim for d in (rows, cols, k, batch)]
+        if self._max_split is not None:
+            dims_big.append(dec.flags[2:6] > exact_log2(self._max_split))
+        if dims_big:
+            m.d.sync += s1_dims_big.eq(reduce(operator.or_, dims_big))
+
+        # ---- s2: per-slot extents - 1 (batch, rows, cols), roles, multiplier operands -----
+        ext = [[Signal(32, name=f"ext{s}_{d}_m1") for d in "brc"] for s in range(3)]
+        used = [Signal(name=f"s2_used{s}") for s in range(3)]
+        write = [Signal(name=f"s2_write{s}") for s in range(3)]
+        s_used = [Signal(name=f"used{s}") for s in range(3)]
+        s_write = [Signal(name=f"write{s}") for s in range(3)]
         is_scatter = op == GATHER_OPS["scatter_add"]
+        ONE = 0                                    # an extent of 1, minus 1
 
         def set_ext(s, b, r, c):
             m.d.comb += [ext[s][0].eq(b), ext[s][1].eq(r), ext[s][2].eq(c)]
 
-        m.d.comb += write[0].eq(1)
+        m.d.comb += s_write[0].eq(1)
         with m.If(cls["contract"]):
-            set_ext(0, batch, rows, cols)     # C: m x n
-            set_ext(1, batch, rows, k)        # A: m x k
-            set_ext(2, batch, k, cols)        # B: k x n
-            m.d.comb += [u.eq(1) for u in used]
+            set_ext(0, m1["batch"], m1["rows"], m1["cols"])     # C: m x n
+            set_ext(1, m1["batch"], m1["rows"], m1["k"])        # A: m x k
+            set_ext(2, m1["batch"], m1["k"], m1["cols"])        # B: k x n
+            m.d.comb += [u.eq(1) for u in s_used]
         with m.Elif(cls["elementwise"]):
             for s in range(3):
-                set_ext(s, 1, rows, cols)
+                set_ext(s, ONE, m1["rows"], m1["cols"])
             nsrc_ge1 = 0
             nsrc_ge2 = 0
             for spec in OPS:                 # the table says which slots each op reads
@@ -335,46 +379,78 @@ class Sequencer(wiring.Component):
                     nsrc_ge1 = nsrc_ge1 | (op == spec.opcode)
                 if spec.kind.CLASS == "elementwise" and spec.sources >= 2:
                     nsrc_ge2 = nsrc_ge2 | (op == spec.opcode)
-            m.d.comb += [used[0].eq(1), used[1].eq(nsrc_ge1), used[2].eq(nsrc_ge2)]
+            m.d.comb += [s_used[0].eq(1), s_used[1].eq(nsrc_ge1), s_used[2].eq(nsrc_ge2)]
         with m.Elif(cls["reduce"]):
-            set_ext(0, 1, rows, 1)
-            set_ext(1, 1, rows, cols)
-            m.d.comb += [used[0].eq(1), used[1].eq(1)]
+            set_ext(0, ONE, m1["rows"], ONE)
+            set_ext(1, ONE, m1["rows"], m1["cols"])
+            m.d.comb += [s_used[0].eq(1), s_used[1].eq(1)]
         with m.Elif(cls["gather"]):
-            set_ext(0, 1, Mux(is_scatter, w[3], rows), cols)
-            set_ext(1, 1, Mux(is_scatter, rows, w[3]), cols)
-            set_ext(2, 1, rows, 1)
-            m.d.comb += [u.eq(1) for u in used]
+            set_ext(0, ONE, Mux(is_scatter, m1["w3"], m1["rows"]), m1["cols"])
+            set_ext(1, ONE, Mux(is_scatter, m1["rows"], m1["w3"]), m1["cols"])
+            set_ext(2, ONE, m1["rows"], ONE)
+            m.d.comb += [u.eq(1) for u in s_used]
         with m.Elif(cls["update"]):
-            set_ext(0, 1, 1, w[2])
-            set_ext(1, 1, 1, w[2])
-            m.d.comb += [used[0].eq(1), used[1].eq(1), write[1].eq(1)]
+            set_ext(0, ONE, ONE, m1["w2"])
+            set_ext(1, ONE, ONE, m1["w2"])
+            m.d.comb += [s_used[0].eq(1), s_used[1].eq(1), s_write[1].eq(1)]
         with m.Elif(cls["random"]):           # d and a: rows x cols; slot 2: the seed word
-            set_ext(0, 1, rows, cols)
-            set_ext(1, 1, rows, cols)
-            set_ext(2, 1, 1, 1)
-            m.d.comb += [u.eq(1) for u in used]
-
-        last = []
-        in_range = []
-        sizes = Array([Const(self._sizes[STORE_NAMES[i]], 33) for i in range(len(STORE_IDS))])
+            set_ext(0, ONE, m1["rows"], m1["cols"])
+            set_ext(1, ONE, m1["rows"], m1["cols"])
+            set_ext(2, ONE, ONE, ONE)
+            m.d.comb += [u.eq(1) for u in s_used]
+        m.d.sync += [used[s].eq(s_used[s]) for s in range(3)]
+        m.d.sync += [write[s].eq(s_write[s]) for s in range(3)]
+        # (extent - 1) * stride as a 16x32 product: a has 16 significant bits or b has
+        # (else the product is >= 2**32: "both"); the 16-bit one is the multiplier.
+        s2_u = [[Signal(16, name=f"s2_u{s}_{d}") for d in "brc"] for s in range(3)]
+        s2_v = [[Signal(32, name=f"s2_v{s}_{d}") for d in "brc"] for s in range(3)]
+        s2_both = [[Signal(name=f"s2_both{s}_{d}") for d in "brc"] for s in range(3)]
         for s in range(3):
-            lst = Signal(_WIDE, name=f"last{s}")
-            bs, rs, cs = w[7 + 4 * s], w[5 + 4 * s], w[6 + 4 * s]
-            m.d.comb += lst.eq(base[s] + (ext[s][0] - 1) * bs + (ext[s][1] - 1) * rs
-                               + (ext[s][2] - 1) * cs)
-            ok = Signal(name=f"in_range{s}")
-            m.d.comb += ok.eq(lst < sizes[dec.store[s][0:2]])
-            last.append(lst)
-            in_range.append(ok)
+            for d, stride in enumerate((w[7 + 4 * s], w[5 + 4 * s], w[6 + 4 * s])):
+                a = ext[s][d]
+                a_small = a[16:32] == 0
+                m.d.sync += [s2_u[s][d].eq(Mux(a_small, a[0:16], stride[0:16])),
+                             s2_v[s][d].eq(Mux(a_small, stride, a)),
+                             s2_both[s][d].eq(~a_small & stride[16:32].any())]
+
+        # ---- s3: partial products; s4: the product's upper half ---------------------------
+        s3_lo = [[Signal(32, name=f"s3_lo{s}_{d}") for d in "brc"] for s in range(3)]
+        s3_hi = [[Signal(32, name=f"s3_hi{s}_{d}") for d in "brc"] for s in range(3)]
+        s3_both = [[Signal(name=f"s3_both{s}_{d}") for d in "brc"] for s in range(3)]
+        s4_p = [[Signal(32, name=f"s4_p{s}_{d}") for d in "brc"] for s in range(3)]
+        s4_top = [[Signal(17, name=f"s4_top{s}_{d}") for d in "brc"] for s in range(3)]
+        s4_both = [[Signal(name=f"s4_both{s}_{d}") for d in "brc"] for s in range(3)]
+        for s in range(3):
+            for d in range(3):
+                u, v = s2_u[s][d], s2_v[s][d]
+                m.d.sync += [s3_lo[s][d].eq(u * v[0:16]), s3_hi[s][d].eq(u * v[16:32]),
+                             s3_both[s][d].eq(s2_both[s][d])]
+                hi = s3_hi[s][d] + s3_lo[s][d][16:32]
+                m.d.sync += [s4_p[s][d].eq(Cat(s3_lo[s][d][0:16], hi[0:16])),
+                             s4_top[s][d].eq(hi[16:33]), s4_both[s][d].eq(s3_both[s][d])]
+
+        # ---- s5, s6: last = base + the three terms; s7: range and scoreboard tests --------
+        s5_a = [Signal(33, name=f"s5_a{s}") for s in range(3)]
+        s5_b = [Signal(33, name=f"s5_b{s}") for s in range(3)]
+        s5_big = [Signal(name=f"s5_big{s}") for s in range(3)]
+        last = [Signal(34, name=f"s6_last{s}") for s in range(3)]
+        s6_big = [Signal(name=f"s6_big{s}") for s in range(3)]
+        in_range = [Signal(name=f"s7_in_range{s}") for s in range(3)]
+        for s in range(3):
+            p = s4_p[s]
+            m.d.sync += [s5_a[s].eq(base[s] + p[0]), s5_b[s].eq(p[1] + p[2]),
+                         s5_big[s].eq(s1_base[s][32] | s1_obig[s]
+                                      | _any(s4_top[s][d].any() | s4_both[s][d]
+                                             for d in range(3))),
+                         last[s].eq(s5_a[s] + s5_b[s]), s6_big[s].eq(s5_big[s])]
+            st = dec.store[s][0:2]
+            lt = [last[s][0:32] < self._sizes[STORE_NAMES[i]] for i in range(len(STORE_IDS))]
+            m.d.sync += in_range[s].eq(~s6_big[s] & ~last[s][32:34].any()
+                                       & Mux(st[1], Mux(st[0], lt[3], lt[2]),
+                                             Mux(st[0], lt[1], lt[0])))
         range_code = Signal(4)
-        dims_big = []
-        if self._max_dim is not None:
-            dims_big += [d > self._max_dim for d in (rows, cols, k, batch)]
-        if self._max_split is not None:
-            dims_big.append(dec.flags[2:6] > exact_log2(self._max_split))
         with m.If(cls["contract"]):
-            dim_check = [(reduce(operator.or_, dims_big), ERR_DIM)] if dims_big else []
+            dim_check = [(s1_dims_big, ERR_DIM)] if dims_big else []
             _first(m, range_code, dim_check + [(~in_range[1], ERR_A_RANGE),
                                                (~in_range[2], ERR_B_RANGE),
                                                (~in_range[0], ERR_C_RANGE)])
@@ -388,18 +464,23 @@ class Sequencer(wiring.Component):
         m.d.comb += unit_of.eq(Mux(cls["contract"], 0, Mux(cls["update"], 2, 1)))
         inflight = [Signal(name=f"inflight_{u}") for u in _UNITS]
         rec = [[{"valid": Signal(name=f"r{u}_{s}_v"), "write": Signal(name=f"r{u}_{s}_w"),
-                 "store": Signal(2, name=f"r{u}_{s}_st"), "lo": Signal(_WIDE, name=f"r{u}_{s}_lo"),
-                 "hi": Signal(_WIDE, name=f"r{u}_{s}_hi")} for s in range(3)] for u in range(3)]
+                 "store": Signal(2, name=f"r{u}_{s}_st"), "lo": Signal(32, name=f"r{u}_{s}_lo"),
+                 "hi": Signal(32, name=f"r{u}_{s}_hi")} for s in range(3)] for u in range(3)]
+        # s7: slot s of this instruction meets slot t of unit u's record (valid only while
+        # u is in flight; the records change only when this sequencer issues)
+        meets = [[[Signal(name=f"s7_meets{u}_{s}_{t}") for t in range(3)] for s in range(3)]
+                 for u in range(3)]
         conflict = [Signal(name=f"conflict_{u}") for u in _UNITS]   # with unit u's record
         for u in range(3):
-            c = 0
             for s in range(3):
                 for t in range(3):
                     r = rec[u][t]
-                    c = c | (used[s] & r["valid"] & (dec.store[s][0:2] == r["store"])
-                             & (write[s] | r["write"]) & (base[s] <= r["hi"])
-                             & (r["lo"] <= last[s]))
-            m.d.comb += conflict[u].eq(inflight[u] & c)
+                    m.d.sync += meets[u][s][t].eq(
+                        used[s] & r["valid"] & (dec.store[s][0:2] == r["store"])
+                        & (write[s] | r["write"]) & (base[s] <= r["hi"])
+                        & (r["lo"] <= last[s][0:32]))
+            m.d.comb += conflict[u].eq(inflight[u] & _any(meets[u][s][t] for s in range(3)
+                                                          for t in range(3)))
         any_inflight = inflight[0] | inflight[1] | inflight[2]
         can_issue = Signal()
         others_ok = []
@@ -425,7 +506,7 @@ class Sequencer(wiring.Component):
             with m.Elif(dones[u]):
                 m.d.sync += inflight[u].eq(0)
 
-        # ---- unit commands (payloads are valid whenever the word is decoded) -------------
+        # ---- unit commands (payloads are valid from ACT on) -------------------------------
         def cview(layout_view, s):
             return [layout_view.store.eq(dec.store[s][0:2]), layout_view.base.eq(base[s]),
                     layout_view.row.eq(w[5 + 4 * s]), layout_view.col.eq(w[6 + 4 * s])]
@@ -455,6 +536,7 @@ class Sequencer(wiring.Component):
         seen_end = Signal()
         struct_err = Signal()
         struct_pc = Signal(range(self._depth + 1))
+        settle = Signal(range(SETTLE))
 
         def fail(code, at):
             m.d.sync += [self.error.eq(1), self.error_code.eq(code), self.error_pc.eq(at),
@@ -463,6 +545,9 @@ class Sequencer(wiring.Component):
         def advance():
             m.d.sync += pc.eq(pc + 1)
             m.next = "FETCH"
+
+        def reset_offsets():
+            m.d.sync += [o.eq(0) for o in off] + [o.eq(0) for o in off_big]
 
         # ---- debug/trace port: one strobe per counted dynamic instruction ----------------
         m.d.comb += [self.trace_pc.eq(pc), self.trace_op.eq(op)]
@@ -475,6 +560,8 @@ class Sequencer(wiring.Component):
             m.d.sync += [cnt.eq(cnt + f) for cnt, f in
                          zip((self.busy_engine, self.busy_vector, self.busy_update), inflight)]
 
+        control = _any(dec.cls[CLASS_NAMES.index(n)] for n in ("loop", "endloop", "barrier",
+                                                               "end"))
         with m.FSM(name="seq"):
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -492,10 +579,20 @@ class Sequencer(wiring.Component):
             with m.State("FETCH"):
                 m.d.comb += fetch.eq(1)
                 m.next = "DECODE"
-            with m.State("DECODE"):
+            with m.State("DECODE"):           # the word is read: stage 1 latches it
+                with m.If((mode == MODE_STATIC) | control):
+                    m.next = "ACT"
+                with m.Else():
+                    m.d.sync += settle.eq(SETTLE - 2)
+                    m.next = "WAIT"
+            with m.State("WAIT"):             # stages 2..SETTLE settle
+                m.d.sync += settle.eq(settle - 1)
+                with m.If(settle == 0):
+                    m.next = "ACT"
+            with m.State("ACT"):
                 with m.If(mode == MODE_STATIC):
-                    with m.If(dec.error != 0):
-                        fail(dec.error, pc)
+                    with m.If(s1_err != 0):
+                        fail(s1_err, pc)
                         m.next = "STOP"
                     with m.Else():
                         with m.If(~seen_end & ~struct_err):
@@ -519,21 +616,23 @@ class Sequencer(wiring.Component):
                 with m.Else():
                     exec_mode = mode == MODE_EXEC
                     with m.If(cls["loop"]):
-                        m.d.sync += [loop_pc.eq(pc), loop_count.eq(w[2]), loop_iter.eq(0),
-                                     in_loop.eq(1)]
+                        m.d.sync += [loop_pc.eq(pc), loop_left.eq(m1["w2"]), in_loop.eq(1)]
                         m.d.sync += [inc[i].eq(w[4 + i]) for i in range(3)]
-                        m.d.sync += [o.eq(0) for o in off]
+                        reset_offsets()
                         with m.If(exec_mode):
                             m.d.sync += self.executed.eq(self.executed + 1)
                             traced(3)
                         advance()
                     with m.Elif(cls["endloop"]):
-                        with m.If(loop_iter + 1 < loop_count):
-                            m.d.sync += [loop_iter.eq(loop_iter + 1), pc.eq(loop_pc + 1)]
-                            m.d.sync += [off[i].eq(off[i] + inc[i]) for i in range(3)]
+                        with m.If(loop_left != 0):
+                            m.d.sync += [loop_left.eq(loop_left - 1), pc.eq(loop_pc + 1)]
+                            for i in range(3):
+                                nxt = off[i] + inc[i]
+                                m.d.sync += [off[i].eq(nxt[0:32]),
+                                             off_big[i].eq(off_big[i] | nxt[32])]
                             m.next = "FETCH"
                         with m.Else():
-                            m.d.sync += [o.eq(0) for o in off]
+                            reset_offsets()
                             m.d.sync += in_loop.eq(0)
                             with m.If(exec_mode):
                                 m.d.sync += self.executed.eq(self.executed + 1)
@@ -543,7 +642,7 @@ class Sequencer(wiring.Component):
                         with m.If(~exec_mode):
                             with m.If(cls["end"]):
                                 m.d.sync += [mode.eq(MODE_EXEC), pc.eq(0), in_loop.eq(0)]
-                                m.d.sync += [o.eq(0) for o in off]
+                                reset_offsets()
                                 m.next = "FETCH"
                             with m.Else():
                                 advance()
@@ -595,7 +694,7 @@ class Sequencer(wiring.Component):
                     m.next = "STOP"
                 with m.Else():
                     m.d.sync += [mode.eq(MODE_CHECK), pc.eq(0), in_loop.eq(0)]
-                    m.d.sync += [o.eq(0) for o in off]
+                    reset_offsets()
                     m.next = "FETCH"
             with m.State("STOP"):
                 with m.If(~any_inflight):
