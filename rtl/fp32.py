@@ -109,9 +109,20 @@ def _round_and_pack(m, sign, exp, sig, guard, sticky, nan, inf, zero, zero_sign)
     normal, significand overflow to the next binade, largest finite to infinity).
     """
     round_up = guard & (sticky | sig[0])
-    packed = Signal(unsigned(33), name="s5_packed")
-    m.d.comb += packed.eq(((exp - 1) << 23) + sig + round_up)
-    overflow = packed >= _INF_MAGNITUDE
+    # The packed sum ((exp - 1) << 23) + sig + round_up in two short pieces (one carry chain
+    # of 33 bits plus a compare would be 14 logic levels): the 23-bit fraction incremented,
+    # and the exponent field exp - 1 + sig[23] plus the fraction's carry, chosen from both
+    # precomputed values by that carry (an AND of the fraction bits, not the chain's end).
+    frac = Signal(23, name="s5_frac")
+    m.d.comb += frac.eq(sig[0:23] + round_up)
+    carry = round_up & sig[0:23].all()
+    exp0 = Signal(10, name="s5_exp0")
+    m.d.comb += exp0.eq(exp - 1 + sig[23])
+    exp1 = Signal(10, name="s5_exp1")
+    m.d.comb += exp1.eq(exp0 + 1)
+    packed = Signal(unsigned(31), name="s5_packed")
+    m.d.comb += packed.eq(Cat(frac, Mux(carry, exp1, exp0)[0:8]))
+    overflow = Mux(carry, exp1 >= 255, exp0 >= 255)     # exponent field of infinity or more
     result = Signal(32, name="s5_result")
     with m.If(nan):
         m.d.comb += result.eq(CANONICAL_NAN)

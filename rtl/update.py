@@ -16,7 +16,7 @@ store through synchronous memory ports (:class:`amaranth.lib.memory.ReadPort` /
 round_shift(lr_mult * g, shift, mode), bits)``, golden :func:`ttrain.golden.update.int_sgd_update`.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -303,6 +303,13 @@ class RegionSweeper(wiring.Component):
         return m
 
 
+def _or_of(terms):
+    out = Const(0, 1)
+    for t in terms:
+        out = out | t
+    return out
+
+
 class IntUpdatePipeline(wiring.Component):
     """Integer SGD update: ``theta' = saturate(theta - round_shift(lr_mult * g, shift), bits)``.
 
@@ -310,13 +317,15 @@ class IntUpdatePipeline(wiring.Component):
     The learning rate is the fixed-point value ``lr_mult / 2**shift``; both ports are sampled
     with every accepted pair. The cleared gradient comes out as 0.
 
-    Latency :attr:`latency` = 3 cycles, one pair per cycle. Back-pressure stalls the whole
+    Latency :attr:`latency` = 6 cycles, one pair per cycle. Back-pressure stalls the whole
     pipeline (no FP units inside): ``i.ready = ~o.valid | o.ready``.
 
     Stages: ``s1`` product ``g * lr_mult`` (``grad_bits + mult_bits`` bits, signed); ``s2``
-    ``q = product >> shift`` (floor) and the rounding increment from the remainder ``r``
-    (``2r`` compared with ``2**shift``, as in :func:`~ttrain.golden.numerics.round_shift`);
-    ``s3`` ``theta - (q + inc)`` clamped to ``bits`` signed bits.
+    ``q = product >> shift`` (floor) and the remainder ``r``'s top bit and the OR of the bits
+    below it; ``s3`` the rounding increment (``2r`` against ``2**shift``, as in
+    :func:`~ttrain.golden.numerics.round_shift`) and ``q`` saturated to ``bits + 2`` signed
+    bits; ``s4`` ``q + inc``; ``s5`` ``theta - (q + inc)``; ``s6`` that clamped to ``bits``
+    signed bits.
 
     Parameters
     ----------
@@ -361,56 +370,74 @@ class IntUpdatePipeline(wiring.Component):
 
     bits = property(lambda self: self._bits, doc="Signed parameter width.")
     mode = property(lambda self: self._mode, doc="Rounding mode.")
-    latency = property(lambda self: 3, doc="Cycles from an accepted pair to its result.")
+    latency = property(lambda self: 6, doc="Cycles from an accepted pair to its result.")
 
     def elaborate(self, platform):
+        # Every stage is one short carry chain or less (at most 12 logic levels in the Yosys
+        # xcup estimate): the remainder is the product's low bits (no subtraction), q is
+        # saturated to bits + 2 signed bits (a larger |q| clamps theta all the same), and the
+        # clamp to ``bits`` is a sign-extension check instead of two compares.
         m = Module()
         pw = self._grad_bits + self._mult_bits
+        bits = self._bits
+        qw = min(pw, bits + 2)                     # q saturated to qw signed bits
+        dw = max(bits, qw + 1) + 1                 # theta - (q + inc)
         en = Signal()
         m.d.comb += [en.eq(~self.o.valid | self.o.ready), self.i.ready.eq(en)]
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
-        s1_valid, s2_valid = Signal(), Signal()
-        s1_product = Signal(signed(pw), reset_less=True)
-        s1_theta = Signal(signed(self._bits), reset_less=True)
-        s1_shift = Signal.like(self.shift, reset_less=True)
-        s2_q = Signal(signed(pw), reset_less=True)
-        s2_inc = Signal(reset_less=True)
-        s2_theta = Signal(signed(self._bits), reset_less=True)
+        def reg(shape, name):
+            return Signal(shape, name=name, reset_less=True)
 
-        # s2 combinational: floor quotient, remainder, rounding increment.
-        q = Signal(signed(pw))
-        r = Signal(pw)
-        twice_r = Signal(pw + 1)
-        unit = Signal(pw + 1)
-        m.d.comb += [
-            q.eq(s1_product >> s1_shift),
-            r.eq((s1_product - (q << s1_shift))[:pw]),
-            twice_r.eq(Cat(Const(0, 1), r)),
-            unit.eq(Const(1, pw + 1) << s1_shift),
-        ]
-        above, tie, nonzero = twice_r > unit, twice_r == unit, r != 0
-        negative = s1_product < 0
+        valid = [Signal(name=f"s{k}_valid") for k in range(1, 6)]
+        s1_product, s1_shift = reg(signed(pw), "s1_product"), reg(range(pw), "s1_shift")
+        theta = [reg(signed(bits), f"s{k}_theta") for k in range(1, 5)]
+        s2_q = reg(signed(pw), "s2_q")
+        s2_half, s2_low, s2_neg = reg(1, "s2_half"), reg(1, "s2_low"), reg(1, "s2_neg")
+        s3_q, s3_inc = reg(signed(qw), "s3_q"), reg(1, "s3_inc")
+        s4_qi = reg(signed(qw + 1), "s4_qi")
+        s5_diff = reg(signed(dw), "s5_diff")
+
+        # s2: q = floor(product / 2**shift); of the remainder r (the low ``shift`` bits):
+        # its top bit (2r >= 2**shift) and whether any bit below it is set.
+        sh = s1_shift
+        half = _or_of(s1_product[i] & (sh == i + 1) for i in range(pw))
+        low = _or_of(s1_product[i] & (sh > i + 1) for i in range(pw))
+        # s3: the rounding increment, with 2r > 2**shift = half & low, 2r == 2**shift = half
+        # & ~low, r != 0 = half | low.
+        above, tie, nonzero = s2_half & s2_low, s2_half & ~s2_low, s2_half | s2_low
         inc = {
             Rounding.FLOOR: Const(0, 1),
             Rounding.CEIL: nonzero,
-            Rounding.TRUNC: nonzero & negative,
+            Rounding.TRUNC: nonzero & s2_neg,
             Rounding.HALF_UP: above | tie,
-            Rounding.HALF_AWAY: above | (tie & ~negative),
-            Rounding.HALF_EVEN: above | (tie & q[0]),
+            Rounding.HALF_AWAY: above | (tie & ~s2_neg),
+            Rounding.HALF_EVEN: above | (tie & s2_q[0]),
         }[self._mode]
-
-        # s3 combinational: subtract and clamp.
-        lo, hi = -(1 << (self._bits - 1)), (1 << (self._bits - 1)) - 1
-        diff = Signal(signed(pw + 2))
-        m.d.comb += diff.eq(s2_theta - (s2_q + s2_inc))
+        if qw < pw:
+            fits = (s2_q[qw - 1:pw] == 0) | (s2_q[qw - 1:pw] == (1 << (pw - qw + 1)) - 1)
+            q_sat = Mux(fits, s2_q[0:qw], Mux(s2_neg, 1 << (qw - 1), (1 << (qw - 1)) - 1))
+        else:
+            q_sat = s2_q
+        # s6: theta - (q + inc) clamped to ``bits`` signed bits (it fits when its bits from
+        # bits - 1 up are all equal).
+        top = s5_diff[bits - 1:dw]
+        in_bits = (top == 0) | (top == (1 << (dw - bits + 1)) - 1)
 
         with m.If(en):
             m.d.sync += [
-                s1_valid.eq(self.i.valid), s2_valid.eq(s1_valid), self.o.valid.eq(s2_valid),
-                s1_product.eq(self.i.payload.grad * self.lr_mult),
-                s1_theta.eq(self.i.payload.theta), s1_shift.eq(self.shift),
-                s2_q.eq(q), s2_inc.eq(inc), s2_theta.eq(s1_theta),
-                self.o.payload.theta.eq(Mux(diff < lo, lo, Mux(diff > hi, hi, diff))),
+                valid[0].eq(self.i.valid), *[valid[k].eq(valid[k - 1]) for k in range(1, 5)],
+                self.o.valid.eq(valid[4]),
+                s1_product.eq(self.i.payload.grad * self.lr_mult), s1_shift.eq(self.shift),
+                theta[0].eq(self.i.payload.theta),
+                *[theta[k].eq(theta[k - 1]) for k in range(1, 4)],
+                s2_q.eq(s1_product >> s1_shift), s2_half.eq(half), s2_low.eq(low),
+                s2_neg.eq(s1_product[pw - 1]),
+                s3_q.eq(q_sat), s3_inc.eq(inc),
+                s4_qi.eq(s3_q + s3_inc),
+                s5_diff.eq(theta[3] - s4_qi),
+                self.o.payload.theta.eq(Mux(in_bits, s5_diff[0:bits],
+                                            Mux(s5_diff[dw - 1], lo, hi))),
             ]
         m.d.comb += self.o.payload.grad.eq(0)
         return m
