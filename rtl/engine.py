@@ -525,6 +525,9 @@ class ContractionEngine(wiring.Component):
         })
 
     lanes = property(lambda self: self._lanes, doc="MAC lanes.")
+    mul_unit = property(lambda self: self._mul_unit, doc="FP32 multiplier class of the lanes.")
+    add_unit = property(lambda self: self._add_unit,
+                        doc="FP32 adder class of the lanes and the fold tree.")
     fetch_words = property(lambda self: self._fetch_words,
                            doc="Words per cycle each operand fetcher and the C writer move "
                                "(``None``: a whole vector).")

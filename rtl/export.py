@@ -10,7 +10,7 @@ Vitis tree, the resource estimate and the Verilator builds of the testbench.
 
 import os
 
-__all__ = ["component_ports", "convert_component", "check_name"]
+__all__ = ["component_ports", "convert_component", "check_name", "shared_unit", "shared_sources"]
 
 
 def component_ports(component):
@@ -52,3 +52,78 @@ def check_name(name):
     """Raise ValueError unless ``name`` is a Verilog identifier."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a Verilog identifier such as 'fp32_mul', not {name!r}")
+
+
+# ---- shared units: one Verilog module, many instances ----------------------------------------
+
+_SHARED = {}
+
+
+def shared_unit(unit_class, module=None):
+    """Return a component class that elaborates ``unit_class`` as an ``Instance`` of one
+    Verilog module (``module``, default ``ttrain_<class name>``) instead of inlining it.
+
+    Amaranth elaborates and emits every instance of a component separately, so a 256-lane
+    engine carries 256 copies of its FP32 multiplier through conversion and Verilator's C++
+    compile. With the wrapper the unit is converted once (:func:`shared_sources`) and
+    instantiated per lane: the same netlist for Yosys and Verilator (the wrapped unit's own
+    Verilog), a fraction of the conversion and compile time. The wrapper has the unit's
+    signature and ``latency``; it runs only where the module's Verilog is given to the tool
+    (not in the Amaranth simulator). Classes are cached: one wrapper per ``(unit_class,
+    module)``.
+    """
+    from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+    from amaranth.hdl import _ir
+    from amaranth.lib import wiring
+
+    module = module or f"ttrain_{unit_class.__name__.lower()}"
+    check_name(module)
+    key = (unit_class, module)
+    if key in _SHARED:
+        return _SHARED[key]
+    probe = unit_class()
+    probe._MustUse__silence = True
+    signature, latency = probe.signature, getattr(probe, "latency", None)
+
+    class Shared(wiring.Component):
+        def __init__(self):
+            super().__init__(signature)
+
+        def elaborate(self, platform):
+            m = Module()
+            kwargs = {}
+            for name, (value, direction) in component_ports(self).items():
+                prefix = "i_" if direction == _ir.PortDirection.Input else "o_"
+                kwargs[prefix + name] = value
+            m.submodules.unit = Instance(module, i_clk=ClockSignal(), i_rst=ResetSignal(),
+                                         **kwargs)
+            return m
+
+    Shared.__name__ = Shared.__qualname__ = f"Shared{unit_class.__name__}"
+    Shared.unit_class = unit_class
+    Shared.module = module
+    if latency is not None:
+        Shared.latency = property(lambda self: latency,
+                                  doc=f"The wrapped unit's latency ({latency} cycles).")
+    _SHARED[key] = Shared
+    return Shared
+
+
+def shared_sources(units, out_dir):
+    """Write the Verilog module of every :func:`shared_unit` class in ``units`` into
+    ``out_dir`` (once per module: a file whose text is unchanged is left alone, so builds
+    keyed by their sources stay cached) and return the paths."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for cls in dict.fromkeys(units):
+        text = convert_component(cls.unit_class(), cls.module)
+        path = out / f"{cls.module}.v"
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")     # parallel builds: atomic
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        paths.append(path)
+    return paths

@@ -20,7 +20,7 @@ from ..platforms.memory import store_primitives
 from ..rtl.engine import ContractionEngine, StoreSpec
 from ..rtl.store import ram_verilog_path
 from .bench_layer import PAPER_LAYER, PAPER_RANKS
-from ..platforms.sim.verilator import SimulationError, build_wrapped, run_cocotb
+from ..platforms.sim.verilator import build_wrapped, run_cocotb
 from . import TESTBENCH_DIR
 
 __all__ = ["BENCH_LANES", "BENCH_SLOTS", "PAPER_RANKS", "make_engine", "build_engine",
@@ -33,41 +33,47 @@ BENCH_SLOTS = 16
 
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
-    optional ``slots`` and ``max_split``): the same configuration ``testbench/tb_engine.py``
-    reads from ``$ENGINE_CONFIG``."""
+    optional ``slots``, ``max_split``, ``banks``, ``fetch_words`` and ``shared_units``: the
+    FP32 units as instances of one Verilog module each, :func:`ttrain.rtl.export.shared_unit`,
+    for wide builds): the same configuration ``testbench/tb_engine.py`` reads from
+    ``$ENGINE_CONFIG``."""
+    units = {}
+    if cfg.get("shared_units"):
+        from ..rtl.export import shared_unit
+        from ..rtl.fp32 import FP32Add, FP32Mul
+        units = {"mul_unit": shared_unit(FP32Mul), "add_unit": shared_unit(FP32Add)}
     return ContractionEngine(lanes=cfg["lanes"], stores=[StoreSpec(*s) for s in cfg["stores"]],
-                             max_split=cfg.get("max_split", 1),
+                             max_split=cfg.get("max_split", 1), banks=cfg.get("banks"),
+                             fetch_words=cfg.get("fetch_words"), **units,
                              **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 
 def build_engine(eng, name):
-    """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``)."""
-    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path()])
+    """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``),
+    with the Verilog of its shared units (:func:`ttrain.rtl.export.shared_sources`)."""
+    from ..platforms.sim.verilator import build_root
+    from ..rtl.export import shared_sources
+    shared = [u for u in (eng.mul_unit, eng.add_unit) if hasattr(u, "unit_class")]
+    extra = shared_sources(shared, build_root() / "shared" / "amaranth") if shared else []
+    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path(), *extra])
 
 
 def run_step(build, eng, cfg, jobs, tdir, sizes):
     """Run ``jobs`` (``[(name, Descriptor)]``) in order on ``build`` (tb_engine's ``bench``
     test: C checked after each, every word of ``sizes`` at the end). Returns
-    ``({name: cycles}, teardown_crash)``."""
+    ``{name: cycles}``.
+
+    (The model used to crash after ``$finish`` now and then with megabyte stores, and this
+    function accepted such runs when cocotb had recorded a pass. The cause was the cached
+    cocotb main of another design, ``platforms/sim/verilator.py: _RUNTIME_OBJECTS``; fixed,
+    so any crash is a failure again.)"""
     out = Path(tdir) / "cycles.json"
     bench = {"out": str(out), "sizes": sizes,
              "jobs": [{"name": n, "desc": dataclasses.asdict(d)} for n, d in jobs]}
-    teardown_crash = False
-    try:
-        run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
-                   module_dirs=[TESTBENCH_DIR],
-                   extra_env={"ENGINE_CONFIG": json.dumps(cfg),
-                              "ENGINE_BENCH": json.dumps(bench)})
-    except SimulationError:
-        # With megabyte stores the Verilator model sometimes crashes *after* $finish
-        # (SIGSEGV in teardown). Accept the run only if cocotb recorded the test as passed
-        # (every word checked) and the cycle file was written before the exit.
-        from cocotb_tools.runner import get_results
-        total, failed = get_results(Path(tdir) / "results.xml")
-        if not (total == 1 and failed == 0 and out.is_file()):
-            raise
-        teardown_crash = True
-    return {r["name"]: r["cycles"] for r in json.loads(out.read_text())}, teardown_crash
+    run_cocotb(build, "tb_engine", test_dir=tdir, testcase="bench",
+               module_dirs=[TESTBENCH_DIR],
+               extra_env={"ENGINE_CONFIG": json.dumps(cfg), "ENGINE_BENCH": json.dumps(bench)})
+    return {r["name"]: r["cycles"] for r in json.loads(out.read_text())}
 
 
 def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
@@ -115,8 +121,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         tdir = Path(test_dir or tempfile.mkdtemp(prefix="engine-bench-")) / name
         tdir.mkdir(parents=True, exist_ok=True)
         t1 = time.time()
-        cycles, teardown_crash = run_step(build, eng, cfg, jobs, tdir,
-                                          {st: eng.store_sizes[st] for st in sizes})
+        cycles = run_step(build, eng, cfg, jobs, tdir, {st: eng.store_sizes[st] for st in sizes})
         sim_s = time.time() - t1
         tot = {"macs": 0, "cycles": 0, "ideal_cycles": 0}
         batch_dep = dict(tot)
@@ -134,7 +139,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
             entries.append({"name": label, **acc,
                             "utilization": acc["ideal_cycles"] / acc["cycles"]})
         totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
-                        "sim_seconds": round(sim_s, 1), "teardown_crash": teardown_crash}
+                        "sim_seconds": round(sim_s, 1)}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
                          "max_split": max_split,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]

@@ -27,15 +27,12 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from ttrain.golden.contract import (
     ERROR_A_RANGE, ERROR_B_RANGE, ERROR_C_RANGE, ERROR_DIM, ERROR_NONE, ERROR_STORE,
     Descriptor, View, check_descriptor, contract, random_descriptor)
-from ttrain.rtl.engine import ContractionEngine, StoreSpec
+from ttrain.testbench.bench_engine import make_engine
 
 
 def engine_from_env():
     cfg = json.loads(os.environ["ENGINE_CONFIG"])
-    stores = [StoreSpec(*s) for s in cfg["stores"]]
-    return ContractionEngine(lanes=cfg["lanes"], stores=stores,
-                             max_split=cfg.get("max_split", 1),
-                             **({"slots": cfg["slots"]} if cfg.get("slots") else {})), cfg
+    return make_engine(cfg), cfg
 
 
 class EngineTB:

@@ -237,7 +237,7 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         "build_args": list(_BASE_BUILD_ARGS) + build_args, "waves": bool(waves),
         **({"public": public} if public != "all" else {}),
         "verilator": verilator.__version__, "cocotb": cocotb.__version__,
-        "python": [sys.prefix, sys.version],
+        "python": [sys.prefix, sys.version], "runtime_objects": list(_RUNTIME_OBJECTS),
     }, sort_keys=True).encode())
     digest.update(b"\0" + (verilog_text or "").encode())
     for path in [WAIVER_FILE, *extra]:
@@ -264,7 +264,10 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
             own.write_text(verilog_text)
             sources.append(own)
         for path in extra:                          # copied: the build stays self-contained
-            copy = build_dir / "src" / path.name
+            # Amaranth-generated extra sources (shared units) come from an `amaranth/` folder
+            # and keep its name, so the waivers apply to them as to the component's own file
+            folder = "amaranth" if path.parent.name == "amaranth" else "src"
+            copy = build_dir / folder / path.name
             copy.parent.mkdir(exist_ok=True)
             shutil.copyfile(path, copy)
             sources.append(copy)
@@ -342,10 +345,12 @@ def build_wrapped(component, *, name, extra_sources=(), public="top", **kwargs):
     """Build ``component`` under Verilator inside a plain Verilog wrapper ``<name>_top``.
 
     The wrapper passes every port through (same names as :func:`component_ports`, plus
-    ``clk`` and ``rst``). It is needed for large components: with the Amaranth module itself as
-    the VPI top level, the Verilator 5.048 model of the contraction engine crashes (segfault in
-    ``vpi_iterate`` over the root scopes, or a double free at exit), while the same module
-    under a hand-written top runs cleanly. Only the wrapper's ports are visible to cocotb by
+    ``clk`` and ``rst``). It was introduced for large components: with the Amaranth module
+    itself as the VPI top level, the Verilator 5.048 model of the contraction engine crashed
+    (segfault in ``vpi_iterate`` over the root scopes, or a double free at exit), while the
+    same module under a hand-written top ran. The likely cause was the cached cocotb main of
+    another design (``_RUNTIME_OBJECTS``, fixed); the wrapper stays (not re-tested without
+    it). Only the wrapper's ports are visible to cocotb by
     default (``public="top"``). Other arguments as :func:`build_verilator`.
     """
     from amaranth.lib import wiring
@@ -373,11 +378,14 @@ def build_wrapped(component, *, name, extra_sources=(), public="top", **kwargs):
                            extra_sources=[wfile, *extra_sources], public=public, **kwargs)
 
 
-# Objects of Verilator's runtime library and cocotb's VPI glue: the same for every build with
-# one toolchain, and most of a cold build's time. They are kept under <root>/_runtime/<key>/
-# and copied into new build folders before `make`, which then finds them up to date.
-_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_threads",
-                    "verilator")
+# Objects of Verilator's runtime library: the same for every build with one toolchain, and
+# most of a cold build's time. They are kept under <root>/_runtime/<key>/ and copied into new
+# build folders before `make`, which then finds them up to date. Not cocotb's `verilator.o`
+# (its main): it includes the design's Vtop.h and allocates `new Vtop` with the size of the
+# design it was compiled for, so a copy from a design with fewer top-level ports overran the
+# heap (valgrind: "invalid write ... after a block of size 128" in Vtop::Vtop) and crashed
+# some wide builds at start or at exit.
+_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_threads")
 
 
 def _runtime_cache(root, build_args, waves):
