@@ -180,7 +180,7 @@ def logic_depth(netlist, top="top"):
             continue
         dirs = c.get("port_directions", {})
         if any(b in out_bits for p, bits in c["connections"].items()
-               if dirs.get(p) == "input" for b in bits):
+               if dirs.get(p) == "input" and p in ("D", "A", "B", "C") for b in bits):
             q = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
                  for b in bits if b in names]
             if q:

@@ -384,6 +384,13 @@ class FP32Add(wiring.Component):
         return m
 
 
+def _split_lt(x, y):
+    """``x < y`` (unsigned, equal widths) as two half-width compares: two short carry chains
+    side by side instead of one long one."""
+    h = len(x) // 2
+    return (x[h:] < y[h:]) | ((x[h:] == y[h:]) & (x[:h] < y[:h]))
+
+
 class FP32Compare(wiring.Component):
     """binary32 maximum, minimum and ordered comparisons of ``a`` and ``b``.
 
@@ -433,11 +440,14 @@ class FP32Compare(wiring.Component):
         # Sign-magnitude order: both negative compares magnitudes reversed; -0 == +0.
         unordered = a.is_nan | b.is_nan
         both_zero = (a_bits[0:31] == 0) & (b_bits[0:31] == 0)
-        mag_lt = a_bits[0:31] < b_bits[0:31]
-        mag_gt = b_bits[0:31] < a_bits[0:31]
+        # one magnitude compare (two that are used exclusively get merged by Yosys's share
+        # pass into one behind an operand multiplexer: a longer path)
+        mag_lt = _split_lt(a_bits[0:31], b_bits[0:31])
+        diff = a_bits ^ b_bits              # equality as XOR-OR (alumacc leaves it alone)
+        mag_gt = ~mag_lt & diff[0:31].any()
         less = Mux(a.sign != b.sign, a.sign & ~both_zero,
                    Mux(a.sign, mag_gt, mag_lt))
-        equal = (a_bits == b_bits) | both_zero
+        equal = ~diff.any() | both_zero
         lt = ~unordered & less
         eq = ~unordered & equal
         le = lt | eq

@@ -30,16 +30,17 @@ on :mod:`ttrain.golden.quant`:
     :class:`~ttrain.rtl.fp32.FP32Compare`) holds, else 0; ``a & b``, ``a & ~b``, ``a | b``,
     ``a ^ b`` (``fn = imm[1:0]``).
 
-They are purely combinational; the vector unit computes them at the head of its multiply stage
-and carries the result through the stage's registers (latency unchanged). See
-``docs/vector-unit.md``.
+They are combinational, or, given ``stage`` (a function returning a pipeline register of its
+argument), pipelined with :data:`STAGES` registers so that no path is longer than 12 logic
+levels (Yosys xcup estimate); the vector unit computes them after its multiply stage, in the
+add stage's cycles (latency unchanged). See ``docs/vector-unit.md``.
 """
 
 from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 from .fp32 import FP32Compare
 
-__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8", "fcmp", "bitop"]
+__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8", "fcmp", "bitop", "STAGES"]
 
 
 def _lzc32(m, v, name):
@@ -52,26 +53,42 @@ def _lzc32(m, v, name):
     return lz
 
 
-def i2f(m, a, name="i2f"):
+def _st(stage, value, name):
+    """``value`` through one pipeline register of ``stage`` (combinational when None)."""
+    return value if stage is None else stage(value, name)
+
+
+#: Pipeline registers on the way through each op when built with a ``stage`` function (the
+#: ops not listed have none); the output is combinational after the last of them.
+STAGES = {"i2f": 3, "f2i": 2, "iadd": 1, "requant": 4}
+
+
+def i2f(m, a, name="i2f", stage=None):
     """Return the binary32 bits (32-bit signal) of the signed 32-bit ``a``, nearest even."""
     sign = a[31]
     mag = Signal(32, name=f"{name}_mag")
-    m.d.comb += mag.eq(Mux(sign, -a.as_signed(), a))
-    lz = _lzc32(m, mag, name)
+    m.d.comb += mag.eq((a ^ sign.replicate(32)) + sign)      # |a|: one adder, no mux after
+    mag1, sign1 = _st(stage, mag, f"{name}_s1_mag"), _st(stage, sign, f"{name}_s1_sign")
+    lz = _lzc32(m, mag1, name)
+    lz2, mag2 = _st(stage, lz, f"{name}_s2_lz"), _st(stage, mag1, f"{name}_s2_mag")
+    sign2 = _st(stage, sign1, f"{name}_s2_sign")
     norm = Signal(32, name=f"{name}_norm")
-    m.d.comb += norm.eq(mag << lz)
+    m.d.comb += norm.eq(mag2 << lz2)
     frac = norm[8:31]
     guard = norm[7]
     sticky = norm[0:7] != 0
     up = guard & (sticky | frac[0])
     exp = Signal(8, name=f"{name}_exp")
-    m.d.comb += exp.eq(158 - lz)
+    m.d.comb += exp.eq(158 - lz2)
+    word = _st(stage, Cat(frac, exp, sign2), f"{name}_s3_word")
+    up3 = _st(stage, up, f"{name}_s3_up")
+    zero3 = _st(stage, mag2 == 0, f"{name}_s3_zero")
     out = Signal(32, name=f"{name}_out")
-    m.d.comb += out.eq(Mux(mag == 0, 0, Cat(frac, exp, sign) + up))
+    m.d.comb += out.eq(Mux(zero3, 0, word + up3))
     return out
 
 
-def f2i(m, x, floor, name="f2i"):
+def f2i(m, x, floor, name="f2i", stage=None):
     """Return the saturating int32 (32-bit signal) of the binary32 bits ``x``."""
     sign = x[31]
     e_field = x[23:31]
@@ -94,18 +111,27 @@ def f2i(m, x, floor, name="f2i"):
                                Mux(nonzero_x, 1, 0)))]
     with m.Else():
         m.d.comb += [ip.eq(v[31:62]), fr.eq(v[0:31])]
-    half = 1 << 30
-    above = fr > half
-    tie = fr == half
-    nz = fr != 0
-    near = Signal(33, name=f"{name}_near")
-    m.d.comb += near.eq(ip + (above | (tie & ip[0])))
+    # the fraction against one half: its top bit and whether any bit below it is set
+    ip, half = _st(stage, ip, f"{name}_s1_ip"), _st(stage, fr[30], f"{name}_s1_half")
+    low = _st(stage, fr[0:30] != 0, f"{name}_s1_low")
+    sign, floor = _st(stage, sign, f"{name}_s1_sign"), _st(stage, floor, f"{name}_s1_floor")
+    is_nan, big = _st(stage, is_nan, f"{name}_s1_nan"), _st(stage, big, f"{name}_s1_big")
+    above = half & low                           # fr > 2**30
+    tie = half & ~low                            # fr == 2**30
+    nz = half | low                              # fr != 0
+    inc = Mux(floor, sign & nz, above | (tie & ip[0]))
     mag = Signal(33, name=f"{name}_magn")
-    m.d.comb += mag.eq(Mux(floor, ip + (sign & nz), near))
+    m.d.comb += mag.eq(ip + inc)
+    nmag = Signal(32, name=f"{name}_nmag")          # -mag mod 2**32 = ~ip + (1 - inc)
+    m.d.comb += nmag.eq(~ip + ~inc)
+    mag, nmag = _st(stage, mag, f"{name}_s2_mag"), _st(stage, nmag, f"{name}_s2_nmag")
+    sign = _st(stage, sign, f"{name}_s2_sign")
+    is_nan, big = _st(stage, is_nan, f"{name}_s2_nan"), _st(stage, big, f"{name}_s2_big")
+    ovf = mag[31] | mag[32]                      # mag > 0x7FFFFFFF
     pos = Signal(32, name=f"{name}_pos")
-    m.d.comb += pos.eq(Mux(mag > 0x7FFFFFFF, 0x7FFFFFFF, mag))
+    m.d.comb += pos.eq(Mux(ovf, 0x7FFFFFFF, mag))
     neg = Signal(32, name=f"{name}_neg")
-    m.d.comb += neg.eq(Mux(mag >= 0x80000000, 0x80000000, -mag.as_signed()))
+    m.d.comb += neg.eq(Mux(ovf, 0x80000000, nmag))
     out = Signal(32, name=f"{name}_out")
     m.d.comb += out.eq(Mux(is_nan, 0,
                            Mux(big, Mux(sign, 0x80000000, 0x7FFFFFFF),
@@ -113,39 +139,61 @@ def f2i(m, x, floor, name="f2i"):
     return out
 
 
-def iadd(m, a, b, bits, name="iadd"):
+def iadd(m, a, b, bits, name="iadd", stage=None):
     """Return ``clamp(a + b)`` to ``bits`` (a 6-bit value, 1..32) signed bits, as 32 bits."""
     s = Signal(signed(34), name=f"{name}_sum")
     m.d.comb += s.eq(a.as_signed() + b.as_signed())
-    one = Signal(34, name=f"{name}_one")
-    m.d.comb += one.eq(Const(1, 34) << (bits - 1)[:5])
-    hi = Signal(signed(34), name=f"{name}_hi")
-    lo = Signal(signed(34), name=f"{name}_lo")
-    m.d.comb += [hi.eq(one.as_signed() - 1), lo.eq(-one.as_signed())]
+    s = _st(stage, s, f"{name}_s1_sum")
+    # the sum fits when its bits from bits - 1 up all equal its sign; the bounds as masks:
+    # hi = 2**(bits-1) - 1 (ones below bit bits - 1), lo = -2**(bits-1) = ~hi
+    top = Signal(5, name=f"{name}_top")
+    m.d.comb += top.eq(bits - 1)
+    fits = Signal(name=f"{name}_fits")
+    below = [Const(i, 5) < top for i in range(31)] + [Const(0, 1)] * 2    # top <= 31
+    m.d.comb += fits.eq(_all(below[i] | (s[i] == s[33]) for i in range(33)))
+    hi = Signal(32, name=f"{name}_hi")
+    m.d.comb += hi.eq(Cat(*below[:32]))
     out = Signal(32, name=f"{name}_out")
-    m.d.comb += out.eq(Mux(s > hi, hi, Mux(s < lo, lo, s))[:32])
+    m.d.comb += out.eq(Mux(fits, s[0:32], Mux(s[33], ~hi, hi)))
     return out
 
 
-def requant(m, a, b, imm, name="requant"):
+def requant(m, a, b, imm, name="requant", stage=None):
     """Return ``clamp(round_half_up(a * m >> s), lo, hi)`` as a 32-bit word (see the module
     docstring for the fields of ``b`` and ``imm``)."""
+    # (a * m + 2**(s-1)) >> s = (a * m >> s) + bit s - 1 of a * m; a result beyond 17 bits
+    # clamps like the exact one (lo and hi are 16-bit), so q is saturated to 18 bits first.
     mult = b[0:15]
     sh = b[15:21]
+    p_lo = _st(stage, a[0:16] * mult, f"{name}_s1_plo")           # 16 x 15, unsigned
+    p_hi = _st(stage, a[16:32].as_signed() * mult, f"{name}_s1_phi")
+    sh = _st(stage, sh, f"{name}_s1_sh")
     p = Signal(signed(48), name=f"{name}_p")
-    m.d.comb += p.eq(a.as_signed() * mult)
-    rnd = Signal(64, name=f"{name}_rnd")
-    m.d.comb += rnd.eq(Mux(sh == 0, 0, Const(1, 64) << (sh - 1)[:6]))
-    t = Signal(signed(65), name=f"{name}_t")
-    m.d.comb += t.eq(p + rnd)
-    q = Signal(signed(65), name=f"{name}_q")
-    m.d.comb += q.eq(t >> sh)
+    m.d.comb += p.eq(Cat(p_lo[0:16], p_hi + p_lo[16:32]))
+    p, sh = _st(stage, p, f"{name}_s2_p"), _st(stage, sh, f"{name}_s2_sh")
+    t = Signal(signed(48), name=f"{name}_t")
+    m.d.comb += t.eq(p >> (sh - 1)[:6])
+    pq = Signal(signed(48), name=f"{name}_pq")
+    m.d.comb += pq.eq(Mux(sh == 0, p, t >> 1))
+    fits = (pq[17:48] == 0) | (pq[17:48] == (1 << 31) - 1)
+    pqs = Signal(signed(18), name=f"{name}_pqs")
+    m.d.comb += pqs.eq(Mux(fits, pq[0:18], Mux(pq[47], 1 << 17, (1 << 17) - 1)))
+    pqs = _st(stage, pqs, f"{name}_s3_q")
+    rb = _st(stage, (sh != 0) & t[0], f"{name}_s3_round")
+    q = Signal(signed(19), name=f"{name}_q")
+    m.d.comb += q.eq(pqs + rb)
+    q = _st(stage, q, f"{name}_s4_q")
     lo = imm[0:16].as_signed()
     hi = imm[16:32].as_signed()
-    c1 = Signal(signed(65), name=f"{name}_c1")
-    m.d.comb += c1.eq(Mux(q < lo, lo, q))
     out = Signal(32, name=f"{name}_out")
-    m.d.comb += out.eq(Mux(c1 > hi, hi, c1)[:32])
+    m.d.comb += out.eq(Mux(q < lo, Mux(lo > hi, hi, lo), Mux(q > hi, hi, q)))
+    return out
+
+
+def _all(conds):
+    out = Const(1, 1)
+    for cnd in conds:
+        out = out & cnd
     return out
 
 

@@ -13,7 +13,7 @@ the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``)
 and for what the sequencer must guarantee.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -77,6 +77,20 @@ def _draw(m, index, k0, k1, name):
     p = Signal(32, name=f"{name}_p")
     m.d.comb += p.eq((h * b)[:32])
     return p ^ (p >> s2)
+
+
+def _le_pow2(x, k):
+    """``x <= 2**k`` for an unsigned ``x``, without a carry chain."""
+    if k == 0:
+        return x[1:] == 0
+    return (x[k + 1:] == 0) & (~x[k] | (x[0:k] == 0))
+
+
+def _gt_small(x, w, k):
+    """``x > w`` for an unsigned ``x`` and a constant ``w < 2**k``, without a carry chain."""
+    if k == 0 or w == (1 << k) - 1:              # no low part above w
+        return x[k:] != 0
+    return (x[k:] != 0) | (x[0:k] > w)
 
 
 def _or(conds):
@@ -362,8 +376,6 @@ class WideVectorUnit(wiring.Component):
         two_reads = two_src | is_upd | is_scatter
         mul_only = ew["mul"] | ew["scale"]
         add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
-        int_op = (ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"] | ew["ext8"] | ew["ins8"]
-                  | ew["fcmp"] | ew["bitop"])
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_rnd = _or(rnd.values())
         is_racc = rnd["raccum"]
@@ -414,7 +426,7 @@ class WideVectorUnit(wiring.Component):
 
         def lane_mask(rem, is_wide):
             """Lanes w with rem > w (all W when wide, lane 0 only otherwise)."""
-            bits = [(rem > w) & (is_wide if w else 1) for w in range(W)]
+            bits = [_gt_small(rem, w, LW) & (is_wide if w else 1) for w in range(W)]
             out = Signal(W)
             for w, b in enumerate(bits):
                 m.d.comb += out[w].eq(b)
@@ -456,15 +468,15 @@ class WideVectorUnit(wiring.Component):
         t_row = Mux(is_gather, c.v1.row, c.v0.row)
         t_col = Mux(is_gather, c.v1.col, c.v0.col)
         n_lanes = Mux(wide, W, 1)
-        rem_c = Signal(32)
-        m.d.comb += rem_c.eq(cols - j)
-        row_end = rem_c <= n_lanes
-        last_row = i == rows - 1
+        rem_c = Signal(32)        # cols - j, kept beside j (no subtraction on the beat path)
+        row_end = Mux(wide, _le_pow2(rem_c, LW), _le_pow2(rem_c, 0))    # rem_c <= n_lanes
         mask_c = lane_mask(rem_c, wide)
-        rrem = Signal(17)
-        m.d.comb += rrem.eq(rows - i)
+        rrem = Signal(17)         # rows - i (mod 2**17), kept beside i like rem_c
+        last_row = rrem == 1                                              # i == rows - 1
+        prow_rem = Signal(17)     # rows - prow
+        rrem_le_n = Mux(wide, _le_pow2(rrem, LW), _le_pow2(rrem, 0))       # rrem <= n_lanes
         mask_r = lane_mask(rrem, wide)
-        last_group = (g == G - 1) | (rrem <= n_lanes)
+        last_group = (g == G - 1) | rrem_le_n
         mask_i = lane_mask(rrem, iwide)
 
         def src_mask(s):
@@ -511,17 +523,21 @@ class WideVectorUnit(wiring.Component):
                     m.d.sync += err.eq(ERR_MODE)
                     m.next = "FINISH"
                 with m.Elif(is_upd):
-                    m.d.sync += [rows.eq(1), cols.eq(c.cols), wide.eq(W > 1)]
+                    m.d.sync += [rows.eq(1), cols.eq(c.cols), rem_c.eq(c.cols),
+                                 rrem.eq(1), prow_rem.eq(1), wide.eq(W > 1)]
                     for s in range(3):
                         m.d.sync += [rstr[s].eq(0), bcast[s].eq(0), step[s].eq(W)]
                     m.next = "EW_OPA"
                 with m.Elif(is_ewop):
                     with m.If(dense):
-                        m.d.sync += [rows.eq(1), cols.eq(total)]
+                        m.d.sync += [rows.eq(1), cols.eq(total), rem_c.eq(total),
+                                     rrem.eq(1), prow_rem.eq(1)]
                     with m.Elif(tr):
-                        m.d.sync += [rows.eq(c.cols), cols.eq(c.rows)]
+                        m.d.sync += [rows.eq(c.cols), cols.eq(c.rows), rem_c.eq(c.rows),
+                                     rrem.eq(c.cols[:16]), prow_rem.eq(c.cols[:16])]
                     with m.Else():
-                        m.d.sync += [rows.eq(c.rows), cols.eq(c.cols)]
+                        m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
+                                     rrem.eq(c.rows), prow_rem.eq(c.rows)]
                     m.d.sync += wide.eq((wcol | wrow) & (W > 1))
                     for s, v in enumerate(views):
                         r_ = Mux(tr, v.col, v.row)
@@ -542,7 +558,8 @@ class WideVectorUnit(wiring.Component):
                 with m.Elif(is_red):
                     rl = Signal()
                     m.d.comb += rl.eq((c.v1.row == 1) & (c.v0.row == 1) & (W > 1))
-                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(rl)]
+                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
+                                 rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(rl)]
                     for s, v in enumerate(views):
                         m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
                                      step[s].eq(Mux(rl, v.row << LW, v.row))]
@@ -553,7 +570,8 @@ class WideVectorUnit(wiring.Component):
                 with m.Else():                                  # gather / scatter_add
                     gw = Signal()
                     m.d.comb += gw.eq((c.v0.col == 1) & (c.v1.col == 1) & (W > 1))
-                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), wide.eq(gw),
+                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
+                                 rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(gw),
                                  iwide.eq((c.v2.row == 1) & (W > 1))]
                     for s, v in enumerate(views):
                         m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
@@ -569,7 +587,8 @@ class WideVectorUnit(wiring.Component):
                     with m.If(last_row):
                         m.next = "FINISH"
                     with m.Else():
-                        m.d.sync += [i.eq(i + 1), j.eq(0), irb.eq(irb + irstr),
+                        m.d.sync += [i.eq(i + 1), rrem.eq(rrem - 1), j.eq(0), rem_c.eq(cols),
+                                     irb.eq(irb + irstr),
                                      iad.eq(irb + irstr)]
                         for s in range(3):
                             m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
@@ -578,7 +597,8 @@ class WideVectorUnit(wiring.Component):
                         with m.Else():
                             m.next = "EW_FIRE"
                 with m.Else():
-                    m.d.sync += [j.eq(j + n_lanes), iad.eq(iad + istep)]
+                    m.d.sync += [j.eq(j + n_lanes), rem_c.eq(rem_c - n_lanes),
+                                 iad.eq(iad + istep)]
                     for s in range(3):
                         m.d.sync += ad[s].eq(ad[s] + step[s])
                     with m.If(two_reads):
@@ -609,12 +629,14 @@ class WideVectorUnit(wiring.Component):
 
             # ---- reductions -------------------------------------------------------------------
             def red_next_group():
-                m.d.sync += [g.eq(g + 1), i.eq(i + n_lanes), rb[0].eq(rb[0] + step[0]),
+                m.d.sync += [g.eq(g + 1), i.eq(i + n_lanes), rrem.eq(rrem - n_lanes),
+                             rb[0].eq(rb[0] + step[0]),
                              rb[1].eq(rb[1] + step[1])]
 
             def red_restart_pass():
                 """Back to the first group of the pass."""
-                m.d.sync += [g.eq(0), i.eq(prow), rb[0].eq(ad[0]), rb[1].eq(ad[1])]
+                m.d.sync += [g.eq(0), i.eq(prow), rrem.eq(prow_rem), rb[0].eq(ad[0]),
+                             rb[1].eq(ad[1])]
 
             with m.State("RED_ACC"):
                 # ad[0]/ad[1]: pass start addresses of d / a (row prow, column 0)
@@ -625,19 +647,22 @@ class WideVectorUnit(wiring.Component):
                     with m.Else():
                         red_next_group()
             with m.State("RED_A"):
-                last_col = j == cols - 1
+                last_col = rem_c == 1                                     # j == cols - 1
                 with m.If(beat(_K_RED, c.v1.store, rb[1] + coff, mask_r, g=g, first=j == 0,
                                last=last_col, waddr=rb[0])):
                     with m.If(~last_group):
                         red_next_group()
                     with m.Elif(~last_col):
                         red_restart_pass()
-                        m.d.sync += [j.eq(j + 1), coff.eq(coff + c.v1.col)]
-                    with m.Elif(rrem <= n_lanes):
+                        m.d.sync += [j.eq(j + 1), rem_c.eq(rem_c - 1),
+                                     coff.eq(coff + c.v1.col)]
+                    with m.Elif(rrem_le_n):
                         m.next = "FINISH"
                     with m.Else():                  # next pass starts after this group
                         nxt = [rb[0] + step[0], rb[1] + step[1]]
-                        m.d.sync += [g.eq(0), j.eq(0), coff.eq(0), i.eq(i + n_lanes),
+                        m.d.sync += [g.eq(0), j.eq(0), rem_c.eq(cols), coff.eq(0),
+                                     i.eq(i + n_lanes), rrem.eq(rrem - n_lanes),
+                                     prow_rem.eq(rrem - n_lanes),
                                      prow.eq(i + n_lanes)]
                         for s in range(2):
                             m.d.sync += [rb[s].eq(nxt[s]), ad[s].eq(nxt[s])]
@@ -647,16 +672,17 @@ class WideVectorUnit(wiring.Component):
             # ---- gather / scatter_add ---------------------------------------------------------
             with m.State("GS_CHK"):
                 with m.If(beat(_K_CHK, c.v2.store, ad[2], mask_i)):
-                    with m.If(rrem <= Mux(iwide, W, 1)):
+                    with m.If(Mux(iwide, _le_pow2(rrem, LW), _le_pow2(rrem, 0))):
                         m.next = "GS_CHKW"
                     with m.Else():
-                        m.d.sync += [i.eq(i + Mux(iwide, W, 1)), ad[2].eq(ad[2] + step[2])]
+                        m.d.sync += [i.eq(i + Mux(iwide, W, 1)), rrem.eq(rrem - Mux(iwide, W, 1)),
+                                     ad[2].eq(ad[2] + step[2])]
             with m.State("GS_CHKW"):
                 with m.If(~tags.r_rdy):
                     with m.If(err != 0):
                         m.next = "FINISH"
                     with m.Else():
-                        m.d.sync += [i.eq(0), ad[2].eq(base[2])]
+                        m.d.sync += [i.eq(0), rrem.eq(rows), ad[2].eq(base[2])]
                         m.next = "GS_IDX"
             with m.State("GS_IDX"):
                 with m.If(beat(_K_IDX, c.v2.store, ad[2], 1)):
@@ -699,7 +725,8 @@ class WideVectorUnit(wiring.Component):
                     with m.If(last_row):
                         m.next = "FINISH"
                     with m.Else():
-                        m.d.sync += [i.eq(i + 1), j.eq(0), ad[2].eq(ad[2] + rstr[2])]
+                        m.d.sync += [i.eq(i + 1), rrem.eq(rrem - 1), j.eq(0), rem_c.eq(cols),
+                                     ad[2].eq(ad[2] + rstr[2])]
                         for s in range(2):
                             m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
                         with m.If(idx_ok):      # its index (read in GS_ROW) is here
@@ -709,7 +736,7 @@ class WideVectorUnit(wiring.Component):
                         with m.Else():
                             m.next = "GS_IDXW"
                 with m.Else():
-                    m.d.sync += [j.eq(j + n_lanes),
+                    m.d.sync += [j.eq(j + n_lanes), rem_c.eq(rem_c - n_lanes),
                                  tab.eq(tab + Mux(wide, W, t_col))]
                     for s in range(2):
                         m.d.sync += ad[s].eq(ad[s] + step[s])
@@ -800,14 +827,46 @@ class WideVectorUnit(wiring.Component):
         valid_line = delay(ew_fire, LEW, "ew_valid")
         meta_line = delay(meta, LEW, "ew_meta", meta.shape())
         x_line = delay(s0_x, LM, "ew_x", Lanes)
-        s0_r = Signal(Lanes)                    # PRNG ops: each lane's 32-bit draw
-        for w in range(W):
-                m.d.comb += s0_r[w].eq(_draw(m, tg.idx + w * ilane, key0, key1, f"draw{w}"))
-        r_line = delay(s0_r, LM, "ew_r", Lanes)
         y_line = delay(s0_y, LM, "ew_y", Lanes)
-        s6_m = Signal(Lanes)
-        m_line = delay(s6_m, LA, "ew_m", Lanes)
+        # PRNG ops: each lane's 32-bit draw (golden.prng.draw of tg.idx + w * ilane), in the
+        # multiply stage's cycles: d1 the index, d2 x = index + key0 + w * ilane, xorshift;
+        # d3, d4 the two multiplies; d5 the draw r; d6 r and its uniform (runif: r[31:8] as
+        # binary32 / 2**24, exact), both at the adder's input with x6.
+        assert LM >= 6, "the draw pipeline fills the multiply stage's 6 cycles"
+        (mix_a, mix_b), (mix_s0, mix_s1, mix_s2) = MIX_MULTIPLIERS, MIX_SHIFTS
+
+        def rstage(value, name):
+            r = Signal(32, name=name, reset_less=True)
+            m.d.sync += r.eq(value)
+            return r
+
+        r6_lanes, unif6_lanes, sig6_lanes = [], [], []
+        d1_idx = rstage(tg.idx, "draw_d1_idx")
+        for w in range(W):
+            lane_key = rstage(key0 + w * ilane, f"draw{w}_key")     # stable before the beats
+            x = (d1_idx + lane_key)[:32]
+            x = rstage(x ^ (x >> mix_s0), f"draw{w}_d2")
+            x = rstage((x * mix_a)[:32], f"draw{w}_d3")
+            x = rstage((((x ^ (x >> mix_s1)) ^ key1) * mix_b)[:32], f"draw{w}_d4")
+            r5 = rstage(x ^ (x >> mix_s2), f"draw{w}_d5")
+            r24 = Signal(32, name=f"r24_{w}")
+            m.d.comb += r24.eq(r5[8:32])
+            lz = intops._lzc32(m, r24, f"unif{w}")
+            norm = Signal(32, name=f"unif{w}_norm")
+            m.d.comb += norm.eq(r24 << lz)
+            unif6_lanes.append(rstage(Mux(r24 == 0, 0, Cat(norm[8:31], (134 - lz)[:8])),
+                                      f"unif{w}_d6"))
+            r6_lanes.append(rstage(r5, f"draw{w}_d6"))
+            # perturb: +-sigma (sigma = the flags byte), -sigma when bit 31 of the draw is set
+            sig6 = Signal(signed(10), name=f"sigma{w}_d6", reset_less=True)
+            m.d.sync += sig6.eq(Mux(r5[31], -c.flags.as_unsigned(), c.flags))
+            sig6_lanes.append(sig6)
         ew_out = Signal(Lanes)
+
+        def istage(value, name):
+            r = Signal(Value.cast(value).shape(), name=name, reset_less=True)
+            m.d.sync += r.eq(value)
+            return r
 
         # reduction operands / return path
         acc_g = Signal(Lanes)
@@ -839,39 +898,55 @@ class WideVectorUnit(wiring.Component):
                 mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
             ]
             x6, y6, p6 = x_line[LM][w], y_line[LM][w], mul.o.payload
-            r6 = r_line[LM][w]
+            r6, unif = r6_lanes[w], unif6_lanes[w]
             u_neg = r6[31]                       # Rademacher: -1 when bit 31 is set
-            sig = Signal(signed(10), name=f"sigma{w}")
-            m.d.comb += sig.eq(Mux(u_neg, -c.flags.as_unsigned(), c.flags))
-            i_pert = intops.iadd(m, x6, sig, Mux(rnd["perturb8"], 8, 32), name=f"pert{w}")
-            r24 = Signal(32, name=f"r24_{w}")
-            m.d.comb += r24.eq(r6[8:32])
-            ubits = intops.i2f(m, r24, name=f"unif{w}")
-            unif = Signal(32, name=f"unif_f{w}")
-            m.d.comb += unif.eq(Mux(ubits == 0, 0, ubits - (24 << 23)))
-            emax = FP32Compare(latency=0)              # elementwise max: at the mul stage's end
+            sig = sig6_lanes[w]
+
+            # Results that do not use the adder, in the adder's LA cycles: each op is
+            # pipelined (intops.STAGES) and its registered result joins a running select
+            # chain at its depth (sel[d]: the register at depth d after x6; the command
+            # fields, which pick the op, hold still during an instruction).
+            def lane_stage(value, name, w=w):
+                return istage(value, f"l{w}_{name}")
+
+            emax = FP32Compare(latency=1)              # elementwise max and fcmp (depth 1)
             m.submodules[f"emax{w}"] = emax
             m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
                          emax.i.payload.b.eq(y6)]
-            # integer ops: combinational on the stage-6 operands, carried like a product
-            i_i2f = intops.i2f(m, x6, name=f"i2f{w}")
-            i_f2i = intops.f2i(m, x6, c.imm[0], name=f"f2i{w}")
-            i_add = intops.iadd(m, x6, y6, c.imm, name=f"iadd{w}")
-            i_rq = intops.requant(m, x6, y6, c.imm, name=f"requant{w}")
-            i_ext = intops.ext8(m, x6, c.imm, name=f"ext8{w}")
-            i_ins = intops.ins8(m, x6, y6, c.imm, name=f"ins8{w}")
-            # fcmp reuses the max comparator's flags; bitop is plain logic
+            ready = {d: [] for d in range(LA)}        # depth -> [(select, register)]
+            ready[0].append((mul_only, p6))
+            ready[1] += [(ew["max"], emax.o.payload.max),
+                         (ew["ext8"], lane_stage(intops.ext8(m, x6, c.imm, name=f"ext8{w}"),
+                                                 "ext8")),
+                         (ew["ins8"], lane_stage(intops.ins8(m, x6, y6, c.imm,
+                                                             name=f"ins8{w}"), "ins8")),
+                         (ew["bitop"], lane_stage(intops.bitop(m, x6, y6, c.imm,
+                                                               name=f"bitop{w}"), "bitop"))]
             hit = Mux(c.imm[:2] == 0, emax.o.payload.is_lt,
                       Mux(c.imm[:2] == 1, emax.o.payload.is_le,
                           Mux(c.imm[:2] == 2, emax.o.payload.is_eq, 0)))
-            i_cmp = Mux(hit, Const(0xFFFFFFFF, 32), 0)
-            i_bit = intops.bitop(m, x6, y6, c.imm, name=f"bitop{w}")
-            int6 = Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(ew["iadd"], i_add,
-                       Mux(ew["ext8"], i_ext, Mux(ew["ins8"], i_ins, Mux(
-                           ew["fcmp"], i_cmp, Mux(ew["bitop"], i_bit, i_rq)))))))
-            m.d.comb += s6_m[w].eq(Mux(mul_only, p6, Mux(ew["max"], emax.o.payload.max,
-                                                          Mux(int_op, int6,
-                                                              Mux(is_pert, i_pert, x6)))))
+            ready[2].append((ew["fcmp"], lane_stage(Mux(hit, Const(0xFFFFFFFF, 32), 0),
+                                                    "fcmp")))
+            for op_name, build in (
+                    ("iadd", lambda st: intops.iadd(m, x6, y6, c.imm, name=f"iadd{w}",
+                                                    stage=st)),
+                    ("pert", lambda st: intops.iadd(m, x6, sig, Mux(rnd["perturb8"], 8, 32),
+                                                    name=f"pert{w}", stage=st)),
+                    ("f2i", lambda st: intops.f2i(m, x6, c.imm[0], name=f"f2i{w}",
+                                                  stage=st)),
+                    ("i2f", lambda st: intops.i2f(m, x6, name=f"i2f{w}", stage=st)),
+                    ("requant", lambda st: intops.requant(m, x6, y6, c.imm,
+                                                          name=f"requant{w}", stage=st))):
+                depth = intops.STAGES["iadd" if op_name == "pert" else op_name] + 1
+                assert depth < LA, "an integer op longer than the adder"
+                sel = is_pert if op_name == "pert" else ew[op_name]
+                ready[depth].append((sel, lane_stage(build(lane_stage), op_name)))
+            chain = x6                                 # the default: x passes through
+            for d in range(LA):
+                for sel, value in ready[d]:
+                    chain = Mux(sel, value, chain)
+                chain = lane_stage(chain, f"m_d{d + 1}")
+            m6 = chain                                 # the result LA cycles after x6
             with m.If(is_red):
                 m.d.comb += [add.i.valid.eq(red_fire & is_sum),
                              add.i.payload.a.eq(Mux(fresh, NEG_ZERO, acc_g[w])),
@@ -888,7 +963,7 @@ class WideVectorUnit(wiring.Component):
                 ]
             m.d.comb += [cmp.i.valid.eq(red_fire & is_max),
                          cmp.i.payload.a.eq(acc_g[w]), cmp.i.payload.b.eq(dat[w])]
-            m.d.comb += [ew_out[w].eq(Mux(add_op, add.o.payload, m_line[LA][w])),
+            m.d.comb += [ew_out[w].eq(Mux(add_op, add.o.payload, m6)),
                          ret_val[w].eq(Mux(is_max, Mux(max_bp[1], max_x[1][w],
                                                        cmp.o.payload.max),
                                            add.o.payload))]

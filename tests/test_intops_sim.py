@@ -22,15 +22,31 @@ def _edge_words():
     return words
 
 
-def _run(op, a_words, b_words, imms):
+def _run(op, a_words, b_words, imms, staged=False):
+    """The op's outputs for each operand triple; ``staged``: built with pipeline registers
+    (``intops.STAGES[op]`` of them, one triple per cycle) instead of combinational. The
+    staged ops read their ``imm`` field (iadd's ``bits``, requant's bounds) at the last
+    stage, where the vector unit holds it (the command): here it is delayed to match."""
+    from amaranth.hdl import ClockDomain
     m = Module()
     a, b, imm = Signal(32), Signal(32), Signal(32)
+    depth = intops.STAGES.get(op, 0) if staged else 0
+
+    def stage(value, name):
+        r = Signal(value.shape(), name=name)
+        m.d.sync += r.eq(value)
+        return r
+
+    late = imm                       # imm as the op's last stage sees it
+    for k in range(depth):
+        late = stage(late, f"imm_d{k}")
+    kw = {"stage": stage} if staged and depth else {}
     if op == "i2f":
-        out = intops.i2f(m, a)
+        out = intops.i2f(m, a, **kw)
     elif op == "f2i":
-        out = intops.f2i(m, a, imm[0])
+        out = intops.f2i(m, a, imm[0], **kw)
     elif op == "iadd":
-        out = intops.iadd(m, a, b, imm)
+        out = intops.iadd(m, a, b, late, **kw)
     elif op == "ext8":
         out = intops.ext8(m, a, imm)
     elif op == "ins8":
@@ -40,17 +56,25 @@ def _run(op, a_words, b_words, imms):
     elif op == "bitop":
         out = intops.bitop(m, a, b, imm)
     else:
-        out = intops.requant(m, a, b, imm)
+        out = intops.requant(m, a, b, late, **kw)
+    m.domains.sync = ClockDomain()
     got = []
 
     async def tb(ctx):
-        for x, y, z in zip(a_words, b_words, imms):
-            ctx.set(a, int(x))
-            ctx.set(b, int(y))
-            ctx.set(imm, int(z))
-            got.append(ctx.get(out))
+        n = len(a_words)
+        for k in range(n + depth):
+            if k < n:
+                ctx.set(a, int(a_words[k]))
+                ctx.set(b, int(b_words[k]))
+                ctx.set(imm, int(imms[k]))
+            if k >= depth:
+                got.append(ctx.get(out))
+            if depth:
+                await ctx.tick()
 
     sim = Simulator(m)
+    if depth:
+        sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()
     return np.array(got, dtype=np.uint32)
@@ -63,11 +87,12 @@ def _golden(op, a, b, imm):
 
 
 def _check(op, a, b, imm):
-    got = _run(op, a, b, imm)
     want = _golden(op, a, b, imm)
-    bad = np.nonzero(got != want)[0]
-    assert bad.size == 0, [(hex(a[i]), hex(b[i]), hex(imm[i]), hex(got[i]), hex(want[i]))
-                           for i in bad[:5]]
+    for staged in (False, True) if op in intops.STAGES else (False,):
+        got = _run(op, a, b, imm, staged=staged)
+        bad = np.nonzero(got != want)[0]
+        assert bad.size == 0, [(staged, hex(a[i]), hex(b[i]), hex(imm[i]), hex(got[i]),
+                                hex(want[i])) for i in bad[:5]]
 
 
 def test_i2f_and_f2i_match_golden_on_edges_and_random_words():
