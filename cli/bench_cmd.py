@@ -31,6 +31,15 @@ def _max_split(args):
     return g
 
 
+def _fetch_words(args):
+    """``--fetch-words``, checked: None or a power of two up to ``--lanes``."""
+    fw = args.fetch_words
+    if fw is not None and (fw < 1 or fw & (fw - 1) or fw > args.lanes):
+        raise ValueError(f"--fetch-words must be a power of two up to --lanes ({args.lanes}), "
+                         f"not {fw}")
+    return fw
+
+
 def _engine(args):
     from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
@@ -39,8 +48,11 @@ def _engine(args):
         raise ValueError(f"unknown rank set(s) {bad}; choose from {', '.join(PAPER_RANKS)}")
     if args.lanes < 1 or args.lanes & (args.lanes - 1):
         raise ValueError(f"--lanes must be a positive power of two, not {args.lanes}")
+    fw, nb = _fetch_words(args), args.banks
+    if nb is not None and (nb < 1 or nb & (nb - 1)):
+        raise ValueError(f"--banks must be a positive power of two, not {nb}")
     report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks,
-                          max_split=_max_split(args))
+                          max_split=_max_split(args), fetch_words=fw, banks=nb)
     _print_report(report, args.json)
     return 0
 
@@ -128,9 +140,10 @@ def _lrt_step(args):
 
 
 def _step(args):
-    if args.rule != "sgd" and args.max_split != 1:
-        raise ValueError(f"--max-split applies to --rule sgd only (the {args.rule} programs "
-                         f"are not mapped for lane groups yet): drop it")
+    if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None):
+        raise ValueError(f"--max-split and --fetch-words apply to --rule sgd only (the "
+                         f"{args.rule} programs are not mapped for the wide engine yet): drop "
+                         f"them")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -143,7 +156,8 @@ def _step(args):
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
     from ttrain.testbench.bench_step import bench_step
     rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
-                     positions=args.positions, max_split=_max_split(args), **_top_args(args))
+                     positions=args.positions, max_split=_max_split(args),
+                     fetch_words=_fetch_words(args), **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -196,6 +210,11 @@ def register(sub):
     e.add_argument("--max-split", type=int, default=1, metavar="G",
                    help="lane groups: each contraction's k split up to G ways, chosen by the "
                         "cycle model (power of two up to --lanes; default 1 = none)")
+    e.add_argument("--fetch-words", type=int, default=None, metavar="W",
+                   help="operand fetchers and C writer in beats of W words per cycle (power of "
+                        "two up to --lanes; default: a whole vector per beat)")
+    e.add_argument("--banks", type=int, default=None, metavar="NB",
+                   help="banks per store (power of two; default --lanes)")
     from .debug_cmd import add_sim_debug_flags, with_sim_debug
     add_sim_debug_flags(e, trace=False)      # the engine alone: no sequencer, no trace
     e.set_defaults(func=with_sim_debug(_engine))
@@ -236,6 +255,9 @@ def register(sub):
     st.add_argument("--slots", type=int, default=16,
                     help="scoreboard slots of the sequencer (default 16)")
     st.add_argument("--steps", type=int, default=1, help="training steps (default 1)")
+    st.add_argument("--fetch-words", type=int, default=None, metavar="W",
+                    help="the engine's operand fetchers and C writer in beats of W words per "
+                         "cycle (power of two up to --lanes; default a whole vector)")
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")

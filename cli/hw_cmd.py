@@ -16,7 +16,8 @@ def format_hw(hw):
     lines = [f"hardware configuration of {src['config']!r} (hw.json digest {hw.digest()})",
              f"  runs        {progs}",
              f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
-             + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else ""),
+             + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
+             + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else ""),
              f"  stores      {hw.banks} banks each",
              *(f"    {s:8s} {w:>10,} words  {hw.styles[s]:5s} ({'URAM' if hw.styles[s] == 'ultra' else 'BRAM'})"
                for s, w in hw.stores.items()),

@@ -110,6 +110,9 @@ class HwConfig:
         The stores fit the U50's BRAM and URAM with ``store_style``.
     max_split : int
         The engine's lane groups (largest CONTRACT ``split``; 1 = none).
+    fetch_words : int
+        Words per cycle of the engine's operand fetchers and C writer (beats; 0 = a whole
+        vector per beat, the default).
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -129,6 +132,7 @@ class HwConfig:
     fits_u50: bool
     source: str = "{}"
     max_split: int = 1
+    fetch_words: int = 0
 
     @property
     def stores(self):
@@ -173,6 +177,8 @@ class HwConfig:
               "special": self.special}
         if self.max_split > 1:
             kw["max_split"] = self.max_split
+        if self.fetch_words:
+            kw["fetch_words"] = self.fetch_words
         if self.special:
             kw["special_impl"] = special_impl
         return kw
@@ -197,7 +203,7 @@ class HwConfig:
         if not isinstance(d, dict) or d.get("format") != _FORMAT:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(d) - {"max_split"}          # older files: no lane groups
+        missing = names - set(d) - {"max_split", "fetch_words"}   # older files: defaults
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -217,7 +223,7 @@ def _canonical(obj):
 
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
-              min_store_words=None, store_style=None, max_split=None):
+              min_store_words=None, store_style=None, max_split=None, fetch_words=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -243,6 +249,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         The engine's lane groups (power of two up to ``lanes``); ``None``: the largest
         CONTRACT ``split`` of the programs (1 when none splits). Smaller than a program's
         split is rejected.
+    fetch_words : int or None
+        The engine's operand beats (power of two up to ``lanes``); ``None``: a whole vector
+        per beat.
     """
     from .memory import fit_memory
 
@@ -276,6 +285,11 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     if max_split < used_split:
         raise ValueError(f"max_split {max_split} is below the split {used_split} a program's "
                          f"CONTRACT uses; use at least {used_split}")
+    if fetch_words is not None:
+        _pos_int("fetch_words", fetch_words, power_of_two=True)
+        if fetch_words > lanes:
+            raise ValueError(f"fetch_words {fetch_words} is above the {lanes} lanes; use at "
+                             f"most {lanes}")
     needs_special = any(program_needs_special(p) for p in progs.values())
     if special is None:
         special = needs_special
@@ -309,7 +323,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     clock_mhz=float(clock_mhz),
                     store_words=tuple((s, words[s]) for s in _STORES),
                     store_style=tuple((s, styles[s]) for s in _STORES),
-                    fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split))
+                    fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
+                    fetch_words=int(fetch_words or 0))
 
 
 def preset_hw_config(config, **overrides):

@@ -83,6 +83,9 @@ class Accelerator(wiring.Component):
         The engine's lane groups (:class:`~ttrain.rtl.engine.ContractionEngine`
         ``max_split``); the sequencer rejects a CONTRACT with a larger ``split`` as
         ``ERR_DIM`` in its check pass.
+    fetch_words : int or None
+        The engine's operand beats (:class:`~ttrain.rtl.engine.ContractionEngine`
+        ``fetch_words``; ``None``: a whole vector per beat).
 
     Members
     -------
@@ -109,7 +112,8 @@ class Accelerator(wiring.Component):
 
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
-                 store_style="auto", special=False, special_impl="amaranth", max_split=1):
+                 store_style="auto", special=False, special_impl="amaranth", max_split=1,
+                 fetch_words=None):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -137,7 +141,8 @@ class Accelerator(wiring.Component):
                            style=styles[STORE_NAMES[i]], impl=impls[STORE_NAMES[i]])
                  for i in range(len(STORE_IDS))]
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
-                                         dim_bits=dim_bits, ports=2, max_split=max_split)
+                                         dim_bits=dim_bits, ports=2, max_split=max_split,
+                                         fetch_words=fetch_words)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)

@@ -77,11 +77,13 @@ def run_step(build, eng, cfg, jobs, tdir, sizes):
 
 
 def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
-                 rank_sets=tuple(PAPER_RANKS), test_dir=None, max_split=1):
+                 rank_sets=tuple(PAPER_RANKS), test_dir=None, max_split=1, fetch_words=None,
+                 banks=None):
     """Measure every contraction of one TT-linear training step under Verilator.
 
     For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
     tokens, builds one engine (``lanes`` lanes, ``slots`` slots, ``max_split`` lane groups,
+    ``fetch_words``-word beats, ``banks`` banks (default ``lanes``), shared FP32 units,
     stores sized for the largest step), maps each of
     :func:`ttrain.golden.contract.tt_linear_step`'s descriptors for it (orientation and split,
     :func:`ttrain.golden.isa.map_contract`), runs them in order, checks
@@ -104,15 +106,19 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         steps[name] = (sizes, jobs)           # oriented below, once the engine exists
         for store, words in sizes.items():
             need[store] = max(need.get(store, 0), words)
-    stores = [[s, -(-w // lanes) * lanes, "auto", "verilog"] for s, w in sorted(need.items())]
+    nb = banks or lanes
+    stores = [[s, -(-w // nb) * nb, "auto", "verilog"] for s, w in sorted(need.items())]
     cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7,
-           "max_split": max_split}
+           "max_split": max_split, "fetch_words": fetch_words, "banks": banks,
+           "shared_units": True}
     t0 = time.time()
     eng = make_engine(cfg)
-    suffix = f"_g{max_split}" if max_split > 1 else ""
+    suffix = (f"_g{max_split}" if max_split > 1 else "") + \
+        (f"_f{fetch_words}" if fetch_words else "") + (f"_b{banks}" if banks else "")
     build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}{suffix}")
     build_s = time.time() - t0
-    steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split)[0])
+    steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split,
+                                             fetch_words=fetch_words)[0])
                             for j, d in jobs])
              for name, (sizes, jobs) in steps.items()}
     entries = []
@@ -141,7 +147,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
         totals[name] = {**tot, "utilization": tot["ideal_cycles"] / tot["cycles"],
                         "sim_seconds": round(sim_s, 1)}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
-                         "max_split": max_split,
+                         "max_split": max_split, "fetch_words": fetch_words,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
                          "stores": [store_primitives(st) for st in eng.stores], "build_seconds": round(build_s, 1)},

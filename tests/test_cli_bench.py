@@ -35,14 +35,22 @@ def test_bench_engine_passes_the_lane_groups_and_rejects_bad_ones(monkeypatch, c
     monkeypatch.setattr(bench_engine, "bench_engine", fake)
     assert main(["bench", "engine", "--lanes", "32", "--max-split", "8"]) == 0
     assert seen["lanes"] == 32 and seen["max_split"] == 8
+    assert seen["fetch_words"] is None and seen["banks"] is None
+    assert main(["bench", "engine", "--lanes", "32", "--fetch-words", "8", "--banks", "16"]) == 0
+    assert seen["fetch_words"] == 8 and seen["banks"] == 16
     capsys.readouterr()
-    for bad in ("3", "64", "0"):
-        assert main(["bench", "engine", "--lanes", "32", "--max-split", bad]) == 2
+    for flag, bad, msg in [("--max-split", b, "--max-split must be a power of two up to "
+                            "--lanes (32)") for b in ("3", "64", "0")] + [
+            ("--fetch-words", b, "--fetch-words must be a power of two up to --lanes (32)")
+            for b in ("6", "64", "0")] + [
+            ("--banks", b, "--banks must be a positive power of two") for b in ("12", "0")]:
+        assert main(["bench", "engine", "--lanes", "32", flag, bad]) == 2
         err = capsys.readouterr().err
-        assert "--max-split must be a power of two up to --lanes (32)" in err and \
-            "Traceback" not in err
+        assert msg in err and "Traceback" not in err, (flag, bad, err)
 
 
 def test_bench_step_max_split_is_checked():
     assert main(["bench", "step", "--rule", "zo", "--max-split", "2"]) == 2
+    assert main(["bench", "step", "--rule", "lrt", "--fetch-words", "4"]) == 2
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--max-split", "16"]) == 2
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--fetch-words", "3"]) == 2

@@ -46,6 +46,13 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     b = preset_hw_config("tiny", lanes=8, banks=8, slots=16)
     assert a == b and a.to_json() == b.to_json()
     assert HwConfig.from_dict(json.loads(a.to_json())) == a
+    w = preset_hw_config("tiny", fetch_words=4)
+    assert w.fetch_words == 4 and w.accelerator_kwargs()["fetch_words"] == 4
+    assert HwConfig.from_dict(json.loads(w.to_json())) == w and w != a
+    assert a.fetch_words == 0 and "fetch_words" not in a.accelerator_kwargs()
+    old = json.loads(a.to_json())
+    del old["fetch_words"]                        # a file from before operand beats
+    assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
                                                                "special")
@@ -68,6 +75,8 @@ def test_units_follow_the_programs():
     ({"imem_depth": 600}, "imem_depth must be a positive power of two"),
     ({"clock_mhz": 0}, "clock_mhz must be"),
     ({"store_style": {"act": "ultra"}}, "store_style must map every store"),
+    ({"fetch_words": 6}, "fetch_words must be a positive power of two"),
+    ({"fetch_words": 16}, "fetch_words 16 is above the 8 lanes"),
 ])
 def test_bad_overrides_name_what_to_change(kw, match):
     with pytest.raises(ValueError, match=match):
