@@ -42,6 +42,17 @@ cycles. Since a vector serves ``slots`` cycles of compute, the engine sustains o
 cycle whenever ``slots`` >= the conflict degree of A's and B's strides and A and B live in
 different stores (same store: the two share the banks' read ports).
 
+Beats (``fetch_words = W``): the A, B and old-C fetchers and the C writer reach the arbiter
+through ``W`` ports each instead of one per lane. A vector's lanes are cut into beats of ``W``
+consecutive lanes; each cycle the lowest beat with a pending lane is presented (port ``j``
+carries lane ``beat * W + j``), so empty beats cost nothing and a full vector takes at least
+``lanes / W`` cycles. The arbiter (``ports x stores x banks`` grant terms) and the read-data
+crossbar then grow with ``W``, not with ``lanes``; the lanes' registers and the beat muxes are
+linear in ``lanes``. Since a B vector serves a whole k-step (``max(h, add latency + 1)``
+cycles) and the C vectors of a tile a whole tile, ``W`` well below ``lanes`` costs little; the
+golden cycle model (:func:`ttrain.golden.isa.engine_cycles` with ``fetch_words``) counts the
+beats. ``W = None`` (the default) is one beat per vector: the engine as before.
+
 Host port: ``host_i`` carries beats of ``banks`` consecutive words (``addr`` .. ``addr +
 banks - 1``, a lane mask, ``write`` and the data); reads answer on ``host_o`` with one beat per
 read beat, in order. Lanes past the end of the store, or beats naming a store that does not
