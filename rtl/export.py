@@ -60,8 +60,9 @@ _SHARED = {}
 
 
 def shared_unit(unit_class, module=None):
-    """Return a component class that elaborates ``unit_class`` as an ``Instance`` of one
-    Verilog module (``module``, default ``ttrain_<class name>``) instead of inlining it.
+    """Return a component class that elaborates ``unit_class`` (a component class or a
+    no-argument factory) as an ``Instance`` of one Verilog module (``module``, default
+    ``ttrain_<class name>``) instead of inlining it.
 
     Amaranth elaborates and emits every instance of a component separately, so a 256-lane
     engine carries 256 copies of its FP32 multiplier through conversion and Verilator's C++
@@ -76,7 +77,8 @@ def shared_unit(unit_class, module=None):
     from amaranth.hdl import _ir
     from amaranth.lib import wiring
 
-    module = module or f"ttrain_{unit_class.__name__.lower()}"
+    label = getattr(unit_class, "__name__", None) or unit_class.func.__name__   # partial
+    module = module or f"ttrain_{label.lower()}"
     check_name(module)
     key = (unit_class, module)
     if key in _SHARED:
@@ -99,7 +101,7 @@ def shared_unit(unit_class, module=None):
                                          **kwargs)
             return m
 
-    Shared.__name__ = Shared.__qualname__ = f"Shared{unit_class.__name__}"
+    Shared.__name__ = Shared.__qualname__ = f"Shared{label}"
     Shared.unit_class = unit_class
     Shared.module = module
     if latency is not None:
@@ -112,7 +114,9 @@ def shared_unit(unit_class, module=None):
 def shared_sources(units, out_dir):
     """Write the Verilog module of every :func:`shared_unit` class in ``units`` into
     ``out_dir`` (once per module: a file whose text is unchanged is left alone, so builds
-    keyed by their sources stay cached) and return the paths."""
+    keyed by their sources stay cached) and return the paths. Name the folder ``amaranth``:
+    the Verilator waivers for Amaranth-generated Verilog match ``*/amaranth/*.v``, and
+    ``build_verilator`` copies such sources into its own ``amaranth/`` folder."""
     from pathlib import Path
 
     out = Path(out_dir)

@@ -24,7 +24,7 @@ from ..protocol import (ANY_PC, CMD_CHECK, CMD_END, CMD_IMEM, CMD_RUN_EXPECT,
                                   parse_record)
 from ...rtl.top import Accelerator
 from .verilator import (SIM_DIR, SimulationError, build_root, build_verilator,
-                        component_ports, convert_component, run_cocotb)
+                        component_ports, run_cocotb)
 
 __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "play_top", "TopResult",
            "layer_session", "pad_image", "special_fp_sources", "parse_trace", "UNIT_NAMES",
@@ -54,34 +54,20 @@ class TopBuild:
 def special_fp_sources():
     """Write the Verilog of the FP32 units an ``impl="verilog"`` special-function unit
     instantiates (:data:`ttrain.rtl.special.FP_UNIT_MODULES`, converted from
-    :mod:`ttrain.rtl.fp32`) plus a Verilator control file with the Amaranth waivers for those
-    files (``build_verilator`` copies extra sources out of the ``amaranth/`` folders the
-    general waivers cover); return the paths, control file first."""
-    import os
+    :mod:`ttrain.rtl.fp32` by :func:`ttrain.rtl.export.shared_sources` into an ``amaranth/``
+    folder, which the Amaranth waivers cover) and return the paths."""
+    from functools import partial
 
+    from ...rtl.export import shared_sources, shared_unit
     from ...rtl.fp32 import FP32Add, FP32Compare, FP32Mul
     from ...rtl.special import FP_UNIT_MODULES
-    units = {"ttrain_sf_fp32_mul": FP32Mul(), "ttrain_sf_fp32_add": FP32Add(),
-             "ttrain_sf_fp32_compare": FP32Compare(latency=1)}
-    if set(units) != set(FP_UNIT_MODULES):
+    units = [shared_unit(FP32Mul, "ttrain_sf_fp32_mul"),
+             shared_unit(FP32Add, "ttrain_sf_fp32_add"),
+             shared_unit(partial(FP32Compare, latency=1), "ttrain_sf_fp32_compare")]
+    if {u.module for u in units} != set(FP_UNIT_MODULES):
         raise AssertionError(f"FP_UNIT_MODULES changed to {sorted(FP_UNIT_MODULES)}: update "
                              f"special_fp_sources")
-    folder = build_root() / "special_fp_units"
-    folder.mkdir(parents=True, exist_ok=True)
-    files = {f"{name}.v": convert_component(unit, name) for name, unit in units.items()}
-    rules = ("WIDTHTRUNC", "WIDTHEXPAND", "PROCASSINIT", "UNUSEDSIGNAL", "CASEINCOMPLETE",
-             "DECLFILENAME")
-    files["special_fp_units.vlt"] = "`verilator_config\n" + "".join(
-        f'lint_off -rule {rule} -file "*/ttrain_sf_fp32_*.v"\n' for rule in rules)
-    paths = []
-    for fname, text in files.items():
-        path = folder / fname
-        if not path.is_file() or path.read_text() != text:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)                   # atomic: pytest-xdist workers may race
-        paths.append(path)
-    return [paths[-1], *paths[:-1]]
+    return shared_sources(units, build_root() / "special_fp_units" / "amaranth")
 
 
 def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
