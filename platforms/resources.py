@@ -45,6 +45,8 @@ _LUTRAM_LUTS = {"RAM32X1D": 2, "RAM64X1D": 2, "RAM32M": 4, "RAM64M": 4, "RAM32M1
                 "RAM64M8": 8, "RAM128X1D": 4, "RAM256X1D": 8, "RAM32X1S": 1, "RAM64X1S": 1,
                 "SRL16E": 1, "SRLC32E": 1}
 _FF_TYPES = {"FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"}
+#: Flip-flop clock, enable and reset pins (a path that ends there is not named by that FF).
+_CONTROL_PORTS = {"C", "CE", "R", "S", "CLR", "PRE", "G", "GE"}
 
 _SYNTH_STORE_ROWS = 512        # rows per bank of the black-box stores in the synthesized top
 
@@ -180,7 +182,7 @@ def logic_depth(netlist, top="top"):
             continue
         dirs = c.get("port_directions", {})
         if any(b in out_bits for p, bits in c["connections"].items()
-               if dirs.get(p) == "input" and p in ("D", "A", "B", "C") for b in bits):
+               if dirs.get(p) == "input" and p not in _CONTROL_PORTS for b in bits):
             q = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
                  for b in bits if b in names]
             if q:

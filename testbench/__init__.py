@@ -8,6 +8,9 @@ the host runtime is :mod:`ttrain.platforms.host`.
     the Verilator benchmarks behind ``ttrain bench engine|fp32|layer|step`` (and the helpers
     their tests share); ``tb_engine.py`` / ``tb_fp32.py`` are the cocotb modules they run
     (``run_cocotb(..., module_dirs=[TESTBENCH_DIR])``).
+``ttrain.testbench.timing``
+    logic depth per unit (Yosys ``synth_xilinx -family xcup``): ``python -m
+    ttrain.testbench.timing --unit sequencer`` (``docs/u50.md``, "Logic depth per unit").
 ``ttrain.testbench.kernel``
     the Vitis kernel under cocotb: the ``CocotbBackend`` of the host driver, ``build_kernel``,
     ``run_kernel_calls``.

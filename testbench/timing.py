@@ -1,0 +1,182 @@
+"""Benchmark: logic depth per unit (Yosys ``synth_xilinx -family xcup``), the timing proxy.
+
+Each unit is synthesized on its own with :func:`ttrain.platforms.resources.synth_component`
+(stores as black boxes; a unit's ports start and end paths) and reported with its LUT, FF and
+DSP48E2 counts and its longest register-to-register path in logic levels (LUT, MUXF, CARRY4,
+INV: one level each, so a carry chain is one level per 4 bits). The target is at most
+:data:`MAX_LEVELS` levels per unit (``docs/u50.md``, "Logic depth per unit")::
+
+    .venv/bin/python -m ttrain.testbench.timing --unit sequencer
+    .venv/bin/python -m ttrain.testbench.timing --unit all --json build/timing/units.json
+
+One Yosys run at a time (2-core machine); ``special`` is the largest (~58k LUT, minutes).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["MAX_LEVELS", "UNITS", "build_unit", "measure"]
+
+#: Logic levels a register-to-register path may have (issue 15: timing at 300 MHz).
+MAX_LEVELS = 12
+
+
+def _sequencer(config):
+    """The sequencer as :class:`~ttrain.rtl.top.Accelerator` builds it for ``config``'s
+    store sizes (1 lane, the engine's descriptor layout)."""
+    from ..platforms.hw import preset_hw_config
+    from ..rtl.engine import ContractionEngine, StoreSpec
+    from ..rtl.sequencer import Sequencer
+    from ..golden.isa import STORE_IDS, STORE_NAMES
+    hw = preset_hw_config(config, lanes=1)
+    sizes = hw.stores
+    eng = ContractionEngine(lanes=1, banks=1, dim_bits=hw.dim_bits, ports=2,
+                            stores=[StoreSpec(STORE_NAMES[i], sizes[STORE_NAMES[i]],
+                                              impl="verilog")
+                                    for i in range(len(STORE_IDS))])
+    eng._MustUse__silence = True
+    return Sequencer(store_sizes=sizes, imem_depth=hw.imem_depth,
+                     max_dim=eng.max_dim if hw.dim_bits < 16 else None,
+                     max_split=hw.max_split, overlap=hw.overlap, special=hw.special,
+                     desc_layout=eng.desc.payload.shape())
+
+
+def _sequencer_min():
+    """The smallest sequencer with the full-width address arithmetic (16-instruction memory,
+    1-word stores but for one of 2**32 words: every compare is full width)."""
+    from ..rtl.sequencer import Sequencer
+    return Sequencer(store_sizes={"param": 1 << 32, "grad": 16, "act": 16, "scratch": 16},
+                     imem_depth=16, max_dim=255, max_split=2)
+
+
+def _engine():
+    """The engine as the 2-lane top builds it (tiny preset's stores), with 2 lane groups."""
+    from ..platforms.hw import preset_hw_config
+    from ..rtl.engine import ContractionEngine, StoreSpec
+    hw = preset_hw_config("tiny", lanes=2)
+    return ContractionEngine(lanes=2, banks=2, max_split=2, ports=2, dim_bits=hw.dim_bits,
+                             slots=hw.slots,
+                             stores=[StoreSpec(n, w, style="block", impl="verilog")
+                                     for n, w in hw.stores.items()])
+
+
+def _vector(special=False):
+    from ..rtl.vector_wide import WideVectorUnit
+    return WideVectorUnit(width=1, addr_bits=10, special=special)
+
+
+def _store():
+    from ..rtl.store import BankedStore
+    return BankedStore(depth=1024, banks=2, impl="verilog", style="block")
+
+
+def _fp32(name):
+    from ..rtl import fp32
+    return getattr(fp32, name)()
+
+
+def _update(name):
+    from ..rtl import update
+    if name == "RegionSweeper":
+        return update.RegionSweeper(param_depth=1024)
+    return getattr(update, name)()
+
+
+def _prng():
+    from ..rtl.prng import PRNGUnit
+    return PRNGUnit(lanes=1)
+
+
+def _decoder():
+    from ..rtl.sequencer import InstructionDecoder
+    return InstructionDecoder()
+
+
+def _special():
+    from ..rtl.special import SpecialFunctionUnit
+    return SpecialFunctionUnit()
+
+
+#: Unit name -> (constructor, description). Order: cheap first, ``special`` last.
+UNITS = {
+    "sequencer-min": (_sequencer_min, "Sequencer, 16 instructions, one 2**32-word store"),
+    "sequencer": (lambda: _sequencer("tiny"), "Sequencer as the tiny preset's top builds it"),
+    "sequencer-l3": (lambda: _sequencer("paper-l3"),
+                     "Sequencer at paper-l3's store sizes"),
+    "decoder": (_decoder, "InstructionDecoder (combinational; ports end paths)"),
+    "fp32-mul": (lambda: _fp32("FP32Mul"), "FP32Mul"),
+    "fp32-add": (lambda: _fp32("FP32Add"), "FP32Add"),
+    "fp32-compare": (lambda: _fp32("FP32Compare"), "FP32Compare"),
+    "update-pipeline": (lambda: _update("UpdatePipeline"), "UpdatePipeline"),
+    "int-update": (lambda: _update("IntUpdatePipeline"), "IntUpdatePipeline"),
+    "region-sweeper": (lambda: _update("RegionSweeper"), "RegionSweeper, 1024 words"),
+    "store": (_store, "BankedStore, 1024 words, 2 banks (RAMs are black boxes)"),
+    "prng": (_prng, "PRNGUnit, 1 lane"),
+    "vector": (_vector, "WideVectorUnit, width 1 (the vector/update unit of the 1-lane top)"),
+    "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
+    "special": (_special, "SpecialFunctionUnit, every function"),
+}
+
+
+def build_unit(name):
+    """Return a fresh component of unit ``name`` (a key of :data:`UNITS`)."""
+    if name not in UNITS:
+        raise ValueError(f"unknown unit {name!r}; choose one of {', '.join(UNITS)}")
+    return UNITS[name][0]()
+
+
+def measure(name, *, work_dir="build/timing", timeout=3600):
+    """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path and seconds."""
+    from ..platforms.resources import synth_component
+    t0 = time.monotonic()
+    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout)
+    return {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
+            "carry": r["carry"], "logic_levels": r["logic_levels"],
+            "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def _path_text(path):
+    out, prev, n = [], None, 0
+    for cell in path + [None]:
+        if cell is not None and cell == prev:
+            n += 1
+            continue
+        if prev is not None:
+            out.append(f"{n} {prev}" if n > 1 else prev)
+        prev, n = cell, 1
+    return ", ".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m ttrain.testbench.timing",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--unit", action="append", required=True,
+                    help=f"unit to synthesize (repeatable; 'all' for every one): "
+                         f"{', '.join(UNITS)}")
+    ap.add_argument("--work-dir", default="build/timing")
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--timeout", type=float, default=3600)
+    args = ap.parse_args(argv)
+    names = list(UNITS) if "all" in args.unit else args.unit
+    rows = []
+    for name in names:
+        r = measure(name, work_dir=args.work_dir, timeout=args.timeout)
+        rows.append(r)
+        mark = "ok" if r["logic_levels"] <= MAX_LEVELS else f"> {MAX_LEVELS}"
+        print(f"{name:16s} LUT {r['lut']:6d}  FF {r['ff']:6d}  DSP {r['dsp48e2']:3d}  "
+              f"levels {r['logic_levels']:3d} ({mark})  {r['seconds']:.0f} s\n"
+              f"{'':16s} path: {_path_text(r['critical_path'])}\n"
+              f"{'':16s} from {' to '.join(r['critical_nets']) or '-'}",
+              flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r["logic_levels"] <= MAX_LEVELS for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
