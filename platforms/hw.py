@@ -159,8 +159,8 @@ class HwConfig:
         :class:`ttrain.platforms.kernel.VitisKernel`) for build ``flavor``.
 
         ``"sim"``: stores above 64 k words are Verilog RAM templates, the rest Amaranth
-        memories; the special unit instantiates separately converted FP32 modules (faster
-        Verilator builds). ``"synth"``: every store a Verilog RAM template with its
+        memories; the special unit and the engine instantiate separately converted FP32
+        modules (faster Verilator builds). ``"synth"``: every store a Verilog RAM template with its
         ``ram_style``, the special unit's FP32 units inline (a self-contained tree)."""
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
@@ -181,6 +181,8 @@ class HwConfig:
             kw["fetch_words"] = self.fetch_words
         if self.special:
             kw["special_impl"] = special_impl
+        if flavor == "sim":
+            kw["engine_units"] = "verilog"
         return kw
 
     def to_dict(self):

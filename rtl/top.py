@@ -86,6 +86,13 @@ class Accelerator(wiring.Component):
     fetch_words : int or None
         The engine's operand beats (:class:`~ttrain.rtl.engine.ContractionEngine`
         ``fetch_words``; ``None``: a whole vector per beat).
+    engine_units : {"amaranth", "verilog"}
+        The engine's FP32 multipliers and adders inline (``"amaranth"``) or as instances of
+        one Verilog module each (:func:`ttrain.rtl.export.shared_unit`; the build must supply
+        them, :func:`ttrain.rtl.export.shared_sources` of ``engine.mul_unit`` and
+        ``engine.add_unit``; ``platforms.sim.top.build_top`` does). Same hardware; a wide
+        engine converts and compiles in a fraction of the time. Not for the Amaranth
+        simulator.
 
     Members
     -------
@@ -113,15 +120,23 @@ class Accelerator(wiring.Component):
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
-                 fetch_words=None):
+                 fetch_words=None, engine_units="amaranth"):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
         if special_impl not in ("amaranth", "verilog"):
             raise ValueError(f"special_impl must be 'amaranth' or 'verilog', not "
                              f"{special_impl!r}")
+        if engine_units not in ("amaranth", "verilog"):
+            raise ValueError(f"engine_units must be 'amaranth' or 'verilog', not "
+                             f"{engine_units!r}")
         self._special = special
         self._special_impl = special_impl
+        units = {}
+        if engine_units == "verilog":
+            from .export import shared_unit
+            from .fp32 import FP32Add, FP32Mul
+            units = {"mul_unit": shared_unit(FP32Mul), "add_unit": shared_unit(FP32Add)}
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -142,7 +157,7 @@ class Accelerator(wiring.Component):
                  for i in range(len(STORE_IDS))]
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
-                                         fetch_words=fetch_words)
+                                         fetch_words=fetch_words, **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)
@@ -172,6 +187,9 @@ class Accelerator(wiring.Component):
     banks = property(lambda self: self._engine.banks, doc="Banks per store = host beat width.")
 
     special = property(lambda self: self._special, doc="The vector unit has the special unit.")
+    special_impl = property(lambda self: self._special_impl,
+                            doc="The special unit's ``impl`` (``\"amaranth\"`` or "
+                                "``\"verilog\"``).")
 
     def _vector_unit(self, m, name, port, special=False):
         eng = self._engine

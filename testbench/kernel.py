@@ -115,8 +115,9 @@ def build_kernel(hw, name=KERNEL_NAME):
     The kernel's own module is the top (its ports are exactly the Vitis ones); only its ports
     are VPI-visible (``public="top"``). ``interrupt`` is a C++ keyword-like name Vitis
     requires, so Verilator's ``SYMRSVDWORD`` warning is waived. Returns the
-    :class:`~ttrain.platforms.sim.verilator.VerilatorBuild`. A special-function unit gets the FP32
-    unit modules it instantiates (:func:`ttrain.platforms.sim.top.special_fp_sources`), as
+    :class:`~ttrain.platforms.sim.verilator.VerilatorBuild`. The build gets the FP32 unit
+    modules the special unit and the engine instantiate
+    (:func:`ttrain.platforms.sim.top.unit_sources`), as
     :func:`~ttrain.platforms.sim.top.build_top` does.
     """
     from ..platforms.hw import write_hw_json
@@ -125,10 +126,8 @@ def build_kernel(hw, name=KERNEL_NAME):
     from ..rtl.store import ram_verilog_path
     config = hw.accelerator_kwargs("sim")
     kernel = VitisKernel(**config)
-    extra = [ram_verilog_path()]
-    if kernel.accelerator.special and config.get("special_impl") == "verilog":
-        from ..platforms.sim.top import special_fp_sources
-        extra = special_fp_sources() + extra
+    from ..platforms.sim.top import unit_sources
+    extra = unit_sources(kernel.accelerator) + [ram_verilog_path()]
     build = build_verilator(kernel, name=name, extra_sources=extra,
                             public="top", build_args=["-Wno-SYMRSVDWORD"])
     write_hw_json(hw, build.build_dir)

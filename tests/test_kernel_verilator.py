@@ -34,12 +34,12 @@ from ttrain.golden.interpreter import run as interpret
 from ttrain.golden.isa import ERR_OPCODE, STORE_IDS
 from ttrain.golden.model_compiler import compile_model
 from ttrain.platforms.kernel import (CMD_WRITE, KERR_OPCODE, KERR_RANGE, KERR_RESULTS, RUN_TAG,
-                               TRAILER_MAGIC)
+                               TRAILER_MAGIC, VitisKernel)
 from ttrain.rtl.store import ram_verilog_path
 from ttrain.platforms.host.driver import CommandList, KernelDriver, KernelError
 from ttrain.testbench.kernel import build_kernel, run_kernel_calls
 from ttrain.platforms.hw import hw_config
-from ttrain.platforms.sim.top import layer_session, pad_image, special_fp_sources
+from ttrain.platforms.sim.top import layer_session, pad_image, unit_sources
 from ttrain.platforms.sim.verilator import lint_verilator
 
 SPEC = TTSpec((2, 3), (3, 2), (1, 2, 3, 2, 1))
@@ -224,11 +224,12 @@ def test_driver_rejects_bad_commands(config):
         KernelDriver(None, sizes).prepare(cmds, np.zeros(5, dtype=np.uint32))
 
 
-def test_kernel_verilog_lints_clean(build):
+def test_kernel_verilog_lints_clean(build, config):
     # ``interrupt`` is the name Vitis requires; Verilator flags it as a C++ word
     kernel_v = next(p for p in build.sources if str(p).endswith(f"amaranth/{build.name}.v"))
+    units = unit_sources(VitisKernel(**config.accelerator_kwargs("sim")).accelerator)
     assert lint_verilator(None, name=build.name,
-                          extra_sources=[*special_fp_sources(), kernel_v, ram_verilog_path()],
+                          extra_sources=[*units, kernel_v, ram_verilog_path()],
                           top=build.name, flags=("-Wall", "-Wno-SYMRSVDWORD")) == ""
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...golden.interpreter import run as interpret
 from ...golden.isa import STORE_IDS
+from ...rtl.export import shared_sources
 from ...rtl.store import ram_verilog_path
 from ..hw import HwConfig, write_hw_json
 from ..protocol import (ANY_PC, CMD_CHECK, CMD_END, CMD_IMEM, CMD_RUN_EXPECT,
@@ -27,7 +28,7 @@ from .verilator import (SIM_DIR, SimulationError, build_root, build_verilator,
                         component_ports, run_cocotb)
 
 __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "play_top", "TopResult",
-           "layer_session", "pad_image", "special_fp_sources", "parse_trace", "UNIT_NAMES",
+           "layer_session", "pad_image", "special_fp_sources", "unit_sources", "parse_trace", "UNIT_NAMES",
            "golden_tracer"]
 
 #: Units of the trace port's ``trace_unit`` code (``rtl/sequencer.py``).
@@ -70,13 +71,24 @@ def special_fp_sources():
     return shared_sources(units, build_root() / "special_fp_units" / "amaranth")
 
 
+def unit_sources(acc):
+    """The separately converted FP32 modules an :class:`~ttrain.rtl.top.Accelerator` of the
+    ``"sim"`` flavor instantiates: the special unit's (:func:`special_fp_sources`) and the
+    engine's shared units (``engine_units="verilog"``); a build must list them."""
+    out = special_fp_sources() if acc.special and acc.special_impl == "verilog" else []
+    shared = [u for u in (acc.engine.mul_unit, acc.engine.add_unit) if hasattr(u, "unit_class")]
+    if shared:
+        out += shared_sources(shared, build_root() / "shared" / "amaranth")
+    return out
+
+
 def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
     """Build (or reuse) the accelerator of ``hw`` (a :class:`~ttrain.platforms.hw.HwConfig`,
     ``"sim"`` flavor; Verilog module ``name``) under the host driver ``top_driver_tb.v``, whose
     command memory holds ``rom_depth`` words and whose result memory ``res_depth`` words
-    (``(res_depth - 64) // 16`` runs per session). A special-function unit gets the FP32 unit
-    modules it instantiates (:func:`special_fp_sources`). The build folder records ``hw`` as
-    ``hw.json``."""
+    (``(res_depth - 64) // 16`` runs per session). The build gets the FP32 unit modules the
+    special unit and the engine instantiate (:func:`unit_sources`). The build folder records
+    ``hw`` as ``hw.json``."""
     if not isinstance(hw, HwConfig):
         raise TypeError(f"hw must be a ttrain.platforms.hw.HwConfig (from hw_config), not "
                         f"{type(hw).__name__}")
@@ -85,9 +97,7 @@ def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
             raise ValueError(f"{what} must be a power of two (res_depth >= 128), not {depth}")
     config = hw.accelerator_kwargs("sim")
     acc = Accelerator(**config)
-    extra = [DRIVER, ram_verilog_path()]
-    if acc.special and config.get("special_impl") == "verilog":
-        extra = special_fp_sources() + extra
+    extra = unit_sources(acc) + [DRIVER, ram_verilog_path()]
     widths = {p: len(v) for p, (v, _) in component_ports(acc).items()}
     params = {"NB": acc.banks, "SB": acc.engine.port_signature.store_bits,
               "AB": acc.engine.addr_bits, "IA": widths["imem_addr"], "LW": widths["length"],
