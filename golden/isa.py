@@ -1606,25 +1606,44 @@ MUL_LATENCY = 6
 ADD_LATENCY = 6
 
 
-def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
-                  fetch_words=None):
-    """The contraction engine's cycle model of CONTRACT descriptor ``desc`` (bank conflicts
-    aside): the machine model the compiler maps programs with.
+def _vector_cycles(addrs, active, width, banks):
+    """Cycles a vector client of the engine needs for one vector: its lanes in beats of
+    ``width`` consecutive lanes, empty beats skipped, each beat as many cycles as its most
+    requested bank (one per beat without ``banks``). Returns ``(cycles, words per bank)``."""
+    addrs = np.asarray(addrs, dtype=np.int64)
+    active = np.asarray(active, dtype=bool)
+    beat = np.arange(addrs.size) // width
+    if banks is None:
+        return int(np.unique(beat[active]).size), None
+    nb = -(-addrs.size // width)
+    bank = addrs[active] % banks
+    per = np.bincount(beat[active] * banks + bank, minlength=nb * banks).reshape(nb, banks)
+    return int(per.max(axis=1).sum()), np.bincount(bank, minlength=banks)
 
-    Without ``fetch_words`` (every vector fetched in one beat): ``batch * ceil(m/h') *
-    ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue cycles (``h'`` the balanced tile height
-    of at most ``slots`` rows, ``hp = max(h', add_latency + 1)``), the fixed fill and drain (3
-    check, 4 first fetch, 1 issue register, the two latencies, 3 write-back, 2 done) and
-    ``log2(split)`` adder latencies of the fold tree.
+
+def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
+                  fetch_words=None, banks=None):
+    """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
+    model the compiler maps programs with.
+
+    Without ``fetch_words`` and ``banks`` (every vector fetched in one beat, no bank
+    conflicts): ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue
+    cycles (``h'`` the balanced tile height of at most ``slots`` rows, ``hp = max(h',
+    add_latency + 1)``), the fixed fill and drain (3 check, 4 first fetch, 1 issue register,
+    the two latencies, 3 write-back, 2 done) and ``log2(split)`` adder latencies of the fold
+    tree.
 
     With ``fetch_words = W`` (the engine's operand fetchers and C writer move at most ``W``
-    words per cycle, in beats of ``W`` consecutive lanes, empty beats skipped): a k-step takes
-    ``max(hp, A beats, B beats)`` cycles and a tile at least its C vectors' beats (``h'`` rows
-    of ``ceil(c/W)`` beats, ``c`` the tile's columns; old C and the results move on separate
-    ports), plus what the pipeline cannot hide: the first A and B vectors' beats, the first
-    tile's old C rows (``accumulate``) and the last tile's result beats past its last k-step.
-    The engine (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one
-    definition; bank conflicts and A/B sharing a store can add stalls on top.
+    words per cycle, in beats of ``W`` consecutive lanes, empty beats skipped) and/or
+    ``banks`` (the stores' banks; a bank serves one word per cycle, word ``a`` in bank
+    ``a % banks``): each vector costs the cycles of its beats, a beat as many as its most
+    requested bank, taken from the lane addresses of the first k-step of the first tile. A
+    k-step takes ``max(hp, A cycles, B cycles)`` (A and B in one store share its banks), a tile
+    at least its C rows' cycles (old C and the results move on separate ports), plus what the
+    pipeline cannot hide: the first A and B vectors, the first tile's old C rows
+    (``accumulate``) and the last tile's results past its last k-step. The engine
+    (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one definition;
+    conflicts of other k-steps and tiles can add stalls on top.
     """
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
@@ -1633,27 +1652,38 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     ntiles = -(-desc.n // pg)
     fill = 3 + 4 + 1 + mul_latency + add_latency + 3 + 2
     fold = (desc.split.bit_length() - 1) * add_latency
-    if fetch_words is None:
+    if fetch_words is None and banks is None:
         return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
-    w = fetch_words
-    s = min(desc.split, -(-desc.k // desc.kc))   # lane groups with a part of k (the rest masked)
-    wa = min(w, slots * desc.split)              # A: slots words per lane group
-    beats_a = s * -(-h // wa) if slots >= wa else -(-(s * slots) // wa)
+    a, b, c = desc.a, desc.b, desc.c
+    kc = desc.kc
+    s = min(desc.split, -(-desc.k // kc))        # lane groups with a part of k (the rest masked)
+    w = fetch_words or lanes
+    wa = slots * desc.split if fetch_words is None else min(w, slots * desc.split)
+    j = np.arange(slots * desc.split)            # A lane j: row t of group g
+    g_a, t_a = j // slots, j % slots
+    cyc_a, hits_a = _vector_cycles(a.base + t_a * a.row_stride + g_a * kc * a.col_stride,
+                                   (t_a < h) & (g_a < s), wa, banks)
+    p = np.arange(lanes)                         # B lane p: column q of group g
+    g_b, q_b = p // pg, p % pg
 
-    def beats_b(c):
-        return s * -(-c // w) if pg >= w else -(-(s * pg) // w)
+    def fetch(cols):                             # the A and B vectors of a k-step
+        cyc_b, hits_b = _vector_cycles(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
+                                       (q_b < cols) & (g_b < s), w, banks)
+        both = 0 if banks is None or a.store != b.store else int((hits_a + hits_b).max())
+        return max(cyc_a, cyc_b, both)
 
-    def tile(c):                                 # a tile of c columns
-        return max(desc.kc * max(hp, beats_a, beats_b(c)), h * -(-c // w))
+    def rows(cols):                              # the C rows of a tile: h vectors
+        return h * _vector_cycles(c.base + p * c.col_stride, p < cols, w, banks)[0]
+
+    def tile(cols):
+        return max(kc * max(hp, fetch(cols)), rows(cols))
     last = desc.n - (ntiles - 1) * pg
     first = pg if ntiles > 1 else last
-    # not hidden: the first A and B vectors' beats, the first tile's old C rows (accumulate)
-    # and the last tile's results past its last k-step
-    edges = max(0, max(beats_a, beats_b(first)) - 1) + max(0, h * -(-last // w) - hp)
+    edges = max(0, fetch(first) - 4) + max(0, rows(last) - hp)     # 4: in the fill
     if desc.accumulate:
-        edges += max(0, h * -(-first // w) - hp)
-    return (desc.batch * mtiles * ((ntiles - 1) * tile(pg) + tile(last)) + fill + fold
-            + edges)
+        edges += max(0, rows(first) - hp)
+    body = ((ntiles - 1) * tile(pg) if ntiles > 1 else 0) + tile(last)
+    return desc.batch * mtiles * body + fill + fold + edges
 
 
 def best_split(desc, lanes, slots, max_split, **machine):
@@ -1672,7 +1702,8 @@ def best_split(desc, lanes, slots, max_split, **machine):
     return best
 
 
-def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None):
+def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
+                 banks=None):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1680,8 +1711,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
     cands = [(desc, tuple(step))] + ([(desc.transposed(), (c0, b0, a0))] if orient else [])
     best = None
     for d, st in cands:
-        d = best_split(d, lanes, slots, max_split, fetch_words=fetch_words)
-        cyc = engine_cycles(d, lanes, slots, fetch_words=fetch_words)
+        d = best_split(d, lanes, slots, max_split, fetch_words=fetch_words, banks=banks)
+        cyc = engine_cycles(d, lanes, slots, fetch_words=fetch_words, banks=banks)
         if best is None or cyc < best[0]:
             best = (cyc, d, st)
     return best[1], best[2]
@@ -1720,7 +1751,8 @@ class Program:
         """Return the flat instruction words."""
         return encode_program(self.instructions)
 
-    def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None):
+    def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
+                   banks=None):
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
@@ -1731,7 +1763,7 @@ class Program:
         for ins in self.instructions:
             if isinstance(ins, Contract):
                 d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
-                                     orient=orient, fetch_words=fetch_words)
+                                     orient=orient, fetch_words=fetch_words, banks=banks)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

@@ -607,12 +607,13 @@ class ContractionEngine(wiring.Component):
                                           "addr": addr, "mask": mask, "data": words})
 
     def issue_cycles(self, desc):
-        """Return the analytical cycle count of ``desc`` without fetch stalls: the golden
-        cycle model :func:`ttrain.golden.isa.engine_cycles` at this engine's lanes,
-        slots and FP32 latencies (issue cycles, the fixed fill and drain of
-        :attr:`overhead_cycles` and the fold tree's adder latencies of a split)."""
+        """Return the analytical cycle count of ``desc``: the golden cycle model
+        :func:`ttrain.golden.isa.engine_cycles` at this engine's lanes, slots, banks, beats
+        and FP32 latencies (issue cycles, the fixed fill and drain of :attr:`overhead_cycles`,
+        the fold tree's adder latencies of a split, the first k-step's bank conflicts)."""
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
-                             add_latency=self._add_latency, fetch_words=self._fetch_words)
+                             add_latency=self._add_latency, fetch_words=self._fetch_words,
+                             banks=self._banks)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -625,7 +626,7 @@ class ContractionEngine(wiring.Component):
         :meth:`issue_cycles` (:func:`ttrain.golden.isa.best_split`)."""
         return best_split(desc, self._lanes, self._slots, self._max_split,
                           mul_latency=self._mul_latency, add_latency=self._add_latency,
-                          fetch_words=self._fetch_words)
+                          fetch_words=self._fetch_words, banks=self._banks)
 
     @property
     def overhead_cycles(self):

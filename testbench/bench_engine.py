@@ -118,7 +118,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}{suffix}")
     build_s = time.time() - t0
     steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split,
-                                             fetch_words=fetch_words)[0])
+                                             fetch_words=fetch_words, banks=eng.banks)[0])
                             for j, d in jobs])
              for name, (sizes, jobs) in steps.items()}
     entries = []

@@ -57,7 +57,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     if max_split > 1 or fetch_words:
         def mapped(c):
             return replace(c, program=c.program.for_engine(lanes, slots, max_split,
-                                                           fetch_words=fetch_words))
+                                                           fetch_words=fetch_words,
+                                                           banks=lanes))
         full = mapped(full)
         cm = full if positions is None else mapped(cm)
     t0 = time.time()

@@ -248,7 +248,8 @@ def test_engine_unknown_store_code():
 def test_best_orientation_and_cycle_model():
     eng = ContractionEngine(lanes=8, slots=16, stores=[StoreSpec("s", 1024)])
     # 80 x 10 output, k = 96: lanes over 10 columns waste 6 of 16; the transpose does not
-    tall = Descriptor(80, 10, 96, View("s", 0, 96, 1), View("s", 0, 10, 1), View("s", 0, 10, 1))
+    # (odd leading dimensions of A and C keep the transposed B and C vectors off one bank)
+    tall = Descriptor(80, 10, 96, View("s", 0, 97, 1), View("s", 0, 10, 1), View("s", 0, 11, 1))
     best = eng.best_orientation(tall)
     assert (best.m, best.n) == (10, 80) and best == tall.transposed()
     assert eng.issue_cycles(best) - eng.overhead_cycles == eng.ideal_cycles(tall)
@@ -259,6 +260,12 @@ def test_best_orientation_and_cycle_model():
     small = Descriptor(3, 8, 4, View("s", 0, 4, 1), View("s", 0, 8, 1), View("s", 0, 8, 1))
     assert eng.issue_cycles(small) - eng.overhead_cycles == 4 * (eng.add_latency + 1)
     assert eng.best_orientation(d) is d
+    # the banks are in the model: a column stride of 96 puts a B vector's 8 lanes in one of
+    # the 8 banks, 8 cycles per vector against the 7-cycle k-step of 4 rows; 97 does not
+    wide_ld = Descriptor(4, 8, 96, View("s", 0, 1, 4), View("s", 0, 1, 96), View("s", 0, 8, 1))
+    assert eng.issue_cycles(wide_ld) - eng.overhead_cycles >= 96 * 8
+    odd_ld = Descriptor(4, 8, 96, View("s", 0, 1, 4), View("s", 0, 1, 97), View("s", 0, 8, 1))
+    assert eng.issue_cycles(odd_ld) - eng.overhead_cycles == 96 * (eng.add_latency + 1)
 
 
 def test_engine_integer_mode_random_descriptors_sim():

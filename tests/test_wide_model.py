@@ -44,8 +44,8 @@ def test_study_of_the_tiny_step():
 
 
 def test_engine_cycle_model_is_one_definition():
-    """rtl/engine.py's issue_cycles is golden's engine_cycles (with the units' latencies), and
-    best_split never loses to split 1."""
+    """rtl/engine.py's issue_cycles is golden's engine_cycles (with the units' latencies and
+    the engine's banks), and best_split never loses to split 1."""
     from ttrain.golden.isa import ADD_LATENCY, MUL_LATENCY, best_split, engine_cycles
     eng = ContractionEngine(lanes=16, slots=16, stores=[StoreSpec("s", 1 << 12)], max_split=16)
     assert (eng.mul_latency, eng.add_latency) == (MUL_LATENCY, ADD_LATENCY)
@@ -55,8 +55,9 @@ def test_engine_cycle_model_is_one_definition():
         m, n, k = (int(x) for x in rng.integers(1, 200, 3))
         d = Descriptor(m, n, k, v, v, v, batch=int(rng.integers(1, 4)))
         b = eng.best_split(d)
-        assert b == best_split(d, 16, 16, 16) and b.split <= min(16, k)
-        assert eng.issue_cycles(b) == engine_cycles(b, 16, 16) <= engine_cycles(d, 16, 16)
+        assert b == best_split(d, 16, 16, 16, banks=16) and b.split <= min(16, k)
+        assert eng.issue_cycles(b) == engine_cycles(b, 16, 16, banks=16) \
+            <= engine_cycles(d, 16, 16, banks=16)
     # 12 x 12 outputs over k = 1280 on 16 lanes: groups of 4 lanes x 4 parts beat 16 lanes
     d = Descriptor(12, 12, 1280, v, v, v)
     assert best_split(d, 16, 16, 16).split > 1
