@@ -21,12 +21,21 @@ cycles) and a fixed per-descriptor fill/drain:
   descriptor, no extra reduction cycles: the tree is pipelined behind the write-back);
 
 and ``best``: the best of the last three per descriptor. ``--overlap`` drops the per-descriptor
-fill/drain (descriptors pipelined back to back). The model ignores bank conflicts and operand
+fill/drain (descriptors pipelined back to back). These rows ignore bank conflicts and operand
 bandwidth (which a wide engine must provide) and the vector unit (its element count is printed
-beside). It is a model for choosing the design, not a measurement: cycle counts of the RTL come
-from ``ttrain bench step``.
+beside).
 
-``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--json]``
+``--fetch-words W`` and/or ``--banks NB`` add the row ``machine``: the engine as built with
+``W``-word operand beats and ``NB`` banks per store, each dynamic CONTRACT of the compiled
+program (its real views: strides and bases) mapped by :meth:`ttrain.golden.isa.Program.
+for_engine`'s rule and costed by :func:`ttrain.golden.isa.engine_cycles` with the fetch bound
+and the bank conflicts (within 2% of Verilator on the paper layer's TT step at 64 lanes).
+
+It is a model for choosing the design, not a measurement: cycle counts of the RTL come from
+``ttrain bench step``.
+
+``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
+[--banks NB] [--json]``
 """
 
 import argparse
@@ -34,7 +43,7 @@ import json
 import math
 from collections import Counter, defaultdict
 
-__all__ = ["MAPPINGS", "step_descriptors", "cycles", "study"]
+__all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study"]
 
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 25               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
@@ -140,7 +149,27 @@ def step_descriptors(config):
     return descs, vec, nvec
 
 
-def study(config="paper-l1", lanes=(8, 64, 256)):
+def machine_cycles(config, lanes, *, fetch_words=None, banks=None, slots=SLOTS):
+    """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
+    lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
+    costed by golden's cycle model. Returns ``(cycles, MACs)``."""
+    from ..golden import config as C
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.isa import Contract, engine_cycles, map_contract
+    from ..golden.model_compiler import compile_model
+    prog = compile_model(C.get_config(config)).program
+    counts = Counter((ins.desc, ins.step) for _, ins in dynamic_stream(prog.instructions)
+                     if isinstance(ins, Contract))
+    total = macs = 0
+    for (desc, step), n in counts.items():
+        d, _ = map_contract(desc, step, lanes, slots, lanes, fetch_words=fetch_words,
+                            banks=banks)
+        total += n * engine_cycles(d, lanes, slots, fetch_words=fetch_words, banks=banks)
+        macs += n * desc.macs
+    return total, macs
+
+
+def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None):
     descs, vec, nvec = step_descriptors(config)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
@@ -152,6 +181,11 @@ def study(config="paper-l1", lanes=(8, 64, 256)):
                 c = sum(cycles(d, P, mp, ov) for d in descs)
                 entry["mappings"][mp + (" +overlap" if ov else "")] = {
                     "cycles": c, "utilization": ideal / c}
+        if fetch_words is not None or banks is not None:
+            c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
+                                  banks=banks)
+            entry["mappings"][f"machine (W {fetch_words}, {banks} banks)"] = {
+                "cycles": c, "utilization": ideal / c}
         losses = defaultdict(lambda: [0, 0, 0])
         for d in descs:
             a = losses[d]
@@ -166,8 +200,9 @@ def study(config="paper-l1", lanes=(8, 64, 256)):
     shapes = Counter(descs)
     return {"config": config, "contracts": len(descs), "distinct_shapes": len(shapes),
             "macs": macs, "vector_elements": vec, "vector_instructions": nvec,
-            "label": "analytical model (no bank conflicts, no operand-bandwidth limit, engine "
-                     "only): a design study, not a measurement", "lanes": rows}
+            "label": "analytical model (engine only; rows other than 'machine': no bank "
+                     "conflicts, no operand-bandwidth limit): a design study, not a "
+                     "measurement", "lanes": rows}
 
 
 def main(argv=None):
@@ -175,15 +210,22 @@ def main(argv=None):
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="paper-l1")
     p.add_argument("--lanes", default="8,64,256")
+    p.add_argument("--fetch-words", type=int, default=None, metavar="W",
+                   help="add the machine row: W-word operand beats (power of two)")
+    p.add_argument("--banks", type=int, default=None, metavar="NB",
+                   help="add the machine row: NB banks per store (power of two)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks)):
+        if v is not None and (v < 1 or v & (v - 1)):
+            p.error(f"{flag} must be a positive power of two, not {v}")
     try:
         lanes = tuple(int(x) for x in a.lanes.split(","))
         if any(x < 1 for x in lanes):
             raise ValueError
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
-    rep = study(a.config, lanes)
+    rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks)
     if a.json:
         print(json.dumps(rep, indent=1))
         return 0

@@ -95,3 +95,17 @@ def test_program_for_engine_keeps_the_words_or_follows_the_split():
     got, _ = run(wide, image, raise_errors=True)
     assert cm.loss(got) == pytest.approx(cm.loss(want), rel=1e-5)
     assert any(not np.array_equal(got[s], want[s]) for s in want)    # a new order
+
+
+def test_machine_row_is_the_engine_row_without_beats_and_banks():
+    """The machine row (real views, for_engine's rule) equals the engine row when neither
+    beats nor banks are modeled, and only adds cycles with them; bad flags exit 2."""
+    from ttrain.testbench.wide_model import cycles, machine_cycles, main, step_descriptors
+    descs, _, _ = step_descriptors("tiny")
+    plain, macs = machine_cycles("tiny", 8)
+    assert plain == sum(cycles(d, 8, "engine") for d in descs)
+    assert macs == sum(m * n * k * b for m, n, k, b in descs)
+    assert machine_cycles("tiny", 8, fetch_words=2, banks=8)[0] >= plain
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", "tiny", "--banks", "12"])
+    assert exc.value.code == 2
