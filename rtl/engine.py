@@ -230,6 +230,11 @@ class _Beats:
         m.d.comb += self.grant.eq(Cat(*[self.port_grant[p % W] & self.sel[p // W]
                                         for p in range(lanes)]))
 
+    def ports(self, store):
+        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        return [(self.port_req[j], store, self.port_addr[j], self.port_grant[j])
+                for j in range(self.width)]
+
     def port_values(self, values, width):
         """Per port, the value of the presented beat's lane out of ``values`` (one per lane)."""
         if self.sel is None:
@@ -293,9 +298,7 @@ class _ReadClient:
 
     def ports(self):
         """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
-        b = self.beats
-        return [(b.port_req[j], self.store, b.port_addr[j], b.port_grant[j])
-                for j in range(b.width)]
+        return self.beats.ports(self.store)
 
     def connect_data(self, m, store_rdata):
         """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
@@ -356,9 +359,7 @@ class _WriteClient:
 
     def ports(self):
         """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
-        b = self.beats
-        return [(b.port_req[j], self.store, b.port_addr[j], b.port_grant[j])
-                for j in range(b.width)]
+        return self.beats.ports(self.store)
 
 
 def _arbitrate(m, name, lanes, n_stores, nb_log2):
