@@ -52,7 +52,8 @@ def _engine(args):
     if nb is not None and (nb < 1 or nb & (nb - 1)):
         raise ValueError(f"--banks must be a positive power of two, not {nb}")
     report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks,
-                          max_split=_max_split(args), fetch_words=fw, banks=nb)
+                          max_split=_max_split(args), fetch_words=fw, banks=nb,
+                          bank_skew=args.bank_skew)
     _print_report(report, args.json)
     return 0
 
@@ -215,6 +216,8 @@ def register(sub):
                         "two up to --lanes; default: a whole vector per beat)")
     e.add_argument("--banks", type=int, default=None, metavar="NB",
                    help="banks per store (power of two; default --lanes)")
+    e.add_argument("--bank-skew", action="store_true",
+                   help="word a in bank (a + a // banks) %% banks: rows skewed across the banks")
     from .debug_cmd import add_sim_debug_flags, with_sim_debug
     add_sim_debug_flags(e, trace=False)      # the engine alone: no sequencer, no trace
     e.set_defaults(func=with_sim_debug(_engine))

@@ -1606,23 +1606,24 @@ MUL_LATENCY = 6
 ADD_LATENCY = 6
 
 
-def _vector_cycles(addrs, active, width, banks):
+def _vector_cycles(addrs, active, width, banks, skew=False):
     """Cycles a vector client of the engine needs for one vector: its lanes in beats of
     ``width`` consecutive lanes, empty beats skipped, each beat as many cycles as its most
-    requested bank (one per beat without ``banks``). Returns ``(cycles, words per bank)``."""
+    requested bank (one per beat without ``banks``; word ``a`` in bank ``a % banks``, or
+    ``(a + a // banks) % banks`` with ``skew``). Returns ``(cycles, words per bank)``."""
     addrs = np.asarray(addrs, dtype=np.int64)
     active = np.asarray(active, dtype=bool)
     beat = np.arange(addrs.size) // width
     if banks is None:
         return int(np.unique(beat[active]).size), None
     nb = -(-addrs.size // width)
-    bank = addrs[active] % banks
+    bank = (addrs[active] + (addrs[active] // banks if skew else 0)) % banks
     per = np.bincount(beat[active] * banks + bank, minlength=nb * banks).reshape(nb, banks)
     return int(per.max(axis=1).sum()), np.bincount(bank, minlength=banks)
 
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
-                  fetch_words=None, banks=None):
+                  fetch_words=None, banks=None, bank_skew=False):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
     model the compiler maps programs with.
 
@@ -1636,7 +1637,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     With ``fetch_words = W`` (the engine's operand fetchers and C writer move at most ``W``
     words per cycle, in beats of ``W`` consecutive lanes, empty beats skipped) and/or
     ``banks`` (the stores' banks; a bank serves one word per cycle, word ``a`` in bank
-    ``a % banks``): each vector costs the cycles of its beats, a beat as many as its most
+    ``a % banks``, or ``(a + a // banks) % banks`` with ``bank_skew``): each vector costs the cycles of its beats, a beat as many as its most
     requested bank, taken from the lane addresses of the first k-step of the first tile. A
     k-step takes ``max(hp, A cycles, B cycles)`` (A and B in one store share its banks), a tile
     at least its C rows' cycles (old C and the results move on separate ports), plus what the
@@ -1662,18 +1663,18 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     j = np.arange(slots * desc.split)            # A lane j: row t of group g
     g_a, t_a = j // slots, j % slots
     cyc_a, hits_a = _vector_cycles(a.base + t_a * a.row_stride + g_a * kc * a.col_stride,
-                                   (t_a < h) & (g_a < s), wa, banks)
+                                   (t_a < h) & (g_a < s), wa, banks, bank_skew)
     p = np.arange(lanes)                         # B lane p: column q of group g
     g_b, q_b = p // pg, p % pg
 
     def fetch(cols):                             # the A and B vectors of a k-step
         cyc_b, hits_b = _vector_cycles(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
-                                       (q_b < cols) & (g_b < s), w, banks)
+                                       (q_b < cols) & (g_b < s), w, banks, bank_skew)
         both = 0 if banks is None or a.store != b.store else int((hits_a + hits_b).max())
         return max(cyc_a, cyc_b, both)
 
     def rows(cols):                              # the C rows of a tile: h vectors
-        return h * _vector_cycles(c.base + p * c.col_stride, p < cols, w, banks)[0]
+        return h * _vector_cycles(c.base + p * c.col_stride, p < cols, w, banks, bank_skew)[0]
 
     def tile(cols):
         return max(kc * max(hp, fetch(cols)), rows(cols))
@@ -1703,7 +1704,7 @@ def best_split(desc, lanes, slots, max_split, **machine):
 
 
 def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                 banks=None):
+                 banks=None, bank_skew=False):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1711,8 +1712,9 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
     cands = [(desc, tuple(step))] + ([(desc.transposed(), (c0, b0, a0))] if orient else [])
     best = None
     for d, st in cands:
-        d = best_split(d, lanes, slots, max_split, fetch_words=fetch_words, banks=banks)
-        cyc = engine_cycles(d, lanes, slots, fetch_words=fetch_words, banks=banks)
+        machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
+        d = best_split(d, lanes, slots, max_split, **machine)
+        cyc = engine_cycles(d, lanes, slots, **machine)
         if best is None or cyc < best[0]:
             best = (cyc, d, st)
     return best[1], best[2]
@@ -1752,7 +1754,7 @@ class Program:
         return encode_program(self.instructions)
 
     def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                   banks=None):
+                   banks=None, bank_skew=False):
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
@@ -1763,7 +1765,8 @@ class Program:
         for ins in self.instructions:
             if isinstance(ins, Contract):
                 d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
-                                     orient=orient, fetch_words=fetch_words, banks=banks)
+                                     orient=orient, fetch_words=fetch_words, banks=banks,
+                                     bank_skew=bank_skew)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

@@ -187,6 +187,18 @@ class _Loops:
                 m.d.sync += self.done.eq(1)
 
 
+def _bank_of(addr, nb_log2, skew):
+    """The bank of word ``addr`` (``nb_log2`` bank bits): ``addr % banks``, or with ``skew``
+    ``(addr + addr // banks) % banks`` (rows skewed by one bank each). The row is ``addr //
+    banks`` either way."""
+    if not nb_log2:
+        return Const(0, 1)
+    low = addr[:nb_log2]
+    if not skew:
+        return low
+    return (low + addr[nb_log2:2 * nb_log2])[:nb_log2]
+
+
 class _Beats:
     """The ``width`` ports through which a client of ``lanes`` lanes reaches the arbiter.
 
@@ -197,7 +209,7 @@ class _Beats:
     ``width == lanes`` (one beat) the ports are the lanes.
     """
 
-    def __init__(self, m, name, lanes, width, pending, addr):
+    def __init__(self, m, name, lanes, width, pending, addr, nb_log2, skew):
         self.width = width
         self.nbeats = lanes // width
         W = width
@@ -207,6 +219,7 @@ class _Beats:
             self.sel = None
             self.port_req = [pending[j] for j in range(W)]
             self.port_addr = list(addr)
+            self.port_bank = [_bank_of(a, nb_log2, skew) for a in self.port_addr]
             m.d.comb += self.grant.eq(self.port_grant)
             return
         any_b = [pending[b * W:(b + 1) * W].any() for b in range(self.nbeats)]
@@ -229,11 +242,12 @@ class _Beats:
             self.port_addr.append(pa)
         m.d.comb += self.grant.eq(Cat(*[self.port_grant[p % W] & self.sel[p // W]
                                         for p in range(lanes)]))
+        self.port_bank = [_bank_of(a, nb_log2, skew) for a in self.port_addr]
 
     def ports(self, store):
-        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
-        return [(self.port_req[j], store, self.port_addr[j], self.port_grant[j])
-                for j in range(self.width)]
+        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        return [(self.port_req[j], store, self.port_bank[j], self.port_addr[j],
+                 self.port_grant[j]) for j in range(self.width)]
 
     def port_values(self, values, width):
         """Per port, the value of the presented beat's lane out of ``values`` (one per lane)."""
@@ -253,7 +267,7 @@ class _ReadClient:
     granted, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
     """
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
         width = lanes if width is None else min(width, lanes)
         self.name = name
         self.lanes = lanes
@@ -266,7 +280,7 @@ class _ReadClient:
         self.active = Signal(name=f"{name}_active")
         self.pending = Signal(lanes, name=f"{name}_pending")
         self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr)
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, nb_log2, skew)
         self.grant = self.beats.grant
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
@@ -293,11 +307,10 @@ class _ReadClient:
         self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
         m.d.sync += [self.grant_d.eq(self.grant), self.out_valid.eq(self.finishing),
                      self.store_d.eq(self.store)]
-        m.d.sync += [self.bank_d[j].eq(a[:max(1, nb_log2)] if nb_log2 else 0)
-                     for j, a in enumerate(self.beats.port_addr)]
+        m.d.sync += [self.bank_d[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
 
     def ports(self):
-        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
         return self.beats.ports(self.store)
 
     def connect_data(self, m, store_rdata):
@@ -322,7 +335,7 @@ class _WriteClient:
     """A vector of ``lanes`` word writes to one store, completed over one or more cycles,
     through ``width`` ports (:class:`_Beats`; default one per lane)."""
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, width=None):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
         width = lanes if width is None else min(width, lanes)
         self.name = name
         self.lanes = lanes
@@ -337,7 +350,7 @@ class _WriteClient:
         self.pending = Signal(lanes, name=f"{name}_pending")
         self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
         self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr)
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, nb_log2, skew)
         self.grant = self.beats.grant
         self.port_data = self.beats.port_values(self.data, 32)
         self.finishing = Signal(name=f"{name}_finishing")
@@ -358,23 +371,22 @@ class _WriteClient:
             m.d.sync += self.pending.eq(self.pending & ~self.grant)
 
     def ports(self):
-        """``(req, store, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
         return self.beats.ports(self.store)
 
 
 def _arbitrate(m, name, lanes, n_stores, nb_log2):
     """Grant each (store, bank) to the first requesting lane of ``lanes``.
 
-    ``lanes`` is a list of ``(req, store, addr, grant)`` in priority order; ``grant`` is driven
-    here. Returns ``sel[s][b]``: list of ``(grant_bit, addr)`` pairs of lanes granted there.
+    ``lanes`` is a list of ``(req, store, bank, addr, grant)`` in priority order; ``grant`` is
+    driven here. Returns ``sel[s][b]``: list of ``(grant_bit, addr)`` pairs of lanes granted there.
     """
     nb = 1 << nb_log2
     n_sb = n_stores * nb
     prefix = Const(0, n_sb)
     sel = [[[] for _ in range(nb)] for _ in range(n_stores)]
-    for i, (req, store, addr, grant) in enumerate(lanes):
+    for i, (req, store, bank, addr, grant) in enumerate(lanes):
         hot = Signal(n_sb, name=f"{name}_hot{i}")
-        bank = addr[:nb_log2] if nb_log2 else Const(0, 1)
         key = Cat(bank, store) if nb_log2 else store
         m.d.comb += hot.eq(Mux(req, Const(1, n_sb) << key, 0))
         m.d.comb += grant.eq(req & ((hot & prefix) == 0))
@@ -436,6 +448,13 @@ class ContractionEngine(wiring.Component):
         cycle, so the arbiter and the read-data crossbar grow with ``fetch_words x banks``
         instead of ``lanes x banks`` (module docstring, "Beats"). Default ``None``: one port
         per lane, every vector in one beat.
+    bank_skew : bool
+        Word ``a`` in bank ``(a + a // banks) % banks`` instead of ``a % banks`` (row ``a //
+        banks`` either way): each row of the stores rotated by one bank more than the last, so
+        a vector whose stride is an odd multiple of ``banks`` (a k-contiguous operand with a
+        leading dimension of 96 on 32 banks) hits every bank once instead of one bank
+        ``lanes`` times. A beat of fewer than ``banks`` consecutive words stays conflict-free;
+        a full ``banks``-word beat that is not row-aligned takes two cycles.
 
     Members
     -------
@@ -459,7 +478,7 @@ class ContractionEngine(wiring.Component):
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
-                 fetch_words=None):
+                 fetch_words=None, bank_skew=False):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -492,6 +511,7 @@ class ContractionEngine(wiring.Component):
             raise ValueError(f"fetch_words must be a power of two in 1..lanes ({lanes}), not "
                              f"{fetch_words!r}")
         self._fetch_words = fetch_words
+        self._bank_skew = bool(bank_skew)
         self._max_split = max_split
         self._ports = ports
         self._integer = bool(integer)
@@ -540,6 +560,7 @@ class ContractionEngine(wiring.Component):
     mul_unit = property(lambda self: self._mul_unit, doc="FP32 multiplier class of the lanes.")
     add_unit = property(lambda self: self._add_unit,
                         doc="FP32 adder class of the lanes and the fold tree.")
+    bank_skew = property(lambda self: self._bank_skew, doc="Rows skewed across the banks.")
     fetch_words = property(lambda self: self._fetch_words,
                            doc="Words per cycle each operand fetcher and the C writer move "
                                "(``None``: a whole vector).")
@@ -614,7 +635,7 @@ class ContractionEngine(wiring.Component):
         the fold tree's adder latencies of a split, the first k-step's bank conflicts)."""
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
                              add_latency=self._add_latency, fetch_words=self._fetch_words,
-                             banks=self._banks)
+                             banks=self._banks, bank_skew=self._bank_skew)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -627,7 +648,8 @@ class ContractionEngine(wiring.Component):
         :meth:`issue_cycles` (:func:`ttrain.golden.isa.best_split`)."""
         return best_split(desc, self._lanes, self._slots, self._max_split,
                           mul_latency=self._mul_latency, add_latency=self._add_latency,
-                          fetch_words=self._fetch_words, banks=self._banks)
+                          fetch_words=self._fetch_words, banks=self._banks,
+                          bank_skew=self._bank_skew)
 
     @property
     def overhead_cycles(self):
@@ -664,16 +686,17 @@ class ContractionEngine(wiring.Component):
 
         # ---- clients -------------------------------------------------------------------
         FW = self._fetch_words
-        ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW)  # A vectors (S words down a column
+        SK = self._bank_skew
+        ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW, SK)  # A vectors (S words down a column
                                                         # per lane group)
-        rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW)  # B vectors (P words along a row)
-        rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW)  # old C vectors (accumulate)
-        rh = _ReadClient(m, "hr", NB, AW, SB, lnb)    # host read
-        wc = _WriteClient(m, "wc", P, AW, SB, FW)      # C results
-        wh = _WriteClient(m, "hw", NB, AW, SB)         # host write
+        rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK)  # B vectors (P words along a row)
+        rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK)  # old C vectors (accumulate)
+        rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK)    # host read
+        wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK)      # C results
+        wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK)   # host write
 
-        prs = [_ReadClient(m, f"p{i}r", NB, AW, SB, lnb) for i in range(self._ports)]
-        pws = [_WriteClient(m, f"p{i}w", NB, AW, SB) for i in range(self._ports)]
+        prs = [_ReadClient(m, f"p{i}r", NB, AW, SB, lnb, None, SK) for i in range(self._ports)]
+        pws = [_WriteClient(m, f"p{i}w", NB, AW, SB, lnb, None, SK) for i in range(self._ports)]
 
         rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
                           n_stores, lnb)

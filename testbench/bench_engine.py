@@ -33,7 +33,8 @@ BENCH_SLOTS = 16
 
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
-    optional ``slots``, ``max_split``, ``banks``, ``fetch_words`` and ``shared_units``: the
+    optional ``slots``, ``max_split``, ``banks``, ``fetch_words``, ``bank_skew`` and
+    ``shared_units``: the
     FP32 units as instances of one Verilog module each, :func:`ttrain.rtl.export.shared_unit`,
     for wide builds): the same configuration ``testbench/tb_engine.py`` reads from
     ``$ENGINE_CONFIG``."""
@@ -44,7 +45,8 @@ def make_engine(cfg):
         units = {"mul_unit": shared_unit(FP32Mul), "add_unit": shared_unit(FP32Add)}
     return ContractionEngine(lanes=cfg["lanes"], stores=[StoreSpec(*s) for s in cfg["stores"]],
                              max_split=cfg.get("max_split", 1), banks=cfg.get("banks"),
-                             fetch_words=cfg.get("fetch_words"), **units,
+                             fetch_words=cfg.get("fetch_words"),
+                             bank_skew=bool(cfg.get("bank_skew")), **units,
                              **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 
@@ -78,7 +80,7 @@ def run_step(build, eng, cfg, jobs, tdir, sizes):
 
 def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
                  rank_sets=tuple(PAPER_RANKS), test_dir=None, max_split=1, fetch_words=None,
-                 banks=None):
+                 banks=None, bank_skew=False):
     """Measure every contraction of one TT-linear training step under Verilator.
 
     For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
@@ -110,15 +112,17 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     stores = [[s, -(-w // nb) * nb, "auto", "verilog"] for s, w in sorted(need.items())]
     cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7,
            "max_split": max_split, "fetch_words": fetch_words, "banks": banks,
-           "shared_units": True}
+           "bank_skew": bool(bank_skew), "shared_units": True}
     t0 = time.time()
     eng = make_engine(cfg)
     suffix = (f"_g{max_split}" if max_split > 1 else "") + \
-        (f"_f{fetch_words}" if fetch_words else "") + (f"_b{banks}" if banks else "")
+        (f"_f{fetch_words}" if fetch_words else "") + (f"_b{banks}" if banks else "") + \
+        ("_skew" if bank_skew else "")
     build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}{suffix}")
     build_s = time.time() - t0
     steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split,
-                                             fetch_words=fetch_words, banks=eng.banks)[0])
+                                             fetch_words=fetch_words, banks=eng.banks,
+                                             bank_skew=eng.bank_skew)[0])
                             for j, d in jobs])
              for name, (sizes, jobs) in steps.items()}
     entries = []
@@ -148,6 +152,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
                         "sim_seconds": round(sim_s, 1)}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
                          "max_split": max_split, "fetch_words": fetch_words,
+                         "bank_skew": bool(bank_skew),
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
                          "stores": [store_primitives(st) for st in eng.stores], "build_seconds": round(build_s, 1)},

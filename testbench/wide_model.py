@@ -149,7 +149,8 @@ def step_descriptors(config):
     return descs, vec, nvec
 
 
-def machine_cycles(config, lanes, *, fetch_words=None, banks=None, slots=SLOTS):
+def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=False,
+                   slots=SLOTS):
     """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
     lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
     costed by golden's cycle model. Returns ``(cycles, MACs)``."""
@@ -162,14 +163,15 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, slots=SLOTS):
                      if isinstance(ins, Contract))
     total = macs = 0
     for (desc, step), n in counts.items():
-        d, _ = map_contract(desc, step, lanes, slots, lanes, fetch_words=fetch_words,
-                            banks=banks)
-        total += n * engine_cycles(d, lanes, slots, fetch_words=fetch_words, banks=banks)
+        machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
+        d, _ = map_contract(desc, step, lanes, slots, lanes, **machine)
+        total += n * engine_cycles(d, lanes, slots, **machine)
         macs += n * desc.macs
     return total, macs
 
 
-def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None):
+def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
+          bank_skew=False):
     descs, vec, nvec = step_descriptors(config)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
@@ -183,8 +185,9 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
                     "cycles": c, "utilization": ideal / c}
         if fetch_words is not None or banks is not None:
             c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
-                                  banks=banks)
-            entry["mappings"][f"machine (W {fetch_words}, {banks} banks)"] = {
+                                  banks=banks, bank_skew=bank_skew)
+            label = f"machine (W {fetch_words}, {banks} banks{', skewed' if bank_skew else ''})"
+            entry["mappings"][label] = {
                 "cycles": c, "utilization": ideal / c}
         losses = defaultdict(lambda: [0, 0, 0])
         for d in descs:
@@ -214,6 +217,8 @@ def main(argv=None):
                    help="add the machine row: W-word operand beats (power of two)")
     p.add_argument("--banks", type=int, default=None, metavar="NB",
                    help="add the machine row: NB banks per store (power of two)")
+    p.add_argument("--bank-skew", action="store_true",
+                   help="machine row: rows skewed across the banks (rtl engine bank_skew)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks)):
@@ -225,7 +230,8 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
-    rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks)
+    rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
+                bank_skew=a.bank_skew)
     if a.json:
         print(json.dumps(rep, indent=1))
         return 0

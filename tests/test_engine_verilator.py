@@ -41,11 +41,12 @@ def test_engine_verilator_random_and_errors(engine_build, tmp_path):
 
 
 #: A wide engine: 32 lanes in up to 8 lane groups, fetchers and writer in beats of 8 words,
-#: 16 banks, the FP32 units as instances of one Verilog module each (``shared_units``). Its
+#: 16 banks with skewed rows, the FP32 units as instances of one Verilog module each
+#: (``shared_units``). Its
 #: build is ~100 s here (the 4-lane one without shared units takes longer).
 WIDE = {
     "lanes": 32, "max_split": 8, "fetch_words": 8, "banks": 16, "slots": 8,
-    "shared_units": True,
+    "bank_skew": True, "shared_units": True,
     "stores": [["f", 4096, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 2048, "block", "memory"]],
     "seed": 2027,
