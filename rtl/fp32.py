@@ -234,8 +234,10 @@ class FP32Mul(wiring.Component):
         s4_right = Signal(name="s4_right", reset_less=True)
         s4_shamt = Signal(6, name="s4_shamt", reset_less=True)
         s4_exp = Signal(9, name="s4_exp", reset_less=True)
-        with m.If(s3_room >= s3_lz):
-            m.d.sync += [s4_right.eq(0), s4_shamt.eq(s3_lz), s4_exp.eq(s3_room + 1 - s3_lz)]
+        s3_e = Signal(signed(11), name="s3_e")           # room + 1 - lz, beside the compare
+        m.d.comb += s3_e.eq(s3_room + 1 - s3_lz)
+        with m.If(~s3_e[10] & (s3_e != 0)):                # room >= lz
+            m.d.sync += [s4_right.eq(0), s4_shamt.eq(s3_lz), s4_exp.eq(s3_e)]
         with m.Elif(s3_room >= 0):
             m.d.sync += [s4_right.eq(0), s4_shamt.eq(s3_room), s4_exp.eq(1)]
         with m.Else():
@@ -317,7 +319,7 @@ class FP32Add(wiring.Component):
 
         # Stage 1. Comparing the 31-bit magnitudes orders finite values and infinities; the
         # larger operand ("big") gives the result's sign and exponent reference.
-        swap = self.i.payload.b[0:31] > self.i.payload.a[0:31]
+        swap = _split_lt(self.i.payload.a[0:31], self.i.payload.b[0:31])    # |b| > |a|
         nan = a.is_nan | b.is_nan | (a.is_inf & b.is_inf & (a.sign != b.sign))
         inf = (a.is_inf | b.is_inf) & ~nan
         s1_nan = _reg(m, 1, "s1_nan", nan)
@@ -350,10 +352,16 @@ class FP32Add(wiring.Component):
         s3_big_exp = _delay(m, s1_big_exp, "big_exp", 1, 3)
         s3_lz = Signal(6, name="s3_lz")
         m.d.comb += s3_lz.eq(leading_zeros(s3_sum))
+        # (lz > big_exp is the sign of big_exp + 1 - lz - 1: one subtraction, beside the
+        # shift amount's multiplexer, not before it)
+        s3_e = Signal(signed(10), name="s3_e")
+        m.d.comb += s3_e.eq(s3_big_exp + 1 - s3_lz)
+        s3_under = Signal(name="s3_under")                  # lz > big_exp
+        m.d.comb += s3_under.eq(s3_e[9] | (s3_e == 0))
         s3_shamt = Signal(6, name="s3_shamt")
-        m.d.comb += s3_shamt.eq(Mux(s3_lz > s3_big_exp, s3_big_exp, s3_lz))
+        m.d.comb += s3_shamt.eq(Mux(s3_under, s3_big_exp, s3_lz))
         s4_shamt = _reg(m, 6, "s4_shamt", s3_shamt)
-        s4_exp = _reg(m, 9, "s4_exp", s3_big_exp + 1 - s3_shamt)
+        s4_exp = _reg(m, 9, "s4_exp", Mux(s3_under, 1, s3_e))
         s4_sum = _delay(m, s3_sum, "sum", 3, 4)
         s4_exact_zero = _reg(m, 1, "s4_exact_zero", s3_sum == 0)
 

@@ -146,10 +146,12 @@ def iadd(m, a, b, bits, name="iadd", stage=None):
     s = _st(stage, s, f"{name}_s1_sum")
     # the sum fits when its bits from bits - 1 up all equal its sign; the bounds as masks:
     # hi = 2**(bits-1) - 1 (ones below bit bits - 1), lo = -2**(bits-1) = ~hi
-    top = Signal(5, name=f"{name}_top")
-    m.d.comb += top.eq(bits - 1)
+    # top = (bits - 1) mod 32 from bits' 5 low bits; i < top as a function of those 5 bits
+    b5 = Signal(5, name=f"{name}_b5")
+    m.d.comb += b5.eq(bits[0:5])
     fits = Signal(name=f"{name}_fits")
-    below = [Const(i, 5) < top for i in range(31)] + [Const(0, 1)] * 2    # top <= 31
+    below = [Mux(b5 == 0, 1, Const(i + 1, 5) < b5) for i in range(30)]      # i < top <= 31
+    below += [b5 == 0, Const(0, 1), Const(0, 1)]                              # i = 30, 31, 32
     m.d.comb += fits.eq(_all(below[i] | (s[i] == s[33]) for i in range(33)))
     hi = Signal(32, name=f"{name}_hi")
     m.d.comb += hi.eq(Cat(*below[:32]))
@@ -175,11 +177,11 @@ def requant(m, a, b, imm, name="requant", stage=None):
     m.d.comb += t.eq(p >> (sh - 1)[:6])
     pq = Signal(signed(48), name=f"{name}_pq")
     m.d.comb += pq.eq(Mux(sh == 0, p, t >> 1))
+    pq = _st(stage, pq, f"{name}_s3_pq")
+    rb = _st(stage, (sh != 0) & t[0], f"{name}_s3_round")
     fits = (pq[17:48] == 0) | (pq[17:48] == (1 << 31) - 1)
     pqs = Signal(signed(18), name=f"{name}_pqs")
     m.d.comb += pqs.eq(Mux(fits, pq[0:18], Mux(pq[47], 1 << 17, (1 << 17) - 1)))
-    pqs = _st(stage, pqs, f"{name}_s3_q")
-    rb = _st(stage, (sh != 0) & t[0], f"{name}_s3_round")
     q = Signal(signed(19), name=f"{name}_q")
     m.d.comb += q.eq(pqs + rb)
     q = _st(stage, q, f"{name}_s4_q")

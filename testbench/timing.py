@@ -63,9 +63,9 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
-def _vector(special=False):
+def _vector(special=False, width=1):
     from ..rtl.vector_wide import WideVectorUnit
-    return WideVectorUnit(width=1, addr_bits=10, special=special)
+    return WideVectorUnit(width=width, addr_bits=10, special=special)
 
 
 def _store():
@@ -116,6 +116,7 @@ UNITS = {
     "store": (_store, "BankedStore, 1024 words, 2 banks (RAMs are black boxes)"),
     "prng": (_prng, "PRNGUnit, 1 lane"),
     "vector": (_vector, "WideVectorUnit, width 1 (the vector/update unit of the 1-lane top)"),
+    "vector-w2": (lambda: _vector(width=2), "WideVectorUnit, width 2 (the 2-lane top's)"),
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
