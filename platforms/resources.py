@@ -36,6 +36,7 @@ from .hw import preset_hw_config
 from .memory import SIZE_SOURCES, check_banks, fit_memory, _capacity
 
 __all__ = ["synth_estimate", "scaled_estimate", "synth_component", "logic_depth",
+           "deep_registers",
            "build_report"]
 
 #: Cell types that are one logic level on a register-to-register path.
@@ -113,26 +114,11 @@ def _parse_stat(text):
     return cells
 
 
-def logic_depth(netlist, top="top"):
-    """Return the longest register-to-register path in logic levels of a Yosys JSON netlist.
-
-    Parameters
-    ----------
-    netlist : dict
-        ``write_json`` output of a flattened, Xilinx-mapped design.
-    top : str
-        Name of the top module.
-
-    Returns
-    -------
-    dict
-        ``levels`` (LUT/MUXF/CARRY/INV cells on the longest path between sequential cells or
-        ports), ``path`` (the cell types along it, source first) and ``nets`` (the net names
-        at its ends: ``[source, end]``, the signal it starts from and the one it drives last).
-
-    Each LUT, MUXF and CARRY cell is one level (as Vivado counts logic levels); FFs, DSPs,
-    RAMs, black boxes and ports start and end paths.
-    """
+def _comb_depths(netlist, top):
+    """Depth pass shared by :func:`logic_depth` and :func:`deep_registers`: returns the
+    top's cells, ``driver`` (bit -> comb cell), ``comb`` (cell -> (type, input bits)),
+    ``depth`` (comb cell -> levels up to and including it), ``via`` (its deepest
+    predecessor) and ``names`` (bit -> a net name, visible names first, then shortest)."""
     if top not in netlist.get("modules", {}):
         raise ValueError(f"module {top!r} is not in the netlist")
     cells = netlist["modules"][top]["cells"]
@@ -166,28 +152,60 @@ def logic_depth(netlist, top="top"):
             best = max(preds, key=lambda p: depth.get(p, 0), default=None)
             depth[name] = 1 + (depth.get(best, 0) if best is not None else 0)
             via[name] = best
-    if not depth:
-        return {"levels": 0, "path": [], "nets": []}
-    names = {}                        # bit -> a net name (visible names first, then shortest)
+    names = {}
     for net, info in netlist["modules"][top].get("netnames", {}).items():
         rank = (info.get("hide_name", 0), len(net))
         for b in info["bits"]:
             if isinstance(b, int) and (b not in names or rank < names[b][0]):
                 names[b] = (rank, net)
-    end = max(depth, key=depth.get)
-    out_bits = {b for b, d in driver.items() if d == end}
-    sink = None
-    for c in cells.values():          # name the register the path ends in by its output
+    return cells, driver, comb, depth, via, names
+
+
+def _sequential_sinks(cells, names):
+    """Yield ``(register name, data-input bits)`` for every non-comb cell with a named
+    output (FFs, DSPs, RAMs, black boxes); control inputs (clock, enable, reset) excluded."""
+    for c in cells.values():
         if c["type"].startswith(_COMB_PREFIXES):
             continue
         dirs = c.get("port_directions", {})
-        if any(b in out_bits for p, bits in c["connections"].items()
-               if dirs.get(p) == "input" and p not in _CONTROL_PORTS for b in bits):
-            q = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
-                 for b in bits if b in names]
-            if q:
-                sink = names[q[0]][1]
-                break
+        q = [b for p, bits in c["connections"].items() if dirs.get(p) == "output"
+             for b in bits if b in names]
+        ins = [b for p, bits in c["connections"].items()
+               if dirs.get(p) == "input" and p not in _CONTROL_PORTS for b in bits
+               if isinstance(b, int)]
+        yield (names[q[0]][1] if q else "?"), ins
+
+
+def logic_depth(netlist, top="top"):
+    """Return the longest register-to-register path in logic levels of a Yosys JSON netlist.
+
+    Parameters
+    ----------
+    netlist : dict
+        ``write_json`` output of a flattened, Xilinx-mapped design.
+    top : str
+        Name of the top module.
+
+    Returns
+    -------
+    dict
+        ``levels`` (LUT/MUXF/CARRY/INV cells on the longest path between sequential cells or
+        ports), ``path`` (the cell types along it, source first) and ``nets`` (the net names
+        at its ends: ``[source, end]``, the signal it starts from and the one it drives last).
+
+    Each LUT, MUXF and CARRY cell is one level (as Vivado counts logic levels); FFs, DSPs,
+    RAMs, black boxes and ports start and end paths.
+    """
+    cells, driver, comb, depth, via, names = _comb_depths(netlist, top)
+    if not depth:
+        return {"levels": 0, "path": [], "nets": []}
+    end = max(depth, key=depth.get)
+    out_bits = {b for b, d in driver.items() if d == end}
+    sink = None
+    for reg, ins in _sequential_sinks(cells, names):   # name the register the path ends in
+        if reg != "?" and any(b in out_bits for b in ins):
+            sink = reg
+            break
     if sink is None:
         sink = next((names[b][1] for b in out_bits if b in names), "?")
     path = []
@@ -199,6 +217,31 @@ def logic_depth(netlist, top="top"):
     srcs = [b for b in comb[end][1] if b not in driver and b in names]
     source = names[srcs[0]][1] if srcs else "?"
     return {"levels": max(depth.values()), "path": path[::-1], "nets": [source, sink]}
+
+
+def deep_registers(netlist, limit, top="top"):
+    """Every register (or other sequential cell) reached in more than ``limit`` logic levels.
+
+    Returns ``[(levels, register name, source net name)]``, deepest first, one entry per
+    register name (a multi-bit register counts its deepest bit). The source is where the
+    deepest path into it starts. This is the list a timing fix works from: the single
+    longest path of :func:`logic_depth` hides the others.
+    """
+    cells, driver, comb, depth, via, names = _comb_depths(netlist, top)
+    worst = {}
+    for reg, ins in _sequential_sinks(cells, names):
+        ends = [driver[b] for b in ins if b in driver]
+        if not ends:
+            continue
+        end = max(ends, key=depth.get)
+        if depth[end] <= limit or depth[end] <= worst.get(reg, (0,))[0]:
+            continue
+        first = end
+        while via[first] is not None:
+            first = via[first]
+        srcs = [b for b in comb[first][1] if b not in driver and b in names]
+        worst[reg] = (depth[end], names[srcs[0]][1] if srcs else "?")
+    return sorted(((lv, reg, src) for reg, (lv, src) in worst.items()), reverse=True)
 
 
 def _summarize(cells):
@@ -276,17 +319,19 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
     return out
 
 
-def synth_component(component, work_dir, *, timeout=600):
+def synth_component(component, work_dir, *, timeout=600, over=None):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
-    same counts (``lut``, ``ff``, ``dsp48e2``, ..., ``logic_levels``, ``critical_path``).
+    same counts (``lut``, ``ff``, ``dsp48e2``, ..., ``logic_levels``, ``critical_path``);
+    with ``over`` = N also ``deep``: :func:`deep_registers` of the netlist above N levels.
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None)
+    return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
+                       over=over)
 
 
-def _synthesize(component, work, *, timeout, log):
+def _synthesize(component, work, *, timeout, log, over=None):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -313,11 +358,13 @@ def _synthesize(component, work, *, timeout, log):
     log(f"  yosys done in {t2 - t1:.0f} s (log {work / 'yosys.log'}); counting cells and "
         f"logic levels ...")
     cells = _parse_stat((work / "stat.txt").read_text())
-    depth = logic_depth(json.loads((work / "netlist.json").read_text()))
+    netlist = json.loads((work / "netlist.json").read_text())
+    depth = logic_depth(netlist)
+    deep = {} if over is None else {"deep": deep_registers(netlist, over)}
     (work / "netlist.json").unlink()                 # large; the counts are kept
     (work / "top.il").unlink()
     return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
-            "critical_path": depth["path"], "critical_nets": depth["nets"],
+            "critical_path": depth["path"], "critical_nets": depth["nets"], **deep,
             "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
 
 

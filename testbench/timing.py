@@ -63,6 +63,18 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
+def _top2():
+    """The 2-lane accelerator top as ``ttrain resources --lanes 2`` synthesizes it, at the
+    tiny preset's store sizes (no special unit): the units inside one netlist, where ABC
+    maps some paths deeper than in the unit alone, and the paths between units."""
+    from ..platforms.hw import preset_hw_config
+    from ..rtl.top import Accelerator
+    hw = preset_hw_config("tiny", lanes=2)
+    return Accelerator(store_sizes=hw.stores, lanes=2, banks=2, max_split=2,
+                       imem_depth=hw.imem_depth, store_impl="verilog", store_style="block",
+                       special=False)
+
+
 def _vector(special=False, width=1):
     from ..rtl.vector_wide import WideVectorUnit
     return WideVectorUnit(width=width, addr_bits=10, special=special)
@@ -118,6 +130,7 @@ UNITS = {
     "vector": (_vector, "WideVectorUnit, width 1 (the vector/update unit of the 1-lane top)"),
     "vector-w2": (lambda: _vector(width=2), "WideVectorUnit, width 2 (the 2-lane top's)"),
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
+    "top-2": (_top2, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 
@@ -129,14 +142,16 @@ def build_unit(name):
     return UNITS[name][0]()
 
 
-def measure(name, *, work_dir="build/timing", timeout=3600):
-    """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path and seconds."""
+def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS):
+    """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path, every register
+    deeper than ``over`` levels (``deep``: levels, register, source) and seconds."""
     from ..platforms.resources import synth_component
     t0 = time.monotonic()
-    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout)
+    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout, over=over)
     return {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
             "carry": r["carry"], "logic_levels": r["logic_levels"],
             "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
+            "deep": [list(d) for d in r["deep"]],
             "seconds": round(time.monotonic() - t0, 1)}
 
 
@@ -161,11 +176,19 @@ def main(argv=None):
     ap.add_argument("--work-dir", default="build/timing")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--over", type=int, default=MAX_LEVELS, metavar="N",
+                    help=f"list every register reached in more than N levels (default "
+                         f"{MAX_LEVELS}, the goal)")
+    ap.add_argument("--show", type=int, default=40, metavar="K",
+                    help="print at most K of those registers (all go to --json)")
     args = ap.parse_args(argv)
+    bad = [u for u in args.unit if u != "all" and u not in UNITS]
+    if bad:
+        ap.error(f"unknown --unit {bad[0]!r}; choose from all, {', '.join(UNITS)}")
     names = list(UNITS) if "all" in args.unit else args.unit
     rows = []
     for name in names:
-        r = measure(name, work_dir=args.work_dir, timeout=args.timeout)
+        r = measure(name, work_dir=args.work_dir, timeout=args.timeout, over=args.over)
         rows.append(r)
         mark = "ok" if r["logic_levels"] <= MAX_LEVELS else f"> {MAX_LEVELS}"
         print(f"{name:16s} LUT {r['lut']:6d}  FF {r['ff']:6d}  DSP {r['dsp48e2']:3d}  "
@@ -173,6 +196,10 @@ def main(argv=None):
               f"{'':16s} path: {_path_text(r['critical_path'])}\n"
               f"{'':16s} from {' to '.join(r['critical_nets']) or '-'}",
               flush=True)
+        if r["deep"]:
+            print(f"{'':16s} {len(r['deep'])} registers over {args.over} levels:")
+            for lv, reg, src in r["deep"][:args.show]:
+                print(f"{'':18s}{lv:3d}  {reg}  (from {src})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

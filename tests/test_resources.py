@@ -12,7 +12,8 @@ from ttrain.main import main
 from ttrain.platforms.u50 import U50_CAPACITY
 from ttrain.platforms.memory import STORE_CATEGORY, fit_memory, memory_map, plan_report, \
     store_sizes_from_plan
-from ttrain.platforms.resources import _parse_stat, logic_depth, synth_component
+from ttrain.platforms.resources import (_parse_stat, deep_registers, logic_depth,
+                                        synth_component)
 
 
 def test_capacity_figures():
@@ -140,6 +141,30 @@ def test_logic_depth_counts_levels_between_registers():
     assert logic_depth({"modules": {"top": {"cells": {}}}})["levels"] == 0
     with pytest.raises(ValueError, match="not in the netlist"):
         logic_depth(netlist, top="other")
+
+
+def test_deep_registers_lists_every_register_over_the_limit():
+    # ffa(q=2) -> 3 levels -> ff0 (q=7); ffa -> 1 level -> ffb (q=10); ff0 -> 2 levels -> ffc
+    cells = {
+        "ffa": _cell("FDRE", [1], [2], "D", "Q"),
+        "l1": _cell("LUT2", [2], [3]),
+        "l2": _cell("LUT4", [3], [4]),
+        "c1": _cell("CARRY4", [4], [5], "S", "CO"),
+        "ff0": _cell("FDRE", [5], [7], "D", "Q"),
+        "l3": _cell("LUT1", [2], [6]),
+        "ffb": _cell("FDRE", [6], [10], "D", "Q"),
+        "l4": _cell("LUT3", [7], [8]),
+        "l5": _cell("LUT3", [8], [9]),
+        "ffc": _cell("FDRE", [9], [11], "D", "Q"),
+    }
+    names = {"a_q": [2], "acc": [7], "b": [10], "c": [11]}
+    netlist = {"modules": {"top": {"cells": cells, "netnames": {
+        n: {"bits": b, "hide_name": 0} for n, b in names.items()}}}}
+    assert deep_registers(netlist, 1) == [(3, "acc", "a_q"), (2, "c", "acc")]
+    assert deep_registers(netlist, 0) == [(3, "acc", "a_q"), (2, "c", "acc"), (1, "b", "a_q")]
+    assert deep_registers(netlist, 3) == []
+    with pytest.raises(ValueError, match="not in the netlist"):
+        deep_registers(netlist, 1, top="other")
 
 
 def test_cli_memory_map_json(capsys):
