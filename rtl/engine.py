@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from functools import reduce
 import operator
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -141,12 +141,15 @@ class _Loops:
     ``addr`` is the address of the current iteration (sum of index x stride); ``rem[l]`` is
     ``extent - idx[l] * step`` for levels given an ``(extent, step)`` pair. ``advance`` steps to
     the next iteration; after the last one ``done`` goes high. ``restart`` loads the start.
+
+    ``lasts`` are the last index of each level (count - 1), registers of the caller that hold
+    still during a run: the end-of-level compare is then an equality of two registers, not a
+    count derived from the descriptor (that derivation was the engine's deepest path).
     """
 
-    def __init__(self, m, name, counts, *, strides=None, base=None, addr_bits=1, rems=None):
-        n = len(counts)
-        self.counts = counts
-        self.idx = [Signal(len(c), name=f"{name}_i{l}") for l, c in enumerate(counts)]
+    def __init__(self, m, name, lasts, *, strides=None, base=None, addr_bits=1, rems=None):
+        n = len(lasts)
+        self.idx = [Signal(len(c), name=f"{name}_i{l}") for l, c in enumerate(lasts)]
         self.at_last = [Signal(name=f"{name}_last{l}") for l in range(n)]
         self.advance = Signal(name=f"{name}_advance")
         self.restart = Signal(name=f"{name}_restart")
@@ -154,7 +157,7 @@ class _Loops:
         rems = rems or {}
         self.rem = {l: Signal(len(ext) + 1, name=f"{name}_rem{l}") for l, (ext, _) in rems.items()}
         for l in range(n):
-            m.d.comb += self.at_last[l].eq(self.idx[l] == counts[l] - 1)
+            m.d.comb += self.at_last[l].eq(self.idx[l] == lasts[l])
         if strides is not None:
             self.level_addr = [Signal(addr_bits, name=f"{name}_a{l}") for l in range(n)]
             self.addr = self.level_addr[-1]
@@ -383,20 +386,43 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
     """
     nb = 1 << nb_log2
     n_sb = n_stores * nb
-    prefix = Const(0, n_sb)
     sel = [[[] for _ in range(nb)] for _ in range(n_stores)]
+    hots = []
     for i, (req, store, bank, addr, grant) in enumerate(lanes):
         hot = Signal(n_sb, name=f"{name}_hot{i}")
         key = Cat(bank, store) if nb_log2 else store
         m.d.comb += hot.eq(Mux(req, Const(1, n_sb) << key, 0))
-        m.d.comb += grant.eq(req & ((hot & prefix) == 0))
-        nxt = Signal(n_sb, name=f"{name}_prefix{i}")
-        m.d.comb += nxt.eq(prefix | hot)
-        prefix = nxt
+        hots.append(hot)
+    # (store, bank) pairs taken by the higher-priority lanes: a parallel prefix OR
+    # (log2(lanes) levels, Sklansky), not a chain through every lane (docs/u50.md)
+    incl = _prefix_or(m, f"{name}_prefix", hots)
+    for i, (req, store, bank, addr, grant) in enumerate(lanes):
+        hot = hots[i]
+        if i:
+            m.d.comb += grant.eq(req & ((hot & incl[i - 1]) == 0))
+        else:
+            m.d.comb += grant.eq(req)
         for s in range(n_stores):
             for b in range(nb):
                 sel[s][b].append((grant & hot[s * nb + b], addr))
     return sel
+
+
+def _prefix_or(m, name, values):
+    """Inclusive prefix ORs ``[v0, v0 | v1, ...]`` of ``values`` in ``ceil(log2(n))`` levels
+    (Sklansky: each half's prefixes, the right half's ORed with the left half's total)."""
+    def build(vals, lo):
+        if len(vals) == 1:
+            return list(vals)
+        h = (len(vals) + 1) // 2
+        left, right = build(vals[:h], lo), build(vals[h:], lo + h)
+        out = []
+        for j, r in enumerate(right):
+            sig = Signal(len(r), name=f"{name}{lo + h + j}_{len(vals)}")
+            m.d.comb += sig.eq(r | left[-1])
+            out.append(sig)
+        return left + out
+    return build(values, 0)
 
 
 def _or_mux(pairs, width):
@@ -653,9 +679,9 @@ class ContractionEngine(wiring.Component):
 
     @property
     def overhead_cycles(self):
-        """Fixed cycles per descriptor: 3 check, 4 first fetch, 1 issue register, the multiply
+        """Fixed cycles per descriptor: 4 check, 4 first fetch, 1 issue register, the multiply
         and add latencies, 3 write-back and 2 to raise ``done``."""
-        return 3 + 4 + 1 + self._mul_latency + self._add_latency + 3 + 2
+        return 4 + 4 + 1 + self._mul_latency + self._add_latency + 3 + 2
 
     def ideal_cycles(self, desc):
         """Return ``ceil(MACs / lanes)`` for a descriptor."""
@@ -750,41 +776,68 @@ class ContractionEngine(wiring.Component):
         m.d.sync += resp_credit.eq(resp_credit - rh.load + (resp.r_rdy & self.host_o.ready))
 
         # ---- store ports (vector / update units), served busy or not ----------------------
+        # Each port's read and write requests pass through a 2-beat FIFO: the unit sees the
+        # FIFO's ready (a registered level), not the arbiter's grants of this cycle, so no
+        # path runs from the engine's arbitration into a unit's issue logic or back
+        # (docs/u50.md, logic depth). One cycle of latency; a beat per cycle still.
         for i, (pr, pw) in enumerate(zip(prs, pws)):
             port = getattr(self, f"port{i}")
             # 8 beats of response buffer: one read beat per cycle is sustained with a
-            # consumer that is always ready (the credit loop is 4 cycles long)
+            # consumer that is always ready (the credit loop is 5 cycles long)
             presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * NB, depth=8)
             pcredit = Signal(range(9), init=8, name=f"port{i}_credit")
-            rq, wq = port.rd.payload, port.wr.payload
+            rfifo = m.submodules[f"port{i}_rq"] = fifo.SyncFIFO(
+                width=Value.cast(port.rd.payload).shape().width, depth=2)
+            wfifo = m.submodules[f"port{i}_wq"] = fifo.SyncFIFO(
+                width=Value.cast(port.wr.payload).shape().width, depth=2)
+            rq = port.rd.payload.shape()(rfifo.r_data)
+            wq = port.wr.payload.shape()(wfifo.r_data)
+            r_take = Signal(name=f"port{i}_rtake")
             m.d.comb += [
-                port.rd.ready.eq(pr.can_load & (pcredit != 0)),
-                pr.load.eq(port.rd.valid & port.rd.ready),
+                port.rd.ready.eq(rfifo.w_rdy & (pcredit != 0)),
+                rfifo.w_en.eq(port.rd.valid & port.rd.ready), rfifo.w_data.eq(port.rd.payload),
+                pr.load.eq(rfifo.r_rdy & pr.can_load), rfifo.r_en.eq(pr.load),
                 pr.load_base.eq(rq.addr), pr.load_mask.eq(in_store(rq)),
                 pr.load_store.eq(rq.store),
-                port.wr.ready.eq(pw.can_load),
-                pw.load.eq(port.wr.valid & port.wr.ready),
+                port.wr.ready.eq(wfifo.w_rdy),
+                wfifo.w_en.eq(port.wr.valid), wfifo.w_data.eq(port.wr.payload),
+                pw.load.eq(wfifo.r_rdy & pw.can_load), wfifo.r_en.eq(pw.load),
                 pw.load_base.eq(wq.addr), pw.load_mask.eq(in_store(wq)),
                 pw.load_store.eq(wq.store),
-                port.wr_idle.eq(~pw.active),
+                port.wr_idle.eq(~pw.active & (wfifo.level == 0)),
                 presp.w_en.eq(pr.out_valid), presp.w_data.eq(Cat(*pr.out_data)),
                 port.rd_data.valid.eq(presp.r_rdy), port.rd_data.payload.eq(presp.r_data),
                 presp.r_en.eq(port.rd_data.ready),
+                r_take.eq(port.rd.valid & port.rd.ready),
             ]
             m.d.comb += [pr.offsets[w].eq(w) for w in range(NB)]
             m.d.comb += [pw.offsets[w].eq(w) for w in range(NB)]
             m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(NB)]
-            m.d.sync += pcredit.eq(pcredit - pr.load + (presp.r_rdy & port.rd_data.ready))
+            m.d.sync += pcredit.eq(pcredit - r_take + (presp.r_rdy & port.rd_data.ready))
 
         # ---- descriptor check ------------------------------------------------------------
+        # Pipelined over the check cycles so no path is deeper than one add or compare of
+        # about the address width (docs/u50.md, logic depth): step 0 registers each view's
+        # three products (dims - 1) x stride; step 1 saturates them at 2**AB (every store is
+        # smaller, so a larger term is out of range whatever the rest); step 2 sums base and
+        # the three terms (AB + 3 bits, no overflow); step 3 compares the last address with
+        # the store's depth (the bits above AB, then AB bits) and ends the check.
         check_code = Signal(3)
         dims = [d.m, d.n, d.k, d.batch]
+        cap = 1 << AB
         lasts = []
         for name, (rows, cols) in (("a", (d.m, d.k)), ("b", (d.k, d.n)), ("c", (d.m, d.n))):
             v = getattr(d, name)
-            last = Signal(AB + DB + 4, name=f"last_{name}")
-            m.d.comb += last.eq(v.base + (d.batch - 1) * v.batch_stride
-                                + (rows - 1) * v.row_stride + (cols - 1) * v.col_stride)
+            terms = []
+            for tn, (cnt, stride) in (("b", (d.batch, v.batch_stride)),
+                                      ("r", (rows, v.row_stride)), ("c", (cols, v.col_stride))):
+                prod = Signal(AB + DB + 1, name=f"chk_{name}{tn}_prod")
+                sat = Signal(AB + 1, name=f"chk_{name}{tn}")
+                m.d.sync += [prod.eq((cnt - 1) * stride),
+                             sat.eq(Mux(prod[AB:] != 0, cap, prod[:AB]))]
+                terms.append(sat)
+            last = Signal(AB + 3, name=f"last_{name}")
+            m.d.sync += last.eq(v.base + terms[0] + terms[1] + terms[2])
             lasts.append((v, last))
         bad_store = reduce(operator.or_, [v.store >= n_stores for v, _ in lasts])
         bad_dim = reduce(operator.or_, [x == 0 for x in dims]) | (d.split > SL)
@@ -793,7 +846,7 @@ class ContractionEngine(wiring.Component):
         with m.Elif(bad_dim):
             m.d.comb += check_code.eq(2)
         for code, (v, last) in zip((3, 4, 5), lasts):
-            with m.Elif(last >= depth_of[v.store]):
+            with m.Elif((last[AB:] != 0) | (last[:AB] >= depth_of[v.store])):
                 m.d.comb += check_code.eq(code)
 
         # ---- loop nests --------------------------------------------------------------------
@@ -835,10 +888,16 @@ class ContractionEngine(wiring.Component):
         m.d.sync += [gk_a[g].eq(kca * g) for g in range(G)]
         m.d.sync += [gk_b[g].eq(kcb * g) for g in range(G)]
 
+        # per group: how many of its part's k indices are inside the k range (k - g*kc,
+        # 0 if negative), registered (kst settles at check step 0, this at step 1), so the
+        # per-k-step test is one compare
+        kleft = [Signal(DB + SL, name=f"kleft{g}") for g in range(G)]
+        m.d.sync += [kleft[g].eq(Mux(kst[g] >= d.k, 0, d.k - kst[g])) for g in range(G)]
+
         def k_valid(kk, name):
             """Per group: is its k index ``g*kc + kk`` inside the k range?"""
             bits = Signal(G, name=name)
-            m.d.comb += bits.eq(Cat(*[(kst[g] + kk) < d.k for g in range(G)]))
+            m.d.comb += bits.eq(Cat(*[kk < kleft[g] for g in range(G)]))
             return bits
 
         def group_of(p, bits, name):
@@ -865,21 +924,38 @@ class ContractionEngine(wiring.Component):
                          c_mstride.eq(d.c.row_stride * tile_h)]
         with m.If(checking & (check_step == 0)):
             m.d.sync += [kca.eq(kc * d.a.col_stride), kcb.eq(kc * d.b.row_stride)]
+        # The loop nests' last indices and the split-selected strides, registered: they are
+        # functions of the latched descriptor (and of tile_hp, set at check step 0), so they
+        # settle during the check cycles and hold still while running. Without them every
+        # loop's end-of-level compare ran through the descriptor's add/shift/select (16
+        # logic levels to the address generators' remainders, docs/u50.md).
+        def held(value, width, name):
+            r = Signal(width, name=name)
+            m.d.sync += r.eq(value)
+            return r
+        batch_l = held(d.batch - 1, DB, "batch_last")
+        mtiles_l = held(mtiles - 1, DB, "mtiles_last")
+        ntiles_l = held(ntiles - 1, DB, "ntiles_last")
+        kc_l = held(kc - 1, DB, "kc_last")
+        hp_l = held(tile_hp - 1, ls + 1, "tile_hp_last")
+        pg_r = held(pg, lp + 1, "pg_r")
+        b_nstride_r = held(b_nstride, AW, "b_nstride_r")
+        c_nstride_r = held(c_nstride, AW, "c_nstride_r")
         restart = Signal()
-        g_a = _Loops(m, "ga", [d.batch, mtiles, ntiles, kc], addr_bits=AW, base=d.a.base,
+        g_a = _Loops(m, "ga", [batch_l, mtiles_l, ntiles_l, kc_l], addr_bits=AW, base=d.a.base,
                      strides=[d.a.batch_stride, a_mstride, 0, d.a.col_stride],
                      rems={1: (d.m, tile_h)})
-        g_b = _Loops(m, "gb", [d.batch, mtiles, ntiles, kc], addr_bits=AW, base=d.b.base,
-                     strides=[d.b.batch_stride, 0, b_nstride, d.b.row_stride],
-                     rems={2: (d.n, pg)})
-        cstrides = [d.c.batch_stride, c_mstride, c_nstride, d.c.row_stride]
-        g_c = _Loops(m, "gc", [d.batch, mtiles, ntiles, tile_hp],
+        g_b = _Loops(m, "gb", [batch_l, mtiles_l, ntiles_l, kc_l], addr_bits=AW, base=d.b.base,
+                     strides=[d.b.batch_stride, 0, b_nstride_r, d.b.row_stride],
+                     rems={2: (d.n, pg_r)})
+        cstrides = [d.c.batch_stride, c_mstride, c_nstride_r, d.c.row_stride]
+        g_c = _Loops(m, "gc", [batch_l, mtiles_l, ntiles_l, hp_l],
                      addr_bits=AW, base=d.c.base, strides=cstrides,
-                     rems={1: (d.m, tile_h), 2: (d.n, pg)})
-        g_w = _Loops(m, "gw", [d.batch, mtiles, ntiles, tile_hp],
+                     rems={1: (d.m, tile_h), 2: (d.n, pg_r)})
+        g_w = _Loops(m, "gw", [batch_l, mtiles_l, ntiles_l, hp_l],
                      addr_bits=AW, base=d.c.base, strides=cstrides,
-                     rems={1: (d.m, tile_h), 2: (d.n, pg)})
-        g_i = _Loops(m, "gi", [d.batch, mtiles, ntiles, kc, tile_hp])
+                     rems={1: (d.m, tile_h), 2: (d.n, pg_r)})
+        g_i = _Loops(m, "gi", [batch_l, mtiles_l, ntiles_l, kc_l, hp_l])
         for g in (g_a, g_b, g_c, g_w, g_i):
             m.d.comb += g.restart.eq(restart)
 
@@ -1092,16 +1168,18 @@ class ContractionEngine(wiring.Component):
                              self.error.eq(0), self.error_code.eq(0), self.cycles.eq(0)]
         with m.Elif(checking):
             m.d.sync += check_step.eq(check_step + 1)
-            with m.If((check_step == 2) & ~wh.active):
+            with m.If((check_step == 3) & ~wh.active):
+                # the loops restart whatever the check says (they are idle unless running),
+                # so the check's compares reach only these three registers
+                m.d.comb += restart.eq(1)
                 m.d.sync += [checking.eq(0), check_step.eq(0)]
                 with m.If(check_code != 0):
                     m.d.sync += [self.error.eq(1), self.error_code.eq(check_code),
                                  self.done.eq(1)]
                 with m.Else():
-                    m.d.comb += restart.eq(1)
                     m.d.sync += running.eq(1)
-            with m.Elif(check_step == 2):
-                m.d.sync += check_step.eq(2)
+            with m.Elif(check_step == 3):
+                m.d.sync += check_step.eq(3)
         with m.Elif(running):
             with m.If(g_i.done & (cred_w == 2 * S) & ~push & ~push_out & ~fw.r_rdy):
                 m.d.sync += [running.eq(0), self.done.eq(1)]

@@ -221,29 +221,33 @@ class FP32Mul(wiring.Component):
 
         # Stage 3: the exact 48-bit product P; a * b = P * 2^(exp_sum - 254 - 46).
         s3_prod = _reg(m, 48, "s3_prod", s2_pp_lo + (s2_pp_hi << 17))
-        s3_exp_sum = _delay(m, s1_exp_sum, "exp_sum", 1, 3)
 
         # Stage 4: with lz leading zeros (of 48), the normalized biased exponent would be
         # exp_sum - 126 - lz. Shift left by shl = min(lz, exp_sum - 127) so the exponent never
         # drops below 1; shl < 0 is a right (denormalizing) shift. The result exponent is
         # exp_sum - 126 - shl, i.e. 1 whenever shl < lz (subnormal or exactly smallest normal).
+        # Everything that depends on the exponent alone (room = exp_sum - 127, its sign, its
+        # value capped at 127, the right shift) is registered in stage 3, beside the product,
+        # so after the leading-zero count only a 7-bit compare and a select remain
+        # (docs/u50.md, logic depth).
+        s2_exp_sum = _delay(m, s1_exp_sum, "exp_sum", 1, 2)
+        room = Signal(signed(10), name="s2_room")
+        m.d.comb += room.eq(s2_exp_sum - 127)
+        s3_room1 = _reg(m, signed(10), "s3_room1", room + 1)
+        s3_room_neg = _reg(m, 1, "s3_room_neg", room < 0)
+        s3_room_cap = _reg(m, 7, "s3_room_cap", Mux(room > 127, 127, room[:7]))
+        # A right shift of 49 or more leaves only sticky bits; 63 stands for all of them.
+        s3_rshift = _reg(m, 6, "s3_rshift", Mux(room < -63, 63, -room))
         s3_lz = Signal(7, name="s3_lz")
         m.d.comb += s3_lz.eq(leading_zeros(s3_prod))
-        s3_room = Signal(signed(10), name="s3_room")
-        m.d.comb += s3_room.eq(s3_exp_sum - 127)
-        s4_right = Signal(name="s4_right", reset_less=True)
-        s4_shamt = Signal(6, name="s4_shamt", reset_less=True)
-        s4_exp = Signal(9, name="s4_exp", reset_less=True)
+        s3_fits = Signal(name="s3_fits")                  # room >= lz: a normal result
+        m.d.comb += s3_fits.eq(~s3_room_neg & (s3_room_cap >= s3_lz))
         s3_e = Signal(signed(11), name="s3_e")           # room + 1 - lz, beside the compare
-        m.d.comb += s3_e.eq(s3_room + 1 - s3_lz)
-        with m.If(~s3_e[10] & (s3_e != 0)):                # room >= lz
-            m.d.sync += [s4_right.eq(0), s4_shamt.eq(s3_lz), s4_exp.eq(s3_e)]
-        with m.Elif(s3_room >= 0):
-            m.d.sync += [s4_right.eq(0), s4_shamt.eq(s3_room), s4_exp.eq(1)]
-        with m.Else():
-            # A right shift of 49 or more leaves only sticky bits; 63 stands for all of them.
-            m.d.sync += [s4_right.eq(1), s4_shamt.eq(Mux(s3_room < -63, 63, -s3_room)),
-                         s4_exp.eq(1)]
+        m.d.comb += s3_e.eq(s3_room1 - s3_lz)
+        s4_right = _reg(m, 1, "s4_right", ~s3_fits & s3_room_neg)
+        s4_shamt = _reg(m, 6, "s4_shamt", Mux(s3_fits, s3_lz,
+                                               Mux(s3_room_neg, s3_rshift, s3_room_cap)))
+        s4_exp = _reg(m, 9, "s4_exp", Mux(s3_fits, s3_e, 1))
         s4_prod = _delay(m, s3_prod, "prod", 3, 4)
 
         # Stage 5: shift. The right path keeps 64 bits below the product to form the sticky.
@@ -349,15 +353,21 @@ class FP32Add(wiring.Component):
 
         # Stage 4: bit 27 of the sum has weight 2^(big_exp + 1 - 127). Shift left by
         # shl = min(lz, big_exp) so the result exponent big_exp + 1 - shl stays >= 1.
-        s3_big_exp = _delay(m, s1_big_exp, "big_exp", 1, 3)
+        s2_big_exp = _delay(m, s1_big_exp, "big_exp", 1, 2)
+        s3_big_exp = _delay(m, s2_big_exp, "big_exp", 2, 3)
         s3_lz = Signal(6, name="s3_lz")
         m.d.comb += s3_lz.eq(leading_zeros(s3_sum))
-        # (lz > big_exp is the sign of big_exp + 1 - lz - 1: one subtraction, beside the
-        # shift amount's multiplexer, not before it)
+        # lz > big_exp without waiting for the count (docs/u50.md, logic depth): the top
+        # big_exp + 1 bits of the sum are zero, a mask made from big_exp in stage 2 (bit i
+        # set when i + big_exp >= 27) and one wide NOR. A zero sum counts 32 leading zeros,
+        # so it is "under" only when big_exp < 32 (also registered).
+        s3_mask = _reg(m, 28, "s3_mask", Cat(*[s2_big_exp >= 27 - i for i in range(27)],
+                                             Const(1, 1)))
+        s3_bexp_lt32 = _reg(m, 1, "s3_bexp_lt32", s2_big_exp < 32)
         s3_e = Signal(signed(10), name="s3_e")
         m.d.comb += s3_e.eq(s3_big_exp + 1 - s3_lz)
         s3_under = Signal(name="s3_under")                  # lz > big_exp
-        m.d.comb += s3_under.eq(s3_e[9] | (s3_e == 0))
+        m.d.comb += s3_under.eq(((s3_sum & s3_mask) == 0) & s3_bexp_lt32)
         s3_shamt = Signal(6, name="s3_shamt")
         m.d.comb += s3_shamt.eq(Mux(s3_under, s3_big_exp, s3_lz))
         s4_shamt = _reg(m, 6, "s4_shamt", s3_shamt)

@@ -5,8 +5,10 @@ The stores of the accelerator live behind the contraction engine's per-bank arbi
 *store ports*, each a client of those arbiters at a lower priority than the engine's own operand
 fetchers and result writer. A store port moves *beats* of ``width`` words (``width`` = the
 stores' bank count): lane ``w`` of a beat addresses word ``addr + w`` of store ``store``, and
-``mask`` bit ``w`` enables the lane. Because word ``a`` lives in bank ``a % width``, the lanes of
-a beat always hit distinct banks, whatever ``addr`` is (unaligned beats are fine).
+``mask`` bit ``w`` enables the lane. Word ``a`` lives in bank ``a % width`` (or, with the
+engine's ``bank_skew``, ``(a + a // width) % width``): unskewed, the lanes of a beat always hit
+distinct banks, whatever ``addr`` is; skewed, a beat that is not row-aligned can put two lanes
+in one bank and then takes two cycles. Unaligned beats are correct either way.
 
 Seen from the unit (the signature below, ``Out`` = driven by the unit):
 
@@ -23,8 +25,10 @@ Seen from the unit (the signature below, ``Out`` = driven by the unit):
     pending may or may not see it. A unit that reads a word it wrote earlier (reduction
     accumulators in memory, repeated scatter indices) waits for ``wr_idle`` first.
 
-Reads and writes are independent streams: one read beat and one write beat can be accepted in
-the same cycle. Words of different beats land in acceptance order per stream; a port serves
+Requests enter a 2-beat FIFO per stream inside the engine (``ready`` is that FIFO's, a
+registered level: no combinational path from the arbiter into the unit), so a beat reaches the
+arbiter one cycle after it is accepted. Reads and writes are independent streams: one read beat
+and one write beat can be accepted in the same cycle. Words of different beats land in acceptance order per stream; a port serves
 one beat at a time per stream, so a full-rate unit sustains one read and one write beat per
 cycle when no engine fetcher competes for the same banks.
 """
