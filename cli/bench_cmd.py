@@ -141,10 +141,11 @@ def _lrt_step(args):
 
 
 def _step(args):
-    if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None):
-        raise ValueError(f"--max-split and --fetch-words apply to --rule sgd only (the "
-                         f"{args.rule} programs are not mapped for the wide engine yet): drop "
-                         f"them")
+    if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
+                               or args.bank_skew):
+        raise ValueError(f"--max-split, --fetch-words and --bank-skew apply to --rule sgd "
+                         f"only (the {args.rule} programs are not mapped for the wide engine "
+                         f"yet): drop them")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -158,7 +159,8 @@ def _step(args):
     from ttrain.testbench.bench_step import bench_step
     rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
                      positions=args.positions, max_split=_max_split(args),
-                     fetch_words=_fetch_words(args), **_top_args(args))
+                     fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
+                     **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -264,6 +266,9 @@ def register(sub):
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")
+    st.add_argument("--bank-skew", action="store_true",
+                    help="--rule sgd: word a in bank (a + a // banks) %% banks in every store "
+                         "(rows skewed across the banks); the mapping's cycle model counts it")
     st.add_argument("--positions", type=int, default=None, metavar="P",
                     help="run the program compiled for the first P positions (padding past P "
                          "skipped) on the full-size build (default: the full grid)")

@@ -18,7 +18,9 @@ def format_hw(hw):
              f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
              + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else ""),
-             f"  stores      {hw.banks} banks each",
+             f"  stores      {hw.banks} banks each"
+             + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
+                else ""),
              *(f"    {s:8s} {w:>10,} words  {hw.styles[s]:5s} ({'URAM' if hw.styles[s] == 'ultra' else 'BRAM'})"
                for s, w in hw.stores.items()),
              f"    total    {hw.total_words:>10,} words = {4 * hw.total_words / 1e6:.2f} MB; "
@@ -38,7 +40,7 @@ def _run(args):
             raise ValueError(f"{flag} must be a positive power of two, got {v}")
     check_int("--slots", args.slots, 2, 256)
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
-                          imem_depth=args.imem_depth)
+                          imem_depth=args.imem_depth, bank_skew=args.bank_skew)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -61,5 +63,9 @@ def register(sub):
                    help="output rows interleaved per lane (default 16)")
     p.add_argument("--imem-depth", type=int, default=None, metavar="N",
                    help="instruction memory depth (power of two; default: the program's)")
+    p.add_argument("--bank-skew", action="store_true",
+                   help="word a of every store in bank (a + a // banks) %% banks (rows skewed "
+                        "across the banks: strides that are multiples of the banks stop "
+                        "conflicting)")
     p.add_argument("--json", action="store_true", help="print hw.json")
     p.set_defaults(func=_run)

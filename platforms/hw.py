@@ -113,6 +113,10 @@ class HwConfig:
     fetch_words : int
         Words per cycle of the engine's operand fetchers and C writer (beats; 0 = a whole
         vector per beat, the default).
+    bank_skew : bool
+        Word ``a`` of every store in bank ``(a + a // banks) % banks`` (rows skewed by one
+        bank each, :class:`~ttrain.rtl.engine.ContractionEngine` ``bank_skew``); the default
+        ``False`` is ``a % banks``. The row is ``a // banks`` either way.
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -133,6 +137,7 @@ class HwConfig:
     source: str = "{}"
     max_split: int = 1
     fetch_words: int = 0
+    bank_skew: bool = False
 
     @property
     def stores(self):
@@ -179,6 +184,8 @@ class HwConfig:
             kw["max_split"] = self.max_split
         if self.fetch_words:
             kw["fetch_words"] = self.fetch_words
+        if self.bank_skew:
+            kw["bank_skew"] = True
         if self.special:
             kw["special_impl"] = special_impl
         if flavor == "sim":
@@ -205,7 +212,7 @@ class HwConfig:
         if not isinstance(d, dict) or d.get("format") != _FORMAT:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(d) - {"max_split", "fetch_words"}   # older files: defaults
+        missing = names - set(d) - {"max_split", "fetch_words", "bank_skew"}  # older files
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -225,7 +232,8 @@ def _canonical(obj):
 
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
-              min_store_words=None, store_style=None, max_split=None, fetch_words=None):
+              min_store_words=None, store_style=None, max_split=None, fetch_words=None,
+              bank_skew=False):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -254,6 +262,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     fetch_words : int or None
         The engine's operand beats (power of two up to ``lanes``); ``None``: a whole vector
         per beat.
+    bank_skew : bool
+        Rows skewed across the banks (:attr:`HwConfig.bank_skew`).
     """
     from .memory import fit_memory
 
@@ -292,6 +302,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         if fetch_words > lanes:
             raise ValueError(f"fetch_words {fetch_words} is above the {lanes} lanes; use at "
                              f"most {lanes}")
+    if not isinstance(bank_skew, bool):
+        raise ValueError(f"bank_skew must be True or False, not {bank_skew!r}")
     needs_special = any(program_needs_special(p) for p in progs.values())
     if special is None:
         special = needs_special
@@ -326,7 +338,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     store_words=tuple((s, words[s]) for s in _STORES),
                     store_style=tuple((s, styles[s]) for s in _STORES),
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
-                    fetch_words=int(fetch_words or 0))
+                    fetch_words=int(fetch_words or 0), bank_skew=bank_skew)
 
 
 def preset_hw_config(config, **overrides):

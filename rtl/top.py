@@ -86,6 +86,10 @@ class Accelerator(wiring.Component):
     fetch_words : int or None
         The engine's operand beats (:class:`~ttrain.rtl.engine.ContractionEngine`
         ``fetch_words``; ``None``: a whole vector per beat).
+    bank_skew : bool
+        Rows skewed across the banks (:class:`~ttrain.rtl.engine.ContractionEngine`
+        ``bank_skew``): every client of the stores (engine, host, vector and update units)
+        goes through the engine's arbiter, so one switch moves every word's bank.
     engine_units : {"amaranth", "verilog"}
         The engine's FP32 multipliers and adders inline (``"amaranth"``) or as instances of
         one Verilog module each (:func:`ttrain.rtl.export.shared_unit`; the build must supply
@@ -120,7 +124,7 @@ class Accelerator(wiring.Component):
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
-                 fetch_words=None, engine_units="amaranth"):
+                 fetch_words=None, bank_skew=False, engine_units="amaranth"):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -157,7 +161,8 @@ class Accelerator(wiring.Component):
                  for i in range(len(STORE_IDS))]
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
-                                         fetch_words=fetch_words, **units)
+                                         fetch_words=fetch_words, bank_skew=bank_skew,
+                                         **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)

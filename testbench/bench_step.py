@@ -21,7 +21,8 @@ ATIS_TRAIN_SENTENCES = 4478
 
 
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
-               progress=None, workdir=None, positions=None, max_split=1, fetch_words=None):
+               progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
+               bank_skew=False):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -38,7 +39,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     (:meth:`~ttrain.golden.isa.Program.for_engine`: orientation and split by the cycle
     model); the interpreter runs the same mapped program, so the check stays bit-exact.
     ``fetch_words``: the engine's operand beats (``ContractionEngine(fetch_words=)``); the
-    mapping's cycle model then counts them.
+    mapping's cycle model then counts them. ``bank_skew``: every store's rows skewed across
+    the banks (``HwConfig.bank_skew``); the mapping's model counts that too.
     """
     from dataclasses import replace
     import json
@@ -54,11 +56,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     cfg, notes = chip_config(get_config(config))
     full = compile_model(cfg)
     cm = full if positions is None else compile_model(cfg, positions=positions)
-    if max_split > 1 or fetch_words:
+    if max_split > 1 or fetch_words or bank_skew:
         def mapped(c):
             return replace(c, program=c.program.for_engine(lanes, slots, max_split,
                                                            fetch_words=fetch_words,
-                                                           banks=lanes))
+                                                           banks=lanes, bank_skew=bank_skew))
         full = mapped(full)
         cm = full if positions is None else mapped(cm)
     t0 = time.time()
@@ -66,9 +68,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
         f"paper-size first build takes 10-30 minutes")
     name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}" + (
-        f"_g{max_split}" if max_split > 1 else "") + (f"_f{fetch_words}" if fetch_words else "")
+        f"_g{max_split}" if max_split > 1 else "") + (
+        f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
-                   fetch_words=fetch_words)      # lane groups: the largest split mapped
+                   fetch_words=fetch_words,      # lane groups: the largest split mapped
+                   bank_skew=bank_skew)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     ds = generate_dataset(seed=0, n_train=max(8, steps * cfg.batch), n_dev=4, n_test=4,
@@ -97,7 +101,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             "instructions": r.instructions, "bit_exact": True})
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
-              "max_split": max_split, "fetch_words": fetch_words,
+              "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,

@@ -4,7 +4,8 @@
 , ``tests/test_model_verilator.py`` (whole-model training steps), ``tests/test_cnn_verilator.py``
 (the int8 CNN forward pass and ZO steps) and ``tests/test_lrt_verilator.py`` (low-rank
 training's per-sample and read-out programs) run on the same 4-lane build
-(lane groups up to 4: CONTRACT splits) with the special-function unit, stores and instruction memory sized for every program below;
+(lane groups up to 4: CONTRACT splits; rows skewed across the banks) with the special-function
+unit, stores and instruction memory sized for every program below;
 one build instead of two saves several CPU minutes of the suite (the build lock in
 ``platforms/sim/verilator.py`` lets both pytest-xdist workers ask for it).
 """
@@ -141,5 +142,9 @@ def shared_top():
     alone takes ~16 s, and every Verilator test module asks for it)."""
     programs = {**layer_programs(), **model_programs(), **cnn_programs(), **zo_programs(),
                 **lrt_programs()}
-    hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=SLOTS, max_split=LANES)
+    # rows skewed across the banks (HwConfig.bank_skew): every top-level test then also
+    # checks that the host, the vector and update units' ports and the engine agree on each
+    # word's bank, including the full beats that straddle two rows
+    hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=SLOTS, max_split=LANES,
+                   bank_skew=True)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

@@ -52,5 +52,6 @@ def test_bench_engine_passes_the_lane_groups_and_rejects_bad_ones(monkeypatch, c
 def test_bench_step_max_split_is_checked():
     assert main(["bench", "step", "--rule", "zo", "--max-split", "2"]) == 2
     assert main(["bench", "step", "--rule", "lrt", "--fetch-words", "4"]) == 2
+    assert main(["bench", "step", "--rule", "zo", "--bank-skew"]) == 2
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--max-split", "16"]) == 2
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--fetch-words", "3"]) == 2

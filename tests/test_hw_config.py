@@ -50,8 +50,12 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert w.fetch_words == 4 and w.accelerator_kwargs()["fetch_words"] == 4
     assert HwConfig.from_dict(json.loads(w.to_json())) == w and w != a
     assert a.fetch_words == 0 and "fetch_words" not in a.accelerator_kwargs()
+    k = preset_hw_config("tiny", bank_skew=True)
+    assert k.bank_skew and k.accelerator_kwargs()["bank_skew"] is True and k != a
+    assert HwConfig.from_dict(json.loads(k.to_json())) == k
+    assert not a.bank_skew and "bank_skew" not in a.accelerator_kwargs()
     old = json.loads(a.to_json())
-    del old["fetch_words"]                        # a file from before operand beats
+    del old["fetch_words"], old["bank_skew"]      # a file from before beats and skew
     assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
@@ -77,6 +81,7 @@ def test_units_follow_the_programs():
     ({"store_style": {"act": "ultra"}}, "store_style must map every store"),
     ({"fetch_words": 6}, "fetch_words must be a positive power of two"),
     ({"fetch_words": 16}, "fetch_words 16 is above the 8 lanes"),
+    ({"bank_skew": 1}, "bank_skew must be True or False"),
 ])
 def test_bad_overrides_name_what_to_change(kw, match):
     with pytest.raises(ValueError, match=match):
