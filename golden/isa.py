@@ -1630,7 +1630,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     Without ``fetch_words`` and ``banks`` (every vector fetched in one beat, no bank
     conflicts): ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue
     cycles (``h'`` the balanced tile height of at most ``slots`` rows, ``hp = max(h',
-    add_latency + 1)``), the fixed fill and drain (4 check, 4 first fetch, 1 issue register,
+    add_latency + 1)``), the fixed fill and drain (4 check, 5 first fetch, 1 issue register,
     the two latencies, 3 write-back, 2 done) and ``log2(split)`` adder latencies of the fold
     tree.
 
@@ -1651,7 +1651,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     hp = max(h, add_latency + 1)
     pg = lanes // desc.split
     ntiles = -(-desc.n // pg)
-    fill = 4 + 4 + 1 + mul_latency + add_latency + 3 + 2
+    fill = 4 + 5 + 1 + mul_latency + add_latency + 3 + 2
     fold = (desc.split.bit_length() - 1) * add_latency
     if fetch_words is None and banks is None:
         return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold

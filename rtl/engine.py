@@ -301,16 +301,24 @@ class _ReadClient:
             m.d.sync += [self.pending.eq(0), self.active.eq(0)]
         with m.Else():
             m.d.sync += self.pending.eq(self.pending & ~self.grant)
-        # Data return, one cycle after the grant: port j's bank, the lanes granted.
+        # Data return, two cycles after the grant (the stores' inputs are registered, then
+        # the RAM's read register): port j's bank, the lanes granted.
+        grant_1 = Signal(lanes, name=f"{name}_grant_1")
+        valid_1 = Signal(name=f"{name}_valid_1")
+        store_1 = Signal(store_bits, name=f"{name}_store_1")
+        bank_1 = [Signal(max(1, nb_log2), name=f"{name}_bank_1_{j}") for j in range(width)]
         self.grant_d = Signal(lanes, name=f"{name}_grant_d")
         self.out_valid = Signal(name=f"{name}_out_valid")
         self.store_d = Signal(store_bits, name=f"{name}_store_d")
         self.bank_d = [Signal(max(1, nb_log2), name=f"{name}_bank_d{j}") for j in range(width)]
         self.assembled = [Signal(32, name=f"{name}_asm{p}") for p in range(lanes)]
         self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
-        m.d.sync += [self.grant_d.eq(self.grant), self.out_valid.eq(self.finishing),
-                     self.store_d.eq(self.store)]
-        m.d.sync += [self.bank_d[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
+        m.d.sync += [grant_1.eq(self.grant), valid_1.eq(self.finishing),
+                     store_1.eq(self.store),
+                     self.grant_d.eq(grant_1), self.out_valid.eq(valid_1),
+                     self.store_d.eq(store_1)]
+        m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
+        m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
 
     def ports(self):
         """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
@@ -679,9 +687,9 @@ class ContractionEngine(wiring.Component):
 
     @property
     def overhead_cycles(self):
-        """Fixed cycles per descriptor: 4 check, 4 first fetch, 1 issue register, the multiply
+        """Fixed cycles per descriptor: 4 check, 5 first fetch, 1 issue register, the multiply
         and add latencies, 3 write-back and 2 to raise ``done``."""
-        return 4 + 4 + 1 + self._mul_latency + self._add_latency + 3 + 2
+        return 4 + 5 + 1 + self._mul_latency + self._add_latency + 3 + 2
 
     def ideal_cycles(self, desc):
         """Return ``ceil(MACs / lanes)`` for a descriptor."""
@@ -729,14 +737,17 @@ class ContractionEngine(wiring.Component):
         wclients = [wh, wc] + pws
         wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb)
         wdata_lanes = [dd for cl in wclients for dd in cl.port_data]
+        # The stores' inputs are registered: the arbitration and the address select end in
+        # a register, not in the RAMs' address pins (docs/u50.md, logic depth). Reads and
+        # writes are both one cycle later, so a read granted after a write still sees it.
         for s, st in enumerate(self._stores):
             for b in range(NB):
                 rpairs = rsel[s][b]
-                m.d.comb += [st.r_en[b].eq(reduce(operator.or_, [g for g, _ in rpairs])),
+                m.d.sync += [st.r_en[b].eq(reduce(operator.or_, [g for g, _ in rpairs])),
                              st.r_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in rpairs],
                                                      AW)[:st.row_bits])]
                 wpairs = wsel[s][b]
-                m.d.comb += [st.w_en[b].eq(reduce(operator.or_, [g for g, _ in wpairs])),
+                m.d.sync += [st.w_en[b].eq(reduce(operator.or_, [g for g, _ in wpairs])),
                              st.w_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in wpairs],
                                                      AW)[:st.row_bits]),
                              st.w_data[b].eq(_or_mux([(g, dd) for (g, _), dd in

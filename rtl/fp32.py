@@ -242,12 +242,14 @@ class FP32Mul(wiring.Component):
         m.d.comb += s3_lz.eq(leading_zeros(s3_prod))
         s3_fits = Signal(name="s3_fits")                  # room >= lz: a normal result
         m.d.comb += s3_fits.eq(~s3_room_neg & (s3_room_cap >= s3_lz))
-        s3_e = Signal(signed(11), name="s3_e")           # room + 1 - lz, beside the compare
-        m.d.comb += s3_e.eq(s3_room1 - s3_lz)
         s4_right = _reg(m, 1, "s4_right", ~s3_fits & s3_room_neg)
         s4_shamt = _reg(m, 6, "s4_shamt", Mux(s3_fits, s3_lz,
                                                Mux(s3_room_neg, s3_rshift, s3_room_cap)))
-        s4_exp = _reg(m, 9, "s4_exp", Mux(s3_fits, s3_e, 1))
+        # the exponent room + 1 - lz of a normal result is formed in stage 5, from the
+        # registered count (after the count, a subtraction and a select were 13 levels)
+        s4_lz = _reg(m, 7, "s4_lz", s3_lz)
+        s4_fits = _reg(m, 1, "s4_fits", s3_fits)
+        s4_room1 = _delay(m, s3_room1, "room1", 3, 4)
         s4_prod = _delay(m, s3_prod, "prod", 3, 4)
 
         # Stage 5: shift. The right path keeps 64 bits below the product to form the sticky.
@@ -263,7 +265,9 @@ class FP32Mul(wiring.Component):
         s5_guard = _reg(m, 1, "s5_guard", s4_norm[23])
         s5_sticky = _reg(m, 1, "s5_sticky",
                          s4_norm[0:23].any() | (s4_right & s4_right_ext[0:64].any()))
-        s5_exp = _delay(m, s4_exp, "exp", 4, 5)
+        s4_e = Signal(signed(11), name="s4_e")
+        m.d.comb += s4_e.eq(s4_room1 - s4_lz)
+        s5_exp = _reg(m, 9, "s5_exp", Mux(s4_fits, s4_e, 1))
 
         # Stage 6: round to nearest even and assemble.
         s5_sign = _delay(m, s1_sign, "sign", 1, 5)

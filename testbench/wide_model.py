@@ -46,7 +46,7 @@ from collections import Counter, defaultdict
 __all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study"]
 
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
-OVERHEAD = 26               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
+OVERHEAD = 27               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
 SLOTS = 16
 MAPPINGS = ("current", "batch", "split-k", "array", "engine")
 
