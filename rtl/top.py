@@ -91,12 +91,12 @@ class Accelerator(wiring.Component):
         ``bank_skew``): every client of the stores (engine, host, vector and update units)
         goes through the engine's arbiter, so one switch moves every word's bank.
     engine_units : {"amaranth", "verilog"}
-        The engine's FP32 multipliers and adders inline (``"amaranth"``) or as instances of
-        one Verilog module each (:func:`ttrain.rtl.export.shared_unit`; the build must supply
-        them, :func:`ttrain.rtl.export.shared_sources` of ``engine.mul_unit`` and
-        ``engine.add_unit``; ``platforms.sim.top.build_top`` does). Same hardware; a wide
-        engine converts and compiles in a fraction of the time. Not for the Amaranth
-        simulator.
+        The FP32 multipliers, adders and comparators of the engine's lanes and of the vector
+        and update units inline (``"amaranth"``) or as instances of one Verilog module each
+        (:func:`ttrain.rtl.export.shared_unit`; the build must supply them,
+        :func:`ttrain.rtl.export.shared_sources` of :attr:`shared_units`;
+        ``platforms.sim.top.build_top`` does). Same hardware; a wide top converts and
+        compiles in a fraction of the time. Not for the Amaranth simulator.
 
     Members
     -------
@@ -136,11 +136,18 @@ class Accelerator(wiring.Component):
                              f"{engine_units!r}")
         self._special = special
         self._special_impl = special_impl
-        units = {}
+        units, self._vector_units = {}, {}
         if engine_units == "verilog":
+            import functools
+
             from .export import shared_unit
-            from .fp32 import FP32Add, FP32Mul
+            from .fp32 import FP32Add, FP32Compare, FP32Mul
             units = {"mul_unit": shared_unit(FP32Mul), "add_unit": shared_unit(FP32Add)}
+            # the vector and update units' lanes use the same modules (and one comparator)
+            self._vector_units = {
+                "mul": units["mul_unit"], "add": units["add_unit"],
+                "cmp": shared_unit(functools.partial(FP32Compare, latency=1),
+                                   "ttrain_fp32compare_l1")}
         if not isinstance(store_sizes, dict) or set(store_sizes) != set(STORE_IDS):
             raise ValueError(f"store_sizes must give the words of every store "
                              f"{sorted(STORE_IDS)}, not {store_sizes!r}")
@@ -192,6 +199,14 @@ class Accelerator(wiring.Component):
     banks = property(lambda self: self._engine.banks, doc="Banks per store = host beat width.")
 
     special = property(lambda self: self._special, doc="The vector unit has the special unit.")
+
+    @property
+    def shared_units(self):
+        """The :func:`~ttrain.rtl.export.shared_unit` classes the top instantiates (engine
+        lanes, fold tree, vector and update units; empty with ``engine_units="amaranth"``):
+        a build must supply their modules (:func:`~ttrain.rtl.export.shared_sources`)."""
+        units = [self._engine.mul_unit, self._engine.add_unit, *self._vector_units.values()]
+        return list(dict.fromkeys(u for u in units if hasattr(u, "unit_class")))
     special_impl = property(lambda self: self._special_impl,
                             doc="The special unit's ``impl`` (``\"amaranth\"`` or "
                                 "``\"verilog\"``).")
@@ -200,7 +215,7 @@ class Accelerator(wiring.Component):
         eng = self._engine
         unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
                               store_bits=eng.port_signature.store_bits, special=special,
-                              special_impl=self._special_impl)
+                              special_impl=self._special_impl, units=self._vector_units)
         m.submodules[name] = unit
         connect(m, unit.mem, port)
         return unit

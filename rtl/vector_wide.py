@@ -13,6 +13,8 @@ the special-function ops (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``)
 and for what the sequencer must guarantee.
 """
 
+import functools
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -186,6 +188,11 @@ class WideVectorUnit(wiring.Component):
         Build only these functions (``None``: all of
         :data:`ttrain.golden.special.FUNCTIONS`); a left-out function gives the canonical NaN
         (for small simulation builds only).
+    units : dict or None
+        The lanes' FP32 unit classes by role, ``"mul"``, ``"add"``, ``"cmp"`` (a latency-1
+        comparator); missing roles are the Amaranth units. Simulation builds pass
+        :func:`~ttrain.rtl.export.shared_unit` wrappers (one Verilog module per unit type;
+        :attr:`units` lists them for the build's sources), as the engine's lanes do.
 
     Members
     -------
@@ -207,7 +214,7 @@ class WideVectorUnit(wiring.Component):
     """
 
     def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
-                 special=False, special_impl="amaranth", special_functions=None):
+                 special=False, special_impl="amaranth", special_functions=None, units=None):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -234,6 +241,18 @@ class WideVectorUnit(wiring.Component):
         if special_functions is not None and not special:
             raise ValueError("WideVectorUnit special_functions needs special=True; leave it "
                              "None or set special=True")
+        given = dict(units or {})
+        if set(given) - {"mul", "add", "cmp"}:
+            raise ValueError(f"WideVectorUnit units names roles 'mul', 'add', 'cmp', not "
+                             f"{sorted(set(given) - {'mul', 'add', 'cmp'})}")
+        defaults = {"mul": FP32Mul, "add": FP32Add,
+                    "cmp": functools.partial(FP32Compare, latency=1)}
+        self._units = {**defaults, **given}
+        for role, unit in given.items():
+            if latency_of(unit) != latency_of(defaults[role]):
+                raise ValueError(f"WideVectorUnit units[{role!r}] has latency "
+                                 f"{latency_of(unit)}, not the {latency_of(defaults[role])} "
+                                 f"of its role")
         self._sfu = None
         if special:
             funcs = FUNCTIONS if special_functions is None else special_functions
@@ -263,6 +282,9 @@ class WideVectorUnit(wiring.Component):
     def special_latency(self):
         """Latency of the special-function unit (``None`` without ``special``)."""
         return None if self._sfu is None else self._sfu.latency
+
+    units = property(lambda self: dict(self._units),
+                     doc="The lanes' FP32 unit classes by role (``mul``, ``add``, ``cmp``).")
 
     @property
     def result_depth(self):
@@ -885,9 +907,9 @@ class WideVectorUnit(wiring.Component):
         ret_val = Signal(Lanes)
 
         for w in range(W):
-            mul = FP32Mul()
-            add = FP32Add()
-            cmp = FP32Compare(latency=1)
+            mul = self._units["mul"]()
+            add = self._units["add"]()
+            cmp = self._units["cmp"]()
             m.submodules[f"mul{w}"] = mul
             m.submodules[f"add{w}"] = add
             m.submodules[f"cmp{w}"] = cmp
@@ -909,7 +931,7 @@ class WideVectorUnit(wiring.Component):
             def lane_stage(value, name, w=w):
                 return istage(value, f"l{w}_{name}")
 
-            emax = FP32Compare(latency=1)              # elementwise max and fcmp (depth 1)
+            emax = self._units["cmp"]()                # elementwise max and fcmp (depth 1)
             m.submodules[f"emax{w}"] = emax
             m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
                          emax.i.payload.b.eq(y6)]

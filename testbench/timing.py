@@ -63,14 +63,15 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
-def _top2():
-    """The 2-lane accelerator top as ``ttrain resources --lanes 2`` synthesizes it, at the
-    tiny preset's store sizes (no special unit): the units inside one netlist, where ABC
-    maps some paths deeper than in the unit alone, and the paths between units."""
+def _top(lanes=2):
+    """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
+    preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
+    netlist, where ABC maps some paths deeper than in the unit alone, and the paths between
+    units."""
     from ..platforms.hw import preset_hw_config
     from ..rtl.top import Accelerator
-    hw = preset_hw_config("tiny", lanes=2)
-    return Accelerator(store_sizes=hw.stores, lanes=2, banks=2, max_split=2,
+    hw = preset_hw_config("tiny", lanes=lanes)
+    return Accelerator(store_sizes=hw.stores, lanes=lanes, banks=lanes, max_split=lanes,
                        imem_depth=hw.imem_depth, store_impl="verilog", store_style="block",
                        special=False)
 
@@ -130,7 +131,9 @@ UNITS = {
     "vector": (_vector, "WideVectorUnit, width 1 (the vector/update unit of the 1-lane top)"),
     "vector-w2": (lambda: _vector(width=2), "WideVectorUnit, width 2 (the 2-lane top's)"),
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
-    "top-2": (_top2, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
+    "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
+    "top-8": (lambda: _top(8), "Accelerator, 8 lanes (the default), max_split 8, tiny stores, "
+                               "no special unit (Yosys ~30 min)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 

@@ -524,6 +524,11 @@ def test_partial_overlaps_are_illegal_programs():
         assert check_program([ins, End()], SIZES)[0] == ERR_OVERLAP, ins
 
 
+def _fp32_compare_0():
+    from ttrain.rtl.fp32 import FP32Compare
+    return FP32Compare(latency=0)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"width": 3, "addr_bits": 8}, "power of two"),
     ({"width": 0, "addr_bits": 8}, "width must be an int"),
@@ -535,12 +540,27 @@ def test_partial_overlaps_are_illegal_programs():
     ({"width": 4, "addr_bits": 8, "special": True, "special_impl": "vhdl"}, "special_impl"),
     ({"width": 4, "addr_bits": 8, "special_functions": ("exp",)}, "needs special=True"),
     ({"width": 4, "addr_bits": 8, "special": True, "special_functions": ("sigmoid",)}, "unknown"),
+    ({"width": 4, "addr_bits": 8, "units": {"div": object}}, "units names roles"),
+    ({"width": 4, "addr_bits": 8, "units": {"cmp": _fp32_compare_0}},
+     r"units\['cmp'\] has latency 0, not the 1 of its role"),
 ])
 def test_bad_parameters_are_rejected(kwargs, match):
     with pytest.raises(ValueError, match=match):
         WideVectorUnit(**kwargs)
     with pytest.raises(TypeError, match="special must be a bool"):
         WideVectorUnit(width=4, addr_bits=8, special=1)
+
+
+def test_shared_units_of_a_simulation_top():
+    # the sim flavor's top instances one module per FP32 unit type in the engine and in both
+    # vector units; the build must be given exactly those
+    from ttrain.platforms.hw import preset_hw_config
+    from ttrain.rtl.top import Accelerator
+    acc = Accelerator(**preset_hw_config("tiny", lanes=4).accelerator_kwargs("sim"))
+    assert [u.module for u in acc.shared_units] == ["ttrain_fp32mul", "ttrain_fp32add",
+                                                    "ttrain_fp32compare_l1"]
+    inline = Accelerator(**preset_hw_config("tiny", lanes=4).accelerator_kwargs("synth"))
+    assert inline.shared_units == []
 
 
 def test_signature():

@@ -74,9 +74,10 @@ def special_fp_sources():
 def unit_sources(acc):
     """The separately converted FP32 modules an :class:`~ttrain.rtl.top.Accelerator` of the
     ``"sim"`` flavor instantiates: the special unit's (:func:`special_fp_sources`) and the
-    engine's shared units (``engine_units="verilog"``); a build must list them."""
+    shared units of the engine and the vector/update units (``engine_units="verilog"``,
+    ``Accelerator.shared_units``); a build must list them."""
     out = special_fp_sources() if acc.special and acc.special_impl == "verilog" else []
-    shared = [u for u in (acc.engine.mul_unit, acc.engine.add_unit) if hasattr(u, "unit_class")]
+    shared = acc.shared_units
     if shared:
         out += shared_sources(shared, build_root() / "shared" / "amaranth")
     return out
