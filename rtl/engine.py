@@ -433,10 +433,22 @@ def _prefix_or(m, name, values):
     return build(values, 0)
 
 
+def _or_tree(values, width):
+    """The OR of ``values`` as a balanced tree (``log2(n)`` levels; a left-deep
+    ``reduce`` is a chain of ``n`` ORs, which the mapper does not rebalance: 28 levels in the
+    8-lane top, docs/u50.md)."""
+    values = list(values)
+    if not values:
+        return Const(0, width)
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def _or_mux(pairs, width):
     """Return the OR of ``value`` over ``(select, value)`` pairs (selects are one-hot)."""
-    terms = [Mux(s, v, 0) for s, v in pairs]
-    return reduce(operator.or_, terms, Const(0, width))
+    return _or_tree([Mux(s, v, 0) for s, v in pairs], width)
 
 
 class ContractionEngine(wiring.Component):
@@ -743,11 +755,11 @@ class ContractionEngine(wiring.Component):
         for s, st in enumerate(self._stores):
             for b in range(NB):
                 rpairs = rsel[s][b]
-                m.d.sync += [st.r_en[b].eq(reduce(operator.or_, [g for g, _ in rpairs])),
+                m.d.sync += [st.r_en[b].eq(_or_tree([g for g, _ in rpairs], 1)),
                              st.r_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in rpairs],
                                                      AW)[:st.row_bits])]
                 wpairs = wsel[s][b]
-                m.d.sync += [st.w_en[b].eq(reduce(operator.or_, [g for g, _ in wpairs])),
+                m.d.sync += [st.w_en[b].eq(_or_tree([g for g, _ in wpairs], 1)),
                              st.w_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in wpairs],
                                                      AW)[:st.row_bits]),
                              st.w_data[b].eq(_or_mux([(g, dd) for (g, _), dd in
