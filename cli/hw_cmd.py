@@ -4,8 +4,6 @@ Argument parsing and printing only; the configuration is
 :func:`ttrain.platforms.hw.preset_hw_config`.
 """
 
-import json
-
 __all__ = ["register", "format_hw"]
 
 
