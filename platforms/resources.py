@@ -319,19 +319,21 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
     return out
 
 
-def synth_component(component, work_dir, *, timeout=600, over=None):
+def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
     same counts (``lut``, ``ff``, ``dsp48e2``, ..., ``logic_levels``, ``critical_path``);
     with ``over`` = N also ``deep``: :func:`deep_registers` of the netlist above N levels.
+    ``keep_netlist``: leave ``netlist.json`` (Yosys ``write_json``) in ``work_dir`` to trace a
+    path cell by cell (it is large: ~200 MB for the 8-lane top).
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
-                       over=over)
+                       over=over, keep_netlist=keep_netlist)
 
 
-def _synthesize(component, work, *, timeout, log, over=None):
+def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -361,7 +363,8 @@ def _synthesize(component, work, *, timeout, log, over=None):
     netlist = json.loads((work / "netlist.json").read_text())
     depth = logic_depth(netlist)
     deep = {} if over is None else {"deep": deep_registers(netlist, over)}
-    (work / "netlist.json").unlink()                 # large; the counts are kept
+    if not keep_netlist:
+        (work / "netlist.json").unlink()             # large; the counts are kept
     (work / "top.il").unlink()
     return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
             "critical_path": depth["path"], "critical_nets": depth["nets"], **deep,

@@ -145,12 +145,14 @@ def build_unit(name):
     return UNITS[name][0]()
 
 
-def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS):
+def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
+            keep_netlist=False):
     """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path, every register
     deeper than ``over`` levels (``deep``: levels, register, source) and seconds."""
     from ..platforms.resources import synth_component
     t0 = time.monotonic()
-    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout, over=over)
+    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout, over=over,
+                        keep_netlist=keep_netlist)
     return {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
             "carry": r["carry"], "logic_levels": r["logic_levels"],
             "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
@@ -182,6 +184,8 @@ def main(argv=None):
     ap.add_argument("--over", type=int, default=MAX_LEVELS, metavar="N",
                     help=f"list every register reached in more than N levels (default "
                          f"{MAX_LEVELS}, the goal)")
+    ap.add_argument("--keep-netlist", action="store_true",
+                    help="leave WORK_DIR/UNIT/netlist.json (Yosys write_json) to trace a path")
     ap.add_argument("--show", type=int, default=40, metavar="K",
                     help="print at most K of those registers (all go to --json)")
     args = ap.parse_args(argv)
@@ -191,7 +195,8 @@ def main(argv=None):
     names = list(UNITS) if "all" in args.unit else args.unit
     rows = []
     for name in names:
-        r = measure(name, work_dir=args.work_dir, timeout=args.timeout, over=args.over)
+        r = measure(name, work_dir=args.work_dir, timeout=args.timeout, over=args.over,
+                    keep_netlist=args.keep_netlist)
         rows.append(r)
         mark = "ok" if r["logic_levels"] <= MAX_LEVELS else f"> {MAX_LEVELS}"
         print(f"{name:16s} LUT {r['lut']:6d}  FF {r['ff']:6d}  DSP {r['dsp48e2']:3d}  "
