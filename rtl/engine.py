@@ -434,9 +434,10 @@ def _prefix_or(m, name, values):
 
 
 def _or_tree(values, width):
-    """The OR of ``values`` as a balanced tree (``log2(n)`` levels; a left-deep
-    ``reduce`` is a chain of ``n`` ORs, which the mapper does not rebalance: 28 levels in the
-    8-lane top, docs/u50.md)."""
+    """The OR of ``values`` as a balanced tree (``log2(n)`` levels) instead of a left-deep
+    ``reduce`` (a chain of ``n`` ORs in the RTL). The 8-lane top measured the same 28 levels
+    either way (ABC balances the chain itself; docs/u50.md), so this is structure, not the
+    fix of that path."""
     values = list(values)
     if not values:
         return Const(0, width)
