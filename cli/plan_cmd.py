@@ -259,8 +259,11 @@ def lrt_plan_report(config, *, rank=None):
     from .golden import lrt_model, lrt_online
     from .golden.lrt_compiler import compile_lrt, lrt_memory
     if config not in lrt_model.MLP_PRESETS:
-        raise ValueError(f"--rule lrt plans the fixed-point MLP presets "
-                         f"({', '.join(lrt_model.MLP_PRESETS)}), not {config}")
+        extra = (" (one rankReduce per output pixel: its online runs are golden only, "
+                 "`ttrain train --config digits-lrt-cnn --rule lrt --data digits-drift`)"
+                 if config in lrt_model.LRT_PRESETS else "")
+        raise ValueError(f"--rule lrt plans the compiled programs of the fixed-point MLP "
+                         f"presets ({', '.join(lrt_model.MLP_PRESETS)}), not {config}{extra}")
     st = lrt_online.BENCHMARK_RUNS["lrt unbiased/max"]
     if rank is not None:
         if isinstance(rank, bool) or rank < 1:

@@ -15,7 +15,8 @@ def add_arguments(p):
                         "online 8-bit SGD baseline of digits-mlp); zo: quantized zeroth-order "
                         "adaptation of the int8 model to digits-C, beside float and int8 "
                         "back-propagation fine-tuning of the same model on the same data; lrt: "
-                        "online low-rank training of digits-mlp on digits-drift")
+                        "online low-rank training of digits-mlp or digits-lrt-cnn on "
+                        "digits-drift")
     g.add_argument("--corruption", metavar="NAME",
                    help="--rule zo: one digits-C corruption (default: all 16, about 1.5 min each)")
     g.add_argument("--runs", metavar="A,B",
@@ -36,7 +37,7 @@ def add_arguments(p):
                         "--data digits-drift: the run's result (accuracies, writes per cell "
                         "with their histogram, per-layer counters)")
     g = p.add_argument_group(
-        "online training of digits-mlp: --data digits-drift",
+        "online training of digits-mlp and digits-lrt-cnn: --data digits-drift",
         "one pass over the stream, predicting each sample before training on it; --seed "
         "chooses the stream and the unbiased variant's random signs (the model is always the "
         "seed-0 pre-training); --lr is the weights' rate (default: tuned per rule, "
@@ -49,8 +50,11 @@ def add_arguments(p):
                         "none)")
     g.add_argument("--rank", type=int, metavar="R", help="--rule lrt: rank (default 4)")
     g.add_argument("--eff-batch", type=int, metavar="B",
-                   help="--rule lrt and --accumulate: samples per weight read-out (default 100, "
-                        "the paper's dense layers)")
+                   help="--rule lrt and --accumulate: samples per weight read-out of a dense "
+                        "layer (default 100, the paper's)")
+    g.add_argument("--conv-batch", type=int, metavar="B",
+                   help="--rule lrt and --accumulate, digits-lrt-cnn: images per weight "
+                        "read-out of a convolution (default 10, the paper's)")
     g.add_argument("--accumulate", action="store_true",
                    help="--rule sgd: the SGD baseline with a weight-sized gradient accumulator "
                         "read out every --eff-batch samples")
@@ -66,7 +70,8 @@ def add_arguments(p):
                    help="digits-drift: samples per corruption (default 750)")
 
 
-_ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "segments", "segment_len", "rounding")
+_ONLINE_FLAGS = ("variant", "norm", "rank", "eff_batch", "conv_batch", "segments",
+                 "segment_len", "rounding")
 _ZO_FLAGS = ("zo_lr", "zo_schedule", "zo_warmup")
 
 
@@ -87,9 +92,9 @@ def _write_checkpoint(out, model):
 
 
 def is_cnn(name):
-    from ttrain.golden.lrt_model import MLP_PRESETS
+    from ttrain.golden.lrt_model import LRT_PRESETS
     from ttrain.golden.qnn import CNN_PRESETS
-    return name in CNN_PRESETS or name in MLP_PRESETS
+    return name in CNN_PRESETS or name in LRT_PRESETS
 
 
 def _flag(name):
@@ -97,18 +102,24 @@ def _flag(name):
 
 
 def _check_online(args):
-    """Flags of the online runs (digits-mlp); ValueError naming the flag to change."""
+    """Flags of the online runs (digits-mlp, digits-lrt-cnn); ValueError naming the flag to
+    change."""
     from .commands import check_int, check_output_file, check_positive_float, check_seed
     check_seed("--seed", args.seed)
     check_output_file("--json", args.json_out)
     check_positive_float("--lr", args.lr)
-    for flag in ("rank", "eff_batch", "segments", "segment_len"):
+    for flag in ("rank", "eff_batch", "conv_batch", "segments", "segment_len"):
         check_int(_flag(flag), getattr(args, flag), 1)
     if args.segments is not None and args.segments > 16:
         raise ValueError("--segments must be at most 16 (one per digits-C corruption)")
     if args.seed >= 1 << 32:
         raise ValueError(f"--seed must be below 2**32 for the online runs, got {args.seed}")
     chip = args.engine in ("interpreter", "rtl")
+    from ttrain.golden.lrt_model import MLP_PRESETS
+    if chip and args.config not in MLP_PRESETS:
+        raise ValueError(f"--engine {args.engine} runs the compiled low-rank training programs, "
+                         f"which cover the dense {', '.join(MLP_PRESETS)}; {args.config} (one "
+                         "rankReduce per output pixel) runs on --engine golden only")
     if chip and args.rule != "lrt":
         raise ValueError(f"--engine {args.engine} runs the compiled low-rank training programs "
                          f"(--rule lrt); the {_online_label(args)} baseline runs on --engine "
@@ -147,8 +158,13 @@ def _check_online(args):
         if args.accumulate and args.bias_only:
             raise ValueError("--accumulate and --bias-only are two different baselines; pass "
                              "one of them")
-        if args.eff_batch is not None and not args.accumulate:
-            raise ValueError("--eff-batch applies to --rule lrt and --rule sgd --accumulate")
+        for flag in ("eff_batch", "conv_batch"):
+            if getattr(args, flag) is not None and not args.accumulate:
+                raise ValueError(f"{_flag(flag)} applies to --rule lrt and --rule sgd "
+                                 "--accumulate")
+    if args.conv_batch is not None and args.config in MLP_PRESETS:
+        raise ValueError(f"--conv-batch sets the read-out of convolutions; {args.config} has "
+                         "dense layers only (use --eff-batch)")
     if args.init is not None and not os.path.isfile(args.init):
         raise ValueError(f"--init {args.init} does not exist: pass a best.npz written by "
                          f"`ttrain train --config {args.config} --data digits --out DIR`")
@@ -162,10 +178,11 @@ def _online_label(args):
 
 
 def run_mlp(args):
-    """``--config digits-mlp``: pre-training (``--data digits``) or an online run."""
+    """``--config digits-mlp`` or ``digits-lrt-cnn``: pre-training (``--data digits``) or an
+    online run."""
     from dataclasses import replace
     from ttrain.golden import adapt, digits, drift, lrt_model, lrt_online
-    cfg = lrt_model.MLP_CONFIG
+    cfg = lrt_model.LRT_PRESETS[args.config]
     if args.rule == "zo":
         raise ValueError(f"--rule zo trains the int8 CNN preset digits-cnn; {cfg.name} trains "
                          "with --rule lrt or sgd on --data digits-drift")
@@ -185,20 +202,22 @@ def run_mlp(args):
     if args.init is not None:
         model = adapt.load_checkpoint(args.init, cfg)
         clean = digits.load_digits_clean("pretrain")
-        fixed, shift, _ = lrt_model.quantize_mlp(model, clean.val.images, clean.val.labels)
+        fixed, shift, _ = lrt_model.quantize_fixed(model, clean.val.images, clean.val.labels)
         test = float((fixed.predict(lrt_model.quantize_input(clean.test.images))
                       == clean.test.labels).mean())
         print(f"float model of {cfg.name} from {args.init}")
     else:
         model, rec = adapt.pretrain(cfg, seed=args.seed if not online else 0)
         clean = digits.load_digits_clean("pretrain")
-        fixed, shift, _ = lrt_model.quantize_mlp(model, clean.val.images, clean.val.labels)
+        fixed, shift, _ = lrt_model.quantize_fixed(model, clean.val.images, clean.val.labels)
         test = float((fixed.predict(lrt_model.quantize_input(clean.test.images))
                       == clean.test.labels).mean())
         print(f"{cfg.name}: {cfg.n_params:,} parameters; float pre-training on clean digits "
               f"({adapt.PRETRAIN['epochs']} epochs): test {100 * rec['test']:.1f}%")
     print(f"fixed-point model (8-bit weights and activations, 16-bit biases, power-of-two "
-          f"LSBs, hidden shift {shift}): clean test {100 * test:.1f}%")
+          f"LSBs, hidden shift{'s' if isinstance(shift, (tuple, list)) else ''} "
+          f"{list(shift) if isinstance(shift, (tuple, list)) else shift}): clean test "
+          f"{100 * test:.1f}%")
     if not online:
         _write_checkpoint(args.out, model)
         return 0
@@ -207,12 +226,16 @@ def run_mlp(args):
     stream = drift.make_stream(args.seed, **kw)
     label = _online_label(args)
     st = lrt_online.BENCHMARK_RUNS[label]
-    st = replace(st, seed=args.seed, lr=lrt_online.DEFAULT_LR[label] if args.lr is None
-                 else args.lr, rank=args.rank or st.rank, batch=args.eff_batch or st.batch)
+    st = replace(st, seed=args.seed, lr=lrt_online.default_lr(cfg.name)[label] if args.lr is
+                 None else args.lr, rank=args.rank or st.rank, batch=args.eff_batch or st.batch,
+                 conv_batch=args.conv_batch or st.conv_batch)
     print(f"digits-drift seed {args.seed}: {' -> '.join(stream.corruptions)} (severity 5), "
           f"{len(stream):,} samples; held-out test: {stream.corruptions[-1]} (400 images)")
-    detail = f", rank {st.rank}, effective batch {st.batch}" if st.rule == "lrt" else \
-        f", effective batch {st.batch}" if st.rule == "sgd-accum" else ""
+    conv = cfg.name not in lrt_model.MLP_PRESETS
+    batches = f"effective batch {st.batch}" + (f" (dense), {st.conv_batch} images (conv)"
+                                                if conv else "")
+    detail = f", rank {st.rank}, {batches}" if st.rule == "lrt" else \
+        f", {batches}" if st.rule == "sgd-accum" else ""
     print(f"{label}{detail}, lr {st.lr:g} (biases {st.bias_lr:g})")
     stepper = None
     if args.engine in ("interpreter", "rtl"):
@@ -246,9 +269,16 @@ def run_mlp(args):
           "cells)")
     hist = ", ".join(f"{n}: {c:,}" for n, c in enumerate(w["histogram"]) if c)
     print(f"  cells by number of writes: {hist}")
-    for name, layer in zip(("fc0", "fc1"), r["layers"]):
-        extra = f", {layer['skipped']} samples skipped" if st.rule == "lrt" else ""
-        print(f"  {name} {layer['shape'][0]}x{layer['shape'][1]}: {layer['weight_writes']} "
+    if conv and st.rule == "sgd":
+        wp = r["writes_paper_count"]
+        print(f"  as the authors' code counts (a conv cell once per output pixel with non-zero "
+              f"input and gradient): max {wp['max']:,}, mean {wp['mean']:.4g}")
+    names = [n.name for n in cfg.nodes if n.kind == "conv"]
+    for name, layer in zip(names, r["layers"]):
+        fed = "pixel-samples" if layer["pixels"] > 1 else "samples"
+        extra = f", {layer['skipped']:,} {fed} skipped" if st.rule == "lrt" else ""
+        print(f"  {name} {layer['shape'][0]}x{layer['shape'][1]} ({layer['pixels']} output "
+              f"pixel{'s' if layer['pixels'] > 1 else ''}): {layer['weight_writes']} "
               f"weight writes{extra}, aux memory {layer['aux_words']:,} words, writes per "
               f"cell max {layer['writes']['max']} mean {layer['writes']['mean']:.3g}")
     if args.json_out:
@@ -351,15 +381,16 @@ def _chip_stepper(args):
 
 def run(args):
     from ttrain.golden import adapt, digits, lrt_model, qnn, zo
-    if args.config in lrt_model.MLP_PRESETS:
+    if args.config in lrt_model.LRT_PRESETS:
         return run_mlp(args)
     if args.rule == "lrt" or args.data == "digits-drift":
-        raise ValueError(f"--rule lrt and --data digits-drift train the fixed-point MLP of the "
-                         f"paper's FC experiments; use --config digits-mlp, not {args.config}")
+        raise ValueError(f"--rule lrt and --data digits-drift train the fixed-point models of "
+                         f"the paper ({', '.join(lrt_model.LRT_PRESETS)}); use one of them, not "
+                         f"{args.config}")
     for flag in _ONLINE_FLAGS + ("accumulate", "bias_only"):
         if getattr(args, flag) not in (None, False):
-            raise ValueError(f"{_flag(flag)} applies to the online runs of digits-mlp (--data "
-                             "digits-drift) only")
+            raise ValueError(f"{_flag(flag)} applies to the online runs of "
+                             f"{' and '.join(lrt_model.LRT_PRESETS)} (--data digits-drift) only")
     cfg = qnn.get_cnn_config(args.config)
     _check(args)
     if cfg.input_shape != (8, 8, 1):

@@ -26,7 +26,11 @@ then forward/backward once and train on it:
 * ``bias``: biases only, weights never written.
 
 A write of a cell is counted when its stored value changes (:class:`~ttrain.golden.lrt.
-WriteCounter`); saturated cells that keep their value are not written.
+WriteCounter`); saturated cells that keep their value are not written. Every result also has
+``writes_paper_count``, the count of the authors' code (``docs/lrt.md``): for the ``sgd`` rule a
+convolution cell counts once per output pixel of a sample where its input and its output
+gradient are both non-zero (the per-pixel update of an in-memory array), whether or not the
+summed quantized step is; every other cell and rule counts as above.
 """
 
 import time
@@ -51,7 +55,8 @@ _F32 = np.float32
 @dataclass(frozen=True)
 class OnlineSettings:
     """One online run: ``rule`` of :data:`RULES`; LRT ``variant``/``norm``/``rank``/``kappa``;
-    ``batch`` the effective batch of dense layers; ``lr`` of the weights, ``bias_lr`` of the
+    ``batch`` the effective batch (samples) of dense layers, ``conv_batch`` (images) of layers
+    with more than one output pixel; ``lr`` of the weights, ``bias_lr`` of the
     biases (the same for every rule); ``seed`` of the unbiased reduction's random signs and of
     the stochastic rounding; ``rounding`` of the sgd rule's weight step (:data:`ROUNDINGS`)."""
     rule: str = "lrt"
@@ -59,6 +64,7 @@ class OnlineSettings:
     norm: str = "none"
     rank: int = 4
     batch: int = 100
+    conv_batch: int = 10
     lr: float = 0.01
     bias_lr: float = 0.01
     kappa: float = lrt.KAPPA_TH
@@ -72,7 +78,8 @@ class OnlineSettings:
             raise ValueError(f"unknown LRT variant {self.variant!r}; choose biased or unbiased")
         if self.norm not in NORMS:
             raise ValueError(f"unknown norm {self.norm!r}; choose none or max")
-        for name, v, lo in (("rank", self.rank, 1), ("batch", self.batch, 1)):
+        for name, v, lo in (("rank", self.rank, 1), ("batch", self.batch, 1),
+                            ("conv_batch", self.conv_batch, 1)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, not {v!r}")
         for name in ("lr", "bias_lr"):
@@ -89,10 +96,6 @@ class OnlineSettings:
         return self
 
 
-def _outer(dz, a):
-    return np.multiply(dz[:, None], a[None, :])
-
-
 def _readout(lr, B_eff, L, R, norms):
     if norms is None:
         G = lrt._matmul(L, np.swapaxes(R, -1, -2))
@@ -103,9 +106,18 @@ def _readout(lr, B_eff, L, R, norms):
 
 
 def run_online(model, stream, settings, *, progress=None, stepper=None):
-    """Train ``model`` (a :class:`~ttrain.golden.lrt_model.FixedMLP`, modified in place) on
-    ``stream`` (:class:`~ttrain.golden.drift.DriftStream`) by ``settings``; returns the result
-    dict (online and final accuracy, writes per cell, auxiliary memory, counters).
+    """Train ``model`` (a :class:`~ttrain.golden.lrt_model.FixedMLP` or
+    :class:`~ttrain.golden.lrt_model.FixedCNN`, modified in place) on ``stream``
+    (:class:`~ttrain.golden.drift.DriftStream`) by ``settings``; returns the result dict
+    (online and final accuracy, writes per cell, auxiliary memory, counters).
+
+    A layer with ``P`` output pixels (``model.pixels``; 1 for a dense layer) has ``P`` outer
+    products per sample, ``dz_p (x) a_p`` in raster order. LRT feeds each to its own rankReduce
+    (the cores of the layers' p-th pixels are factored in one batched call; the random signs of
+    pixel ``p`` of sample ``i`` are :func:`~ttrain.golden.lrt.sign_seed` ``(seed, layer, i P +
+    p)``) and reads a conv layer out every ``conv_batch`` images; SGD and the accumulator take
+    their sum, ``sum_p g_p (x) a_p`` in exact integers times ``2**-14``; the biases ``sum_p g_p``.
+    For ``P = 1`` this is the dense rule above, bit for bit.
 
     ``stepper`` (``rule="lrt"`` only): ``stepper(model, settings)`` returns an object that
     trains on the compiled programs instead of this module's NumPy
@@ -114,15 +126,23 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
     ``readout() -> written flags``, ``weights()``, ``biases()``, ``counters()``,
     ``skipped()``, ``close()``. The loop is the same; the numbers are bit-identical."""
     s = settings.check()
+    pix = list(model.pixels)
     if stepper is not None:
         if s.rule != "lrt":
             raise ValueError(f"the compiled online programs run the lrt rule, not {s.rule!r}")
+        if max(pix) > 1:
+            raise ValueError("the compiled online programs cover dense layers (digits-mlp); "
+                             "a convolutional model runs on the golden model only")
         return _run_stepper(model, stream, s, stepper(model.copy(), s), progress)
     t0 = time.process_time()
     x_test = quantize_input(stream.test_images)
     before = float(np.mean(model.predict(x_test) == stream.test_labels))
     n_layers = len(model.w)
+    batch = [s.batch if p == 1 else s.conv_batch for p in pix]
     counters = [lrt.WriteCounter.of_shape(w.shape) for w in model.w]
+    # The authors' count of SGD writes (lr/layers.py, count_version=2): a conv cell once per
+    # output pixel whose input and gradient are both non-zero, whatever the summed step.
+    per_pixel = [np.zeros(w.shape, np.int64) for w in model.w]
     bias_counters = [lrt.WriteCounter.of_shape(b.shape) for b in model.b]
     states = [lrt.new_state(w.shape[0], w.shape[1], s.rank) for w in model.w]
     accum = [np.zeros(w.shape, _F32) for w in model.w]
@@ -140,10 +160,11 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
         acts, logits = model.forward(xs[i:i + 1])
         correct += int(np.argmax(logits[0]) == y)
         g = model.backward(acts, logits, [y])
-        dzs = [np.multiply(i2f(g[l][0]), _F32(2.0 ** -G_FRAC)) for l in range(n_layers)]
-        avs = [np.multiply(i2f(acts[l][0]), _F32(2.0 ** -A_FRAC)) for l in range(n_layers)]
+        gs = [g[l][0].reshape(pix[l], -1) for l in range(n_layers)]
+        ais = [acts[l][0].reshape(pix[l], -1) for l in range(n_layers)]
         for l in range(n_layers):
-            db = f2i(np.multiply(np.multiply(blr, dzs[l]), _F32(2.0 ** B_FRAC)))
+            dzsum = np.multiply(i2f(gs[l].sum(axis=0)), _F32(2.0 ** -G_FRAC))
+            db = f2i(np.multiply(np.multiply(blr, dzsum), _F32(2.0 ** B_FRAC)))
             new_b = saturate(model.b[l] - db, 16)
             bias_counters[l].record(model.b[l], new_b)
             model.b[l] = new_b
@@ -152,7 +173,7 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
         elif s.rule == "sgd":
             off = 0
             for l in range(n_layers):
-                G = np.multiply(np.multiply(lr, _outer(dzs[l], avs[l])), _F32(2.0 ** W_FRAC))
+                G = np.multiply(np.multiply(lr, _grad(gs[l], ais[l])), _F32(2.0 ** W_FRAC))
                 if s.rounding == "stochastic":
                     idx = (np.uint64(i) * np.uint64(cells) + np.uint64(off)
                            + np.arange(G.size, dtype=np.uint64)).reshape(G.shape)
@@ -162,25 +183,32 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
                 else:
                     delta = f2i(G)
                 off += G.size
+                if pix[l] > 1:
+                    per_pixel[l] += (gs[l] != 0).T.astype(np.int64) @ (ais[l] != 0)
                 model.w[l], written = lrt.write_weights(model.w[l], delta, counters[l],
                                                         min_fraction=0.0)
                 writes[l] += int(written and np.any(delta))
         else:
             if s.rule == "lrt":
-                projs = [lrt.project(states[l], dzs[l], avs[l], s.kappa) for l in range(n_layers)]
-                cores = np.stack([lrt.core(states[l], projs[l]) for l in range(n_layers)])
-                U, sig, V = jacobi_svd(cores)
-                for l in range(n_layers):
-                    seeds = lrt.sign_seed(s.seed, l, i)
-                    states[l] = lrt.reduce_rotate(states[l], projs[l], U[l], sig[l], V[l],
-                                                  s.variant, seeds)
-                    skipped[l] += int(projs[l].skip)
+                dzs = [np.multiply(i2f(gs[l]), _F32(2.0 ** -G_FRAC)) for l in range(n_layers)]
+                avs = [np.multiply(i2f(ais[l]), _F32(2.0 ** -A_FRAC)) for l in range(n_layers)]
+                for p in range(max(pix)):
+                    group = [l for l in range(n_layers) if pix[l] > p]
+                    projs = {l: lrt.project(states[l], dzs[l][p], avs[l][p], s.kappa)
+                             for l in group}
+                    cores = np.stack([lrt.core(states[l], projs[l]) for l in group])
+                    U, sig, V = jacobi_svd(cores)
+                    for k, l in enumerate(group):
+                        seeds = lrt.sign_seed(s.seed, l, i * pix[l] + p)
+                        states[l] = lrt.reduce_rotate(states[l], projs[l], U[k], sig[k], V[k],
+                                                      s.variant, seeds)
+                        skipped[l] += int(projs[l].skip)
             else:
                 for l in range(n_layers):
-                    accum[l] = np.add(accum[l], _outer(dzs[l], avs[l]))
+                    accum[l] = np.add(accum[l], _grad(gs[l], ais[l]))
             for l in range(n_layers):
                 since[l] += 1
-                if since[l] % s.batch:
+                if since[l] % batch[l]:
                     continue
                 attempts[l] += 1
                 if s.rule == "lrt":
@@ -197,20 +225,37 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
                     accum[l][:] = 0
         if progress is not None and (i + 1) % 500 == 0:
             progress(i + 1, correct / (i + 1))
+    paper = [per_pixel[l] if pix[l] > 1 and s.rule == "sgd" else counters[l].counts
+             for l in range(n_layers)]
     return _result(model, stream, s, x_test, before, correct, counters, bias_counters, writes,
-                   attempts, skipped, t0)
+                   attempts, skipped, t0, paper=paper)
+
+
+def _grad(g, a):
+    """``sum_p dz_p (x) a_p`` of int8 gradients ``g`` (P, n_o) and int activations ``a`` (P,
+    n_i): the exact integer sum times ``2**-14`` in FP32 (exact: ``|sum| < 2**24``)."""
+    acc = g.T.astype(np.int64) @ a.astype(np.int64)
+    return np.multiply(i2f(acc), _F32(2.0 ** -(G_FRAC + A_FRAC)))
 
 
 def _result(model, stream, s, x_test, before, correct, counters, bias_counters, writes,
-            attempts, skipped, t0):
+            attempts, skipped, t0, paper=None):
     n_layers = len(model.w)
+    pix = list(model.pixels)
+    paper = [c.counts for c in counters] if paper is None else paper
+    flat = np.concatenate([np.asarray(c).ravel() for c in paper])
     final = float(np.mean(model.predict(x_test) == stream.test_labels))
     allc = lrt.WriteCounter(np.concatenate([c.counts.ravel() for c in counters]))
     aux = {"lrt": [s.rank * (w.shape[0] + w.shape[1]) for w in model.w],
            "sgd-accum": [w.size for w in model.w]}.get(s.rule, [0] * n_layers)
     return {"settings": asdict(s), "samples": len(stream), "online_acc": correct / len(stream),
             "final_acc": final, "before_acc": before, "writes": allc.summary(),
-            "layers": [{"shape": list(model.w[l].shape), "writes": counters[l].summary(),
+            "writes_paper_count": {"max": int(flat.max()), "mean": float(flat.mean())},
+            "layers": [{"shape": list(model.w[l].shape), "pixels": pix[l],
+                        "batch": s.batch if pix[l] == 1 else s.conv_batch,
+                        "writes": counters[l].summary(),
+                        "writes_paper_count": {"max": int(np.max(paper[l])),
+                                               "mean": float(np.mean(paper[l]))},
                         "weight_writes": writes[l], "readouts": attempts[l],
                         "skipped": skipped[l], "aux_words": aux[l],
                         "bias_writes_max": bias_counters[l].summary()["max"]}
@@ -290,6 +335,9 @@ TUNE_GRID = {
 #: The tuning stream: digits-drift seed 1 (another corruption sequence than the benchmark's
 #: seed 0), 4 segments of 500 samples.
 TUNE_STREAM = {"seed": 1, "segments": 4, "segment_len": 500, "ramp": 250}
+#: The tuning stream of the convolutional preset: the same corruptions at half the length (one
+#: LRT run of ``digits-lrt-cnn`` feeds 32 rankReduces per sample, ~0.27 s of golden CPU).
+TUNE_STREAM_CONV = {"seed": 1, "segments": 4, "segment_len": 250, "ramp": 125}
 
 
 def tune(model_factory, stream, grid=None, *, progress=None):
@@ -321,6 +369,16 @@ DEFAULT_LR = {
 }
 
 
+#: Default weight learning rates of ``digits-lrt-cnn``: for now digits-mlp's; the grid on
+#: :data:`TUNE_STREAM_CONV` replaces them (``docs/lrt.md``).
+DEFAULT_LR_CONV = dict(DEFAULT_LR)
+
+
+def default_lr(config):
+    """The tuned weight learning rates of the preset ``config`` (label -> rate)."""
+    return DEFAULT_LR if config == "digits-mlp" else DEFAULT_LR_CONV
+
+
 def format_table(results):
     """Return the benchmark table (one line per run) as text."""
     lines = [f"{'run':20s} {'lr':>7s} {'online %':>9s} {'final %':>8s} {'writes/cell max':>16s} "
@@ -328,7 +386,8 @@ def format_table(results):
     for label, r in results.items():
         layers = r["layers"]
         ww = "/".join(str(L["weight_writes"]) for L in layers)
-        sk = sum(L["skipped"] for L in layers) / (len(layers) * r["samples"])
+        sk = sum(L["skipped"] for L in layers) / sum(L.get("pixels", 1) * r["samples"]
+                                                      for L in layers)
         aux = sum(L["aux_words"] for L in layers)
         lines.append(f"{label:20s} {r['settings']['lr']:7g} {100 * r['online_acc']:9.1f} "
                      f"{100 * r['final_acc']:8.1f} {r['writes']['max']:16d} "
@@ -349,8 +408,8 @@ def _positive_float(text):
 
 
 def main(argv=None):
-    """``python -m ttrain.golden.lrt_online [--tune] [--seed S] [--lr LR] [--json FILE]``: the
-    benchmark table on digits-drift (seed 0: the stream of ``docs/lrt.md``), or the
+    """``python -m ttrain.golden.lrt_online [--config NAME] [--tune] [--seed S] [--lr LR] [--json
+    FILE]``: the benchmark table of ``NAME`` (default ``digits-mlp``) on digits-drift (seed 0: the stream of ``docs/lrt.md``), or the
     learning-rate grid on the tuning stream. The benchmark's weight learning rates are
     :data:`DEFAULT_LR` (tuned per run), or with ``--lr`` one rate for every run (the paper's
     protocol is 0.01); biases keep ``bias_lr`` = 0.01 either way."""
@@ -358,23 +417,34 @@ def main(argv=None):
     import json
     from . import drift, lrt_model
     p = argparse.ArgumentParser(prog="python -m ttrain.golden.lrt_online")
+    p.add_argument("--config", choices=tuple(lrt_model.LRT_PRESETS), default="digits-mlp",
+                   help="the fixed-point model (default digits-mlp)")
     p.add_argument("--tune", action="store_true", help="run the learning-rate grid instead")
     p.add_argument("--seed", type=int, default=0, help="digits-drift seed (default 0)")
     p.add_argument("--lr", type=_positive_float, metavar="LR",
                    help="one weight learning rate for every benchmark run (default: the tuned "
                         "DEFAULT_LR per run)")
+    p.add_argument("--runs", metavar="LABELS",
+                   help="comma-separated subset of the runs (default all: "
+                        f"{', '.join(BENCHMARK_RUNS)})")
     p.add_argument("--json", metavar="FILE", help="write every run's result as JSON")
     args = p.parse_args(argv)
+    labels = list(BENCHMARK_RUNS) if args.runs is None else args.runs.split(",")
+    unknown = [x for x in labels if x not in BENCHMARK_RUNS]
+    if unknown:
+        p.error(f"unknown run {unknown[0]!r} in --runs; choose from {', '.join(BENCHMARK_RUNS)}")
     if args.tune and args.lr is not None:
         p.error("--lr sets the benchmark's rate; --tune runs its own grid")
 
     def factory():
-        return lrt_model.pretrained_mlp(0)[0]
+        return lrt_model.pretrained(args.config, 0)[0]
 
     if args.tune:
-        stream = drift.make_stream(**TUNE_STREAM)
-        print(f"tuning stream {TUNE_STREAM}: {' -> '.join(stream.corruptions)}")
-        table, best = tune(factory, stream, progress=lambda label, lr, r: print(
+        spec = TUNE_STREAM if args.config == "digits-mlp" else TUNE_STREAM_CONV
+        stream = drift.make_stream(**spec)
+        print(f"tuning stream {spec}: {' -> '.join(stream.corruptions)}")
+        grid = {k: v for k, v in TUNE_GRID.items() if k in labels}
+        table, best = tune(factory, stream, grid, progress=lambda label, lr, r: print(
             f"{label:20s} lr {lr:<7g} online {100 * r['online_acc']:.1f} final "
             f"{100 * r['final_acc']:.1f} writes max {r['writes']['max']} mean "
             f"{r['writes']['mean']:.3f}", flush=True))
@@ -384,8 +454,10 @@ def main(argv=None):
         stream = drift.make_stream(args.seed)
         print(f"digits-drift seed {args.seed}: {' -> '.join(stream.corruptions)}, "
               f"{len(stream)} samples; test: {stream.corruptions[-1]}")
-        lr = DEFAULT_LR if args.lr is None else dict.fromkeys(BENCHMARK_RUNS, args.lr)
-        out = benchmark(factory, stream, lr=lr, progress=lambda label, r: print(
+        lr = default_lr(args.config) if args.lr is None else dict.fromkeys(BENCHMARK_RUNS,
+                                                                            args.lr)
+        runs = {k: BENCHMARK_RUNS[k] for k in labels}
+        out = benchmark(factory, stream, runs, lr=lr, progress=lambda label, r: print(
             f"  {label}: {r['cpu_s']:.0f} s CPU", flush=True))
         print(f"before training: final {100 * next(iter(out.values()))['before_acc']:.1f}%")
         print(format_table(out))

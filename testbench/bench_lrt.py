@@ -36,8 +36,11 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
     from ..platforms.hw import hw_config
     from ..platforms.sim.top import TopSession, build_top, pad_image, run_top
     if config not in lrt_model.MLP_PRESETS:
-        raise ValueError(f"--rule lrt benchmarks the fixed-point MLP presets "
-                         f"({', '.join(lrt_model.MLP_PRESETS)}), not {config}")
+        extra = (" (one rankReduce per output pixel: its online runs are golden only, "
+                 "`ttrain train --config digits-lrt-cnn --rule lrt --data digits-drift`)"
+                 if config in lrt_model.LRT_PRESETS else "")
+        raise ValueError(f"--rule lrt benchmarks the compiled programs of the fixed-point MLP "
+                         f"presets ({', '.join(lrt_model.MLP_PRESETS)}), not {config}{extra}")
     if (variant, norm) not in LRT_BENCH_RUNS:
         raise ValueError(f"unknown LRT variant/norm {variant}/{norm}; choose biased or unbiased "
                          "and none or max")

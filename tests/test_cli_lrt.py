@@ -89,12 +89,46 @@ def test_wrong_data_or_config_for_the_rule(tmp_path, capsys):
     error_line(capsys, ["train", "--config", "digits-mlp", "--rule", "sgd", "--data",
                         "digits-c"], "takes --data digits-drift (the online stream) or digits")
     error_line(capsys, ["train", "--config", "digits-cnn", "--rule", "lrt", "--data",
-                        "digits-drift"], "use --config digits-mlp")
+                        "digits-drift"], "(digits-mlp, digits-lrt-cnn); use one of them")
     error_line(capsys, ["train", "--config", "digits-cnn", "--data", "digits", "--variant",
                         "biased"], "--variant applies to the online runs")
     error_line(capsys, ["train", "--config", "digits-mlp", "--data", "digits", "--norm", "max"],
                "--norm applies to the online runs")
     error_line(capsys, [*BASE, "--rule", "lrt", "--json", str(tmp_path)], "is a directory")
+
+
+CONV = ["train", "--config", "digits-lrt-cnn", "--data", "digits-drift", "--segments", "1",
+        "--segment-len", "10"]
+
+
+def test_conv_preset_online_lrt_and_sgd_print_per_layer_pixels_and_the_authors_count(
+        tmp_path, capsys):
+    out = tmp_path / "cnn.json"
+    assert main([*CONV, "--rule", "lrt", "--variant", "biased", "--norm", "max",
+                 "--conv-batch", "5", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "effective batch 100 (dense), 5 images (conv)" in text
+    assert "conv0 8x9 (16 output pixels)" in text and "pixel-samples skipped" in text
+    rec = json.loads(out.read_text())
+    assert rec["config"] == "digits-lrt-cnn" and rec["settings"]["conv_batch"] == 5
+    assert [L["readouts"] for L in rec["layers"]] == [2, 2, 0, 0]
+    assert main([*CONV, "--rule", "sgd", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "as the authors' code counts" in text
+    rec = json.loads(out.read_text())
+    assert rec["writes_paper_count"]["max"] >= rec["writes"]["max"]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    ([*CONV, "--rule", "lrt", "--engine", "interpreter"], "digits-lrt-cnn (one rankReduce per "
+                                                           "output pixel) runs on --engine golden"),
+    ([*BASE, "--rule", "lrt", "--conv-batch", "5"], "--conv-batch sets the read-out of "
+                                                    "convolutions; digits-mlp has dense layers"),
+    ([*CONV, "--rule", "lrt", "--conv-batch", "0"], "--conv-batch must be"),
+    ([*CONV, "--rule", "sgd", "--conv-batch", "5"], "--conv-batch applies to --rule lrt and"),
+])
+def test_conv_preset_rejects_bad_input(argv, needle, capsys):
+    error_line(capsys, argv, needle)
 
 
 def test_compiled_programs_on_the_interpreter_print_the_golden_numbers(tmp_path, capsys):
@@ -136,8 +170,10 @@ def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(ca
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["plan", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt plans the fixed-point "
-                                                          "MLP presets"),
+    (["plan", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt plans the compiled "
+                                                          "programs of the fixed-point MLP"),
+    (["plan", "--config", "digits-lrt-cnn", "--rule", "lrt"], "its online runs are golden "
+                                                              "only"),
     (["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "0"], "--rank must be at "
                                                                          "least 1"),
     (["plan", "--config", "paper-l1", "--rank", "2"], "--rank does not apply to --rule sgd"),
@@ -152,7 +188,7 @@ def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(ca
     (["plan", "--config", "paper-l1", "--sparse-layers", "1"], "--sparse-layers does not apply "
                                                                "to --rule sgd"),
     (["bench", "step", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt benchmarks the "
-                                                                   "fixed-point MLP presets"),
+                                                                   "compiled programs of the"),
     (["bench", "step", "--rule", "lrt", "--queries", "3"], "--queries does not apply to --rule "
                                                            "lrt"),
     (["bench", "step", "--rule", "zo", "--variant", "biased"], "--variant applies to --rule "

@@ -4,10 +4,12 @@ mean over seeds converges to the sum), the 16-bit bases, max-norm and streaming 
 against their formulas, the 1%-nonzero write rule, the write counters, the fixed-point model,
 the digits-drift stream and the reproducibility of an online run."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from ttrain.golden import drift, lrt, lrt_model, lrt_online, special, svd
+from ttrain.golden import drift, lrt, lrt_model, lrt_online, qnn, special, svd
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,3 +424,141 @@ def test_online_settings_reject_bad_values():
                     ({"norm": "l2"}, "norm"), ({"rank": 0}, "rank"), ({"lr": -1.0}, "lr")):
         with pytest.raises(ValueError, match=msg):
             lrt_online.OnlineSettings(**kw).check()
+
+
+# --------------------------------------------------------------------------------------------
+# The convolutional preset (digits-lrt-cnn): one rankReduce per output pixel
+# --------------------------------------------------------------------------------------------
+
+def _small_cnn(rng):
+    """A 6x6x1 input -> conv 3x3 stride 2 pad 1 (3 channels, 3x3 map) -> conv 3x3 pad 0 (dense,
+    4) -> 1x1 linear (3 classes)."""
+    cfg = qnn.CNNConfig("t-cnn", (6, 6, 1), 3, (qnn.Conv(3, k=3, stride=2, pad=1),
+                                                 qnn.Conv(4, k=3, stride=1, pad=0),
+                                                 qnn.GlobalPool(), qnn.Linear(3)))
+    geo = lrt_model._geometries(cfg)
+    ws = [rng.integers(-128, 128, (g.cout, g.k * g.k * g.cin)) for g in geo]
+    bs = [rng.integers(-3000, 3000, g.cout) for g in geo]
+    return lrt_model.FixedCNN(ws, bs, geo)
+
+
+def test_fixed_cnn_forward_and_backward_match_a_python_reference():
+    rng = np.random.default_rng(21)
+    model = _small_cnn(rng)
+    assert model.pixels == [9, 1, 1]
+    x = rng.integers(0, 256, (3, 36))
+    acts, logits = model.forward(x)
+    labels = [0, 2, 1]
+    g = model.backward(acts, logits, labels)
+    w0, w1, w2 = (w.tolist() for w in model.w)
+    b0, b1, b2 = (b.tolist() for b in model.b)
+
+    def rs(v):                                     # round_shift(v, 7, HALF_UP)
+        return (v + 64) >> 7
+
+    for n in range(3):
+        img = [[int(x[n, 6 * r + c]) for c in range(6)] for r in range(6)]
+
+        def px(r, c):
+            return img[r][c] if 0 <= r < 6 and 0 <= c < 6 else 0
+        h0 = [[[0] * 3 for _ in range(3)] for _ in range(3)]     # [y][x][channel]
+        for y in range(3):
+            for xx in range(3):
+                patch = [px(2 * y - 1 + ky, 2 * xx - 1 + kx) for ky in range(3) for kx in range(3)]
+                assert acts[0][n, 3 * y + xx].tolist() == patch
+                for o in range(3):
+                    acc = sum(w0[o][i] * patch[i] for i in range(9)) + 4 * b0[o]
+                    h0[y][xx][o] = min(max(rs(acc), 0), 255)
+        flat = [h0[y][xx][c] for y in range(3) for xx in range(3) for c in range(3)]
+        assert acts[1][n, 0].tolist() == flat
+        h1 = [min(max(rs(sum(w1[o][i] * flat[i] for i in range(27)) + 4 * b1[o]), 0), 255)
+              for o in range(4)]
+        assert acts[2][n, 0].tolist() == h1
+        for o in range(3):
+            acc = sum(w2[o][i] * h1[i] for i in range(4)) + 4 * b2[o]
+            assert logits[n, o] == np.float32(acc * 2.0 ** -14)
+        # Backward from the int8 logit gradient (golden's softmax) down to conv0's pixels.
+        g2 = g[2][n, 0].tolist()
+        back1 = [max(min(rs(sum(g2[o] * w2[o][i] for o in range(3))), 127), -128)
+                 for i in range(4)]
+        g1 = [back1[i] if 0 < h1[i] < 255 else 0 for i in range(4)]
+        assert g[1][n, 0].tolist() == g1
+        cols = [sum(g1[o] * w1[o][i] for o in range(4)) for i in range(27)]   # pad 0: one patch
+        for y in range(3):
+            for xx in range(3):
+                for c in range(3):
+                    v = max(min(rs(cols[(3 * y + xx) * 3 + c]), 127), -128)
+                    want = v if 0 < h0[y][xx][c] < 255 else 0
+                    assert g[0][n, 3 * y + xx, c] == want
+
+
+def test_fixed_cnn_col2im_sums_every_patch_that_reads_a_pixel():
+    rng = np.random.default_rng(3)
+    geo = lrt_model._Geometry(4, 4, 2, 3, 1, 1, 4, 4, 5)
+    maps = rng.integers(-50, 50, (2, 4, 4, 2))
+    cols = rng.integers(-50, 50, (2, 16, 18))
+    # <patches(x), cols> == <x, fold(cols)>: fold is the transpose of im2col.
+    lhs = int(np.sum(geo.patches(maps) * cols))
+    rhs = int(np.sum(maps * geo.fold(cols)))
+    assert lhs == rhs
+
+
+def test_fixed_cnn_of_dense_layers_is_the_mlp_bit_for_bit():
+    mlp = _model()
+    geo = lrt_model._geometries(lrt_model.MLP_CONFIG)
+    cnn = lrt_model.FixedCNN([w.copy() for w in mlp.w], [b.copy() for b in mlp.b], geo)
+    x = lrt_model.quantize_input(drift.make_stream(0, segments=1, segment_len=20).images)
+    a1, l1 = mlp.forward(x)
+    a2, l2 = cnn.forward(x)
+    np.testing.assert_array_equal(l1.view(np.uint32), l2.view(np.uint32))
+    y = np.arange(20) % 10
+    for g_mlp, g_cnn in zip(mlp.backward(a1, l1, y), cnn.backward(a2, l2, y)):
+        np.testing.assert_array_equal(g_mlp, g_cnn[:, 0, :])
+
+
+def test_conv_preset_is_pretrained_and_quantized():
+    model, rec = lrt_model.pretrained("digits-lrt-cnn")
+    assert model.shapes == [(8, 9), (16, 72), (32, 256), (10, 32)]
+    assert model.pixels == [16, 16, 1, 1]
+    assert rec["float_test"] > 0.9 and rec["fixed_test"] > 0.85
+    with pytest.raises(ValueError, match="unknown fixed-point LRT preset"):
+        lrt_model.pretrained("digits-cnn")
+
+
+def test_conv_lrt_feeds_every_pixel_and_reads_out_every_conv_batch():
+    st = lrt_online.OnlineSettings("lrt", "unbiased", "max", batch=40, conv_batch=10, lr=0.01)
+    short = drift.make_stream(0, segments=1, segment_len=20, ramp=10)
+    r = lrt_online.run_online(lrt_model.pretrained("digits-lrt-cnn")[0], short, st)
+    conv0, conv1, dense2, fc = r["layers"]
+    assert [L["pixels"] for L in r["layers"]] == [16, 16, 1, 1]
+    assert conv0["readouts"] == conv1["readouts"] == 2 and dense2["readouts"] == 0
+    assert conv0["weight_writes"] >= 1 and conv0["writes"]["max"] <= 2
+    assert 0 < conv0["skipped"] <= 16 * 20
+    assert r["writes_paper_count"] == {"max": r["writes"]["max"],
+                                       "mean": pytest.approx(r["writes"]["mean"])}
+    again = lrt_online.run_online(lrt_model.pretrained("digits-lrt-cnn")[0], short, st)
+    assert again["layers"] == r["layers"] and again["final_acc"] == r["final_acc"]
+
+
+def test_conv_sgd_counts_the_authors_per_pixel_writes():
+    short = drift.make_stream(0, segments=1, segment_len=12, ramp=4)
+    model = lrt_model.pretrained("digits-lrt-cnn")[0]
+    start = model.copy()
+    r = lrt_online.run_online(model, short, lrt_online.OnlineSettings("sgd", lr=0.01))
+    # The authors' count, recomputed: per sample, pixels with non-zero input and gradient.
+    want = np.zeros((8, 9), np.int64)
+    m = start.copy()
+    for i, x in enumerate(lrt_model.quantize_input(short.images)):
+        acts, logits = m.forward(x[None])
+        g = m.backward(acts, logits, [int(short.labels[i])])
+        want += (g[0][0] != 0).T.astype(np.int64) @ (acts[0][0] != 0)
+        # The same sample's SGD step (one rule, tested above), to follow the trajectory.
+        one = dataclasses.replace(short, images=short.images[i:i + 1],
+                                  labels=short.labels[i:i + 1], source=short.source[i:i + 1])
+        lrt_online.run_online(m, one, lrt_online.OnlineSettings("sgd", lr=0.01))
+    conv0 = r["layers"][0]
+    assert conv0["writes_paper_count"]["max"] == int(want.max())
+    assert conv0["writes_paper_count"]["max"] > conv0["writes"]["max"]
+    assert r["layers"][2]["writes_paper_count"] == {
+        "max": r["layers"][2]["writes"]["max"],
+        "mean": pytest.approx(r["layers"][2]["writes"]["mean"])}
