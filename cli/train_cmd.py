@@ -60,6 +60,12 @@ def register(sub):
                         "against the interpreter; slow for large presets")
     p.add_argument("--lanes", type=int, metavar="P",
                    help="--engine rtl: engine lanes = store banks (default 4)")
+    p.add_argument("--buckets", metavar="auto|P,P,...",
+                   help="--engine interpreter/rtl: one compiled step per sentence-length "
+                        "bucket (grid positions; seq_len always added), each batch on the "
+                        "shortest that holds it (the same words as the full step, fewer "
+                        "cycles); auto: the train split's median and 90th percentile lengths, "
+                        "rounded up to a multiple of 4")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N steps (default: all epochs; the schedule still spans "
                         "them)")
@@ -107,6 +113,9 @@ def _check_args(args):
     if args.engine == "golden":
         if args.compare:
             raise ValueError("--compare applies to --engine interpreter or rtl only")
+        if args.buckets is not None:
+            raise ValueError("--buckets applies to --engine interpreter or rtl (the compiled "
+                             "steps); the golden fast path has no grid to cut")
     else:
         for flag in ("batch_size", "schedule", "clip"):
             if getattr(args, flag) is not None:
@@ -153,7 +162,7 @@ def run(args):
     from .train_zo_cmd import is_cnn
 
     if is_cnn(args.config):
-        for flag in ("clip_mode", "warmup", "word_dropout"):
+        for flag in ("clip_mode", "warmup", "word_dropout", "buckets"):
             if getattr(args, flag) is not None:
                 raise ValueError(f"--{flag.replace('_', '-')} applies to the transformer "
                                  f"presets only")
@@ -173,6 +182,9 @@ def run(args):
             raise ValueError(f"--{flag.replace('_', '-')} applies to the online runs of "
                              "digits-mlp (--data digits-drift) only")
     _check_args(args)
+    if args.buckets not in (None, "auto"):
+        from ttrain.golden.buckets import parse_buckets
+        parse_buckets(args.buckets, cfg)            # a bad list fails before the data load
     slot_head = True if args.slot_head else None
     ck = None if args.init is None else _load_init(args.init, cfg, slot_head)
     if args.data is not None:
@@ -189,12 +201,17 @@ def run(args):
     print(dataset.summary())
     import numpy as np
     stepper = None
+    buckets = None
+    if args.buckets is not None:
+        from ttrain.golden.buckets import parse_buckets, train_lengths
+        buckets = parse_buckets(args.buckets, cfg, train_lengths(dataset))
+        print(f"sentence-length buckets (grid positions): {', '.join(map(str, buckets))}")
     if args.engine == "interpreter":
         from ttrain.golden.stepper import InterpreterStepper
-        stepper = InterpreterStepper()
+        stepper = InterpreterStepper(buckets=buckets)
     elif args.engine == "rtl":
         from ttrain.platforms.host.chip import ChipStepper
-        stepper = ChipStepper(lanes=4 if args.lanes is None else args.lanes)
+        stepper = ChipStepper(lanes=4 if args.lanes is None else args.lanes, buckets=buckets)
     # A diverging run overflows before its loss turns non-finite: train() then stops with one
     # FloatingPointError line (lower --lr, set --clip), not a page of NumPy RuntimeWarnings.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -224,6 +241,9 @@ def run(args):
     elif args.engine == "interpreter":
         print(f"{result['steps']} steps of the compiled training step on the bit-exact golden "
               f"interpreter")
+    if "steps_per_bucket" in result:
+        print("steps per bucket (grid positions: steps): " + ", ".join(
+            f"{p}: {n:,}" for p, n in result["steps_per_bucket"].items()))
     dev, test = result["dev"], result["test"]
     print(f"best dev epoch {result['best_epoch']}: dev intent accuracy "
           f"{100 * dev['intent_acc']:.2f}%, test intent accuracy {100 * test['intent_acc']:.2f}% "

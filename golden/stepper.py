@@ -151,11 +151,18 @@ class InterpreterStepper(Stepper):
 
     ``compile_model(cfg)`` once; per step the sample words (and the step's learning rate,
     folded into the gradient weights) are written into the memory image and the program runs
-    on it. Loss, logits and parameters are read from the image: the chip's numbers."""
+    on it. Loss, logits and parameters are read from the image: the chip's numbers.
+
+    ``buckets``: grid lengths or ``"auto"`` (:mod:`ttrain.golden.buckets`): one program per
+    length, and each batch runs the shortest that holds it, on the same image (the same words as the full
+    step). ``steps_per_bucket`` counts them."""
     name = "interpreter"
 
-    def __init__(self, compiled=None):
+    def __init__(self, compiled=None, *, buckets=None):
         self.cm = compiled
+        self.bucket_lengths = buckets
+        self.buckets = None
+        self.steps_per_bucket = {}
 
     def configure(self, cfg, dataset):
         from .model_compiler import chip_model_config
@@ -164,14 +171,24 @@ class InterpreterStepper(Stepper):
     def start(self, ctx):
         from .model_compiler import compile_model
         check_compiled_step(ctx, "the interpreter's compiled step")
+        if self.bucket_lengths is not None:
+            from .buckets import Buckets, resolve_buckets
+            self.buckets = Buckets(ctx.cfg, resolve_buckets(self.bucket_lengths, ctx),
+                                   lr=ctx.lr)
+            self.cm = self.buckets.full
+            self.steps_per_bucket = dict.fromkeys(self.buckets.lengths, 0)
         if self.cm is None:
             self.cm = compile_model(ctx.cfg, lr=ctx.lr)
         self.image = self.cm.initial_image(ctx.params)
 
     def steps(self, batches, rates):
         from .interpreter import run
-        cm, out = self.cm, []
+        out = []
         for batch, rate in zip(batches, rates):
+            cm = self.cm
+            if self.buckets is not None:
+                p, cm = self.buckets.pick(batch)
+                self.steps_per_bucket[p] += 1
             cm.set_batch(self.image, batch, rate)
             image, st = run(cm.program, self.image)
             if st.error:
@@ -186,3 +203,8 @@ class InterpreterStepper(Stepper):
 
     def params(self):
         return self.cm.params(self.image)
+
+    def report(self):
+        if self.buckets is None:
+            return {}
+        return {"steps_per_bucket": {str(p): n for p, n in self.steps_per_bucket.items()}}

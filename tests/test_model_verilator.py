@@ -132,3 +132,30 @@ def test_training_loop_on_chip_equals_the_interpreter_run(top, tmp_path):
     strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
     assert strip(on_chip["history"]) == strip(ref["history"])
     assert chip.chip.sessions == 5                     # 4 + 4 + 4 (epoch 1), 4 + 2 (epoch 2)
+
+
+def test_length_buckets_on_chip_take_fewer_cycles_for_the_same_words(top, models, dataset,
+                                                                     tmp_path):
+    """Host-picked sentence-length buckets (golden/buckets.py): one session runs each batch on
+    the shortest program that holds it, loading programs as the bucket changes, checked against
+    the interpreter; the parameters equal the full step's run, and every short step took fewer
+    cycles than the full step on the same batch."""
+    from ttrain.golden.buckets import Buckets
+    cm = models["tiny"]
+    bk = Buckets(cm.cfg, (6, 7))
+    params = M.init_params(cm.cfg, np.random.default_rng(0))
+    batches = list(dataset.batches("train", 1, seed=2))[:6]
+    short = ChipRun(bk.full, top, params, tmp_path / "b", check="all", buckets=bk)
+    res_b = short.run_steps(batches)
+    full = ChipRun(cm, top, params, tmp_path / "f", check="all")
+    res_f = full.run_steps(batches)
+    assert sum(n > 0 for n in short.steps_per_bucket.values()) >= 2
+    after_b, after_f = short.params(), full.params()
+    assert all(np.array_equal(after_b[k].view(np.uint32), after_f[k].view(np.uint32))
+               for k in after_f)
+    for rb, rf in zip(res_b, res_f):
+        assert rb.loss == rf.loss
+        if rb.positions < 8:
+            assert rb.cycles < rf.cycles and rb.macs < rf.macs
+        else:
+            assert rb.cycles == rf.cycles

@@ -75,6 +75,7 @@ class StepResult:
     instructions: int = 0
     macs: int = 0
     breakdown: dict = field(default_factory=dict)
+    positions: int = 0          # grid positions of the program that ran it
 
 
 class ChipRun:
@@ -91,12 +92,21 @@ class ChipRun:
         Where the sessions' command and result files go.
     check : {"all", "outputs"}
         What is compared after each step (module docstring).
+    buckets : Buckets, optional
+        One compiled step per sentence length (:class:`ttrain.golden.buckets.Buckets`, whose
+        ``full`` is ``compiled``): each batch runs the shortest that holds it, on the same
+        image; the session loads a program when the bucket changes. ``steps_per_bucket``
+        counts them.
     """
 
-    def __init__(self, compiled, build, params, workdir, *, check="all"):
+    def __init__(self, compiled, build, params, workdir, *, check="all", buckets=None):
         if check not in ("all", "outputs"):
             raise ValueError(f"check must be 'all' or 'outputs', not {check!r}")
+        if buckets is not None and buckets.full is not compiled:
+            raise ValueError("buckets.full must be the compiled step the image is laid out by")
         self.cm, self.build, self.check = compiled, build, check
+        self.buckets = buckets
+        self.steps_per_bucket = dict.fromkeys(buckets.lengths, 0) if buckets else {}
         self.sizes = build.config["store_sizes"]
         self.image = pad_image(compiled.initial_image(params), self.sizes)
         self.workdir = Path(workdir)
@@ -137,43 +147,54 @@ class ChipRun:
         t0 = time.time()
         image = self.image
         results = []
-        outs = [cm.memory_map[n] for n in ("loss", "logits")]
-        programs = {"step": cm.program}
-        if breakdown:
-            for part in parts:
-                programs[part] = Program(section_program(cm, part), cm.program.store_sizes)
+        programs = {}
         loaded = None
 
-        def play(part, image, s, whole):
+        def program(step_cm, part):
+            key = (step_cm.positions, part)
+            if key not in programs:
+                programs[key] = step_cm.program if part == "step" else Program(
+                    section_program(step_cm, part), step_cm.program.store_sizes)
+            return key, programs[key]
+
+        def play(step_cm, part, image, s, whole):
             """Interpret program ``part`` on ``image``, queue it on the chip with its check."""
             nonlocal loaded
+            key, prog = program(step_cm, part)
             golden = None
             if sim_debug.trace_file() is not None:      # --trace: the golden stream beside it
                 tracer, golden = golden_tracer()
-                new, st = interpret(programs[part], image, trace=tracer)
+                new, st = interpret(prog, image, trace=tracer)
             else:
-                new, st = interpret(programs[part], image)
+                new, st = interpret(prog, image)
             _raise(st, s, part)
-            if loaded != part:
-                sess.program(programs[part].words())
-                loaded = part
+            if loaded != key:
+                sess.program(prog.words())
+                loaded = key
             name = f"step{s}" + ("" if part == "step" else f".{part}")
+            outs = [step_cm.memory_map[n] for n in ("loss", "logits")]
             sess.run(name, expect_at=self._expect(new, outs, whole), golden=golden)
             return new, st
 
         for s, (batch, lr) in enumerate(zip(batches, lrs)):
-            for name, words in cm.sample_words(batch, lr).items():
-                r = cm.memory_map[name]
+            step_cm = cm
+            if self.buckets is not None:
+                p, step_cm = self.buckets.pick(batch)
+                self.steps_per_bucket[p] += 1
+            for name, words in step_cm.sample_words(batch, lr).items():
+                r = step_cm.memory_map[name]
                 image[r.store][r.base:r.base + r.size] = words
                 sess.write(r.store, r.base, words)
             last = s == len(batches) - 1
             if breakdown:
-                image, _ = play("forward", image, s, False)
-            image, st = play("step", image, s, last and not (breakdown and "update" in parts))
+                image, _ = play(step_cm, "forward", image, s, False)
+            image, st = play(step_cm, "step", image, s,
+                             last and not (breakdown and "update" in parts))
             if breakdown and "update" in parts:
-                image, _ = play("update", image, s, last)
-            results.append(StepResult(cm.loss(image), cm.logits(image), macs=st.macs,
-                                      instructions=st.instructions))
+                image, _ = play(step_cm, "update", image, s, last)
+            results.append(StepResult(step_cm.loss(image), step_cm.logits(image), macs=st.macs,
+                                      instructions=st.instructions,
+                                      positions=step_cm.positions))
         self.golden_seconds += time.time() - t0
         t1 = time.time()
         rows = run_top(self.build, sess, test_dir=self.workdir / f"session{self.sessions}",
@@ -216,15 +237,19 @@ class ChipStepper(Stepper):
     ``steps_per_session`` (one Verilator run each, from the verified image); each session
     checks loss and logits after every step and every store word after its last step
     (``ChipRun(check="outputs")``). ``build``: a :func:`build_model_top` build to reuse (else
-    one is built, or reused from the build cache, for ``lanes``)."""
+    one is built, or reused from the build cache, for ``lanes``). ``buckets``: grid lengths
+    or ``"auto"`` (:mod:`ttrain.golden.buckets`): one program per sentence length, each batch
+    on the shortest that holds it."""
     name = "rtl"
 
-    def __init__(self, *, lanes=4, build=None, workdir=None, steps_per_session=100):
+    def __init__(self, *, lanes=4, build=None, workdir=None, steps_per_session=100,
+                 buckets=None):
         if isinstance(steps_per_session, bool) or not isinstance(steps_per_session, int) \
                 or steps_per_session < 1:
             raise ValueError(f"steps_per_session must be a positive int, not "
                              f"{steps_per_session!r}")
         self.lanes, self.build, self.workdir = lanes, build, workdir
+        self.bucket_lengths = buckets
         self.chunk = steps_per_session
         self.chip = None
         self.cycles = []
@@ -237,14 +262,21 @@ class ChipStepper(Stepper):
 
         from ...golden.model_compiler import compile_model
         check_compiled_step(ctx, "the chip")
-        cm = compile_model(ctx.cfg, lr=ctx.lr)
+        buckets = None
+        if self.bucket_lengths is not None:
+            from ...golden.buckets import Buckets, resolve_buckets
+            buckets = Buckets(ctx.cfg, resolve_buckets(self.bucket_lengths, ctx), lr=ctx.lr)
+            cm = buckets.full
+        else:
+            cm = compile_model(ctx.cfg, lr=ctx.lr)
         if self.build is None:
             if ctx.log is not None:
                 ctx.log(f"building the accelerator for {ctx.cfg.name} ({self.lanes} lanes) "
                         f"under Verilator (first build: minutes)")
             self.build = build_model_top(cm, lanes=self.lanes)
         self.workdir = Path(self.workdir or tempfile.mkdtemp(prefix="ttrain-chip-"))
-        self.chip = ChipRun(cm, self.build, ctx.params, self.workdir, check="outputs")
+        self.chip = ChipRun(cm, self.build, ctx.params, self.workdir, check="outputs",
+                            buckets=buckets)
 
     def steps(self, batches, rates):
         res = self.chip.run_steps(batches, rates)
@@ -259,9 +291,12 @@ class ChipStepper(Stepper):
 
     def report(self):
         chip = self.chip
-        return {"cycles": list(self.cycles), "sim_seconds": chip.sim_seconds if chip else 0.0,
-                "golden_seconds": chip.golden_seconds if chip else 0.0,
-                "workdir": str(self.workdir)}
+        out = {"cycles": list(self.cycles), "sim_seconds": chip.sim_seconds if chip else 0.0,
+               "golden_seconds": chip.golden_seconds if chip else 0.0,
+               "workdir": str(self.workdir)}
+        if chip is not None and chip.buckets is not None:
+            out["steps_per_bucket"] = {str(p): n for p, n in chip.steps_per_bucket.items()}
+        return out
 
 
 def train_on_chip(cfg, dataset, *, epochs=None, lr=None, seed=0, lanes=4, max_steps=None,
