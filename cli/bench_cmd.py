@@ -88,8 +88,10 @@ def _zo_step(args):
     if config not in qnn.cnn_preset_names():
         raise ValueError(f"--rule zo benchmarks the int8 CNN presets "
                          f"({', '.join(qnn.cnn_preset_names())}), not {config}")
-    if args.positions is not None:
-        raise ValueError("--positions applies to the transformer presets (--rule sgd) only")
+    for flag in ("positions", "buckets", "lengths_from"):
+        if getattr(args, flag) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies to the transformer presets "
+                             "(--rule sgd) only")
     for flag in ("variant", "norm"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag} applies to --rule lrt only")
@@ -114,7 +116,7 @@ def _zo_step(args):
 
 def _lrt_step(args):
     from ttrain.testbench.bench_lrt import bench_lrt
-    for flag in ("zo_run", "batch", "queries", "positions"):
+    for flag in ("zo_run", "batch", "queries", "positions", "buckets", "lengths_from"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} does not apply to --rule lrt")
     rep = bench_lrt(args.config or "digits-mlp", variant=args.variant or "unbiased",
@@ -157,8 +159,22 @@ def _step(args):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
     from ttrain.testbench.bench_step import bench_step
+    if args.lengths_from is not None and args.buckets is None:
+        raise ValueError("--lengths-from gives the length distribution of --buckets: add "
+                         "--buckets")
+    if args.buckets is not None:
+        from ttrain.golden.buckets import parse_buckets
+        from ttrain.golden.config import get_config
+        if args.positions is not None:
+            raise ValueError("--positions runs one shorter program; --buckets runs them all: "
+                             "pass one")
+        if args.buckets != "auto":
+            parse_buckets(args.buckets, get_config(args.config or "paper-l1"))
+        if args.steps != 1:
+            raise ValueError("--buckets runs one step per bucket: drop --steps")
     rep = bench_step(args.config or "paper-l1", steps=args.steps, out_json=args.out,
-                     positions=args.positions, max_split=_max_split(args),
+                     positions=args.positions, buckets=args.buckets,
+                     lengths_from=args.lengths_from, max_split=_max_split(args),
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      **_top_args(args))
     if args.json:
@@ -173,6 +189,15 @@ def _step(args):
               f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
               f"bit-exact")
     ep = rep["epoch"]
+    if "buckets" in rep:
+        bk = rep["buckets"]
+        per = ", ".join(f"{p}: {n:,} sentences x {bk['cycles_per_step'][p]:,} cycles"
+                        for p, n in bk["sentences_per_bucket"].items())
+        print(f"ATIS epoch on length buckets (lengths of {bk['lengths_from']}; each sentence "
+              f"on the shortest bucket that holds it): {per}")
+        print(f"  {bk['seconds_at_250MHz']:.1f} s at 250 MHz, {bk['seconds_at_300MHz']:.1f} s "
+              f"at 300 MHz; {bk['speedup']:.2f}x faster than every step on the full grid")
+        return 0
     if rep["positions"] != rep["seq_len"]:
         print(f"(program for {rep['positions']} of {rep['seq_len']} positions: the epoch figure "
               f"assumes every step has that length)")
@@ -272,6 +297,14 @@ def register(sub):
     st.add_argument("--positions", type=int, default=None, metavar="P",
                     help="run the program compiled for the first P positions (padding past P "
                          "skipped) on the full-size build (default: the full grid)")
+    st.add_argument("--buckets", metavar="auto|P,P,...",
+                    help="--rule sgd: one step of every sentence-length bucket's program (grid "
+                         "positions; seq_len added; auto: the train split's median and 90th "
+                         "percentile lengths) and the epoch time with each sentence on the "
+                         "shortest bucket that holds it")
+    st.add_argument("--lengths-from", metavar="DIR",
+                    help="--buckets: the data directory whose train lengths give the epoch "
+                         "(default ../shared/data/atis when present, else the generated set)")
     add_sim_debug_flags(st)
     st.set_defaults(func=with_sim_debug(_step))
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")

@@ -20,9 +20,56 @@ __all__ = ["bench_step", "ATIS_TRAIN_SENTENCES"]
 ATIS_TRAIN_SENTENCES = 4478
 
 
+def atis_dir(path=None):
+    """The ATIS directory: ``path``, else ``$TTRAIN_SHARED_DATA/atis``, ``../shared/data/atis``
+    or ``/work/shared/data/atis`` when one holds ``train.seq.in``; None when none does."""
+    import os
+    if path is not None:
+        if not (Path(path) / "train.seq.in").is_file():
+            raise ValueError(f"--lengths-from {path} holds no train.seq.in: pass an ATIS/SNIPS "
+                             "data directory")
+        return Path(path)
+    roots = [Path(p) for p in os.environ.get("TTRAIN_SHARED_DATA", "").split(os.pathsep) if p]
+    roots += [Path("../shared/data"), Path("/work/shared/data")]
+    for root in roots:
+        if (root / "atis" / "train.seq.in").is_file():
+            return root / "atis"
+    return None
+
+
+def epoch_lengths(cfg, path=None):
+    """``(lengths, source)``: train sentence lengths (tokens with [CLS], cut at ``seq_len``) of
+    ATIS (:func:`atis_dir`), else of the generated data set (``source`` says which)."""
+    from ..golden.buckets import train_lengths
+    from ..golden.data import generate_dataset, load_dataset
+    d = atis_dir(path)
+    if d is not None:
+        return train_lengths(load_dataset(d, cfg)), str(d)
+    ds = generate_dataset(seed=0, n_train=ATIS_TRAIN_SENTENCES, seq_len=cfg.seq_len,
+                          vocab_size=min(cfg.vocab, 128))
+    return train_lengths(ds), "the generated data set (ATIS not found)"
+
+
+def _bucket_epoch(cfg, bk, entries, lengths, source):
+    """The epoch of ``lengths`` on the buckets (each sentence on the shortest that holds it;
+    batches of ``cfg.batch`` sentences of one bucket) against every step on the full grid."""
+    cycles = {e["positions"]: e["cycles"] for e in entries}
+    hist = bk.histogram(np.minimum(lengths, cfg.seq_len))
+    steps = {p: -(-n // cfg.batch) for p, n in hist.items()}
+    total = sum(steps[p] * cycles[p] for p in steps)
+    flat = -(-len(lengths) // cfg.batch) * cycles[cfg.seq_len]
+    return {"lengths": list(bk.lengths), "lengths_from": source,
+            "sentences": int(len(lengths)),
+            "sentences_per_bucket": {str(p): n for p, n in hist.items()},
+            "cycles_per_step": {str(p): c for p, c in cycles.items()},
+            "epoch_cycles": int(total), "full_grid_epoch_cycles": int(flat),
+            "speedup": flat / total,
+            **{f"seconds_at_{f}MHz": total / (f * 1e6) for f in (250, 300)}}
+
+
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
-               bank_skew=False):
+               bank_skew=False, buckets=None, lengths_from=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -41,6 +88,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     ``fetch_words``: the engine's operand beats (``ContractionEngine(fetch_words=)``); the
     mapping's cycle model then counts them. ``bank_skew``: every store's rows skewed across
     the banks (``HwConfig.bank_skew``); the mapping's model counts that too.
+
+    ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
+    bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
+    from a sentence-length distribution, each sentence on the shortest bucket that holds it:
+    ATIS's train split (``lengths_from``, default ``../shared/data/atis`` when present;
+    sentences cut at ``seq_len``), else the generated data set's (the report says which).
     """
     from dataclasses import replace
     import json
@@ -52,17 +105,27 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     from ..golden.model_compiler import compile_model
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 20:
         raise ValueError(f"steps must be an int in 1..20, not {steps!r}")
+    if buckets is not None and positions is not None:
+        raise ValueError("positions runs one shorter program; buckets runs them all: pass one")
     say = progress or (lambda m: None)
     cfg, notes = chip_config(get_config(config))
-    full = compile_model(cfg)
-    cm = full if positions is None else compile_model(cfg, positions=positions)
-    if max_split > 1 or fetch_words or bank_skew:
-        def mapped(c):
-            return replace(c, program=c.program.for_engine(lanes, slots, max_split,
-                                                           fetch_words=fetch_words,
-                                                           banks=lanes, bank_skew=bank_skew))
-        full = mapped(full)
-        cm = full if positions is None else mapped(cm)
+    mapping = max_split > 1 or fetch_words or bank_skew
+    engine_map = (lambda prog: prog.for_engine(lanes, slots, max_split, fetch_words=fetch_words,
+                                               banks=lanes, bank_skew=bank_skew)) \
+        if mapping else None
+    bk = lengths = lengths_source = None
+    if buckets is not None:
+        from ..golden.buckets import Buckets, parse_buckets
+        lengths, lengths_source = epoch_lengths(cfg, lengths_from)
+        blist = parse_buckets(buckets, cfg, lengths) if isinstance(buckets, str) else buckets
+        bk = Buckets(cfg, blist, map_program=engine_map)
+        full = cm = bk.full
+    else:
+        full = compile_model(cfg)
+        cm = full if positions is None else compile_model(cfg, positions=positions)
+        if engine_map is not None:
+            full = replace(full, program=engine_map(full.program))
+            cm = full if positions is None else replace(cm, program=engine_map(cm.program))
     t0 = time.time()
     say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
         f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
@@ -75,19 +138,24 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                    bank_skew=bank_skew)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
-    ds = generate_dataset(seed=0, n_train=max(8, steps * cfg.batch), n_dev=4, n_test=4,
+    step_positions = list(bk.lengths) if bk is not None else None
+    if bk is not None:
+        steps = len(step_positions)
+    ds = generate_dataset(seed=0, n_train=max(64, steps * cfg.batch), n_dev=4, n_test=4,
                           seq_len=cfg.seq_len, vocab_size=min(cfg.vocab, 128))
-    fits = np.flatnonzero(ds.splits["train"]["mask"].sum(axis=1) <= cm.positions)
+    shortest = bk.lengths[0] if bk is not None else cm.positions
+    fits = np.flatnonzero(ds.splits["train"]["mask"].sum(axis=1) <= shortest)
     if len(fits) < steps * cfg.batch:
-        raise ValueError(f"positions={cm.positions} is shorter than the benchmark's sentences; "
-                         f"use at least 4")
+        what = f"bucket {shortest}" if bk is not None else f"positions={cm.positions}"
+        raise ValueError(f"{what} is shorter than the benchmark's sentences; use at least 4")
     rows = np.random.default_rng(seed).permutation(fits)[:steps * cfg.batch]
     batches = [ds.batch("train", rows[i * cfg.batch:(i + 1) * cfg.batch]) for i in range(steps)]
     params = M.init_params(cfg, np.random.default_rng(seed))
     chip = ChipRun(cm, build, params, workdir or tempfile.mkdtemp(prefix="step-bench-"),
-                   check="outputs")
-    say(f"running {steps} step(s) (forward-only and whole-step runs each)")
-    res = chip.run_steps(batches, breakdown=True, timeout=8 * 3600)
+                   check="outputs", buckets=bk)
+    say(f"running {steps} step(s) (forward-only and whole-step runs each)" + (
+        f", one per bucket {', '.join(map(str, step_positions))}" if bk is not None else ""))
+    res = chip.run_steps(batches, breakdown=True, timeout=8 * 3600, positions=step_positions)
     steps_per_epoch = -(-ATIS_TRAIN_SENTENCES // cfg.batch)
     entries = []
     for s, r in enumerate(res):
@@ -98,7 +166,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             "engine_cycles": r.engine_cycles, "ideal_cycles": ideal, "macs": r.macs,
             "utilization": ideal / r.cycles, "engine_utilization": ideal / r.engine_cycles,
             "busy_vector": r.busy_vector, "busy_update": r.busy_update,
-            "instructions": r.instructions, "bit_exact": True})
+            "instructions": r.instructions, "positions": r.positions, "bit_exact": True})
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
@@ -107,6 +175,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)
                            for f in (250, 300)}},
+              **({} if bk is None else {"buckets": _bucket_epoch(cfg, bk, entries, lengths,
+                                                                 lengths_source)}),
               "seconds": {"build": round(build_s, 1), "simulation": round(chip.sim_seconds, 1),
                           "golden": round(chip.golden_seconds, 1)}}
     if out_json:

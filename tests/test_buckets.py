@@ -93,3 +93,70 @@ def test_cli_rejects_bad_buckets(argv, needle, capsys):
 def test_cli_cnn_preset_rejects_buckets(capsys):
     error_line(capsys, ["train", "--config", "digits-cnn", "--buckets", "4"],
                "--buckets applies to the transformer presets only")
+
+
+def test_epoch_on_buckets_weights_each_bucket_by_its_sentences():
+    from ttrain.testbench.bench_step import _bucket_epoch
+    bk = B.Buckets(get_config("tiny"), (4, 6))
+    tiny = get_config("tiny")
+    entries = [{"positions": 4, "cycles": 100}, {"positions": 6, "cycles": 150},
+               {"positions": 8, "cycles": 200}]
+    rep = _bucket_epoch(tiny, bk, entries, np.array([2, 3, 5, 8, 9]), "test lengths")
+    assert rep["sentences_per_bucket"] == {"4": 2, "6": 1, "8": 2}      # 9 is cut at seq_len
+    assert rep["epoch_cycles"] == 2 * 100 + 150 + 2 * 200
+    assert rep["full_grid_epoch_cycles"] == 5 * 200
+    assert rep["speedup"] == pytest.approx(1000 / 750)
+    assert rep["seconds_at_300MHz"] == pytest.approx(750 / 300e6)
+
+
+def test_epoch_lengths_come_from_atis_when_it_is_there():
+    from conftest import shared_data
+    from ttrain.testbench.bench_step import ATIS_TRAIN_SENTENCES, epoch_lengths
+    cfg = get_config("paper-l1")
+    lengths, source = epoch_lengths(cfg, shared_data("atis"))
+    assert len(lengths) == ATIS_TRAIN_SENTENCES and source.endswith("atis")
+    assert 2 <= lengths.min() and lengths.max() <= cfg.seq_len
+    auto = B.auto_buckets(cfg, lengths)
+    assert auto[-1] == 32 and len(auto) == 3 and auto[0] < auto[1] < 32
+    with pytest.raises(ValueError, match="holds no train.seq.in"):
+        epoch_lengths(cfg, "/nonexistent")
+
+
+def test_bench_step_prints_the_bucket_epoch(monkeypatch, capsys):
+    from ttrain.main import main
+    from ttrain.testbench import bench_step
+    seen = {}
+
+    def fake(config, **kw):
+        seen.update(kw)
+        return {"config": "tiny", "lanes": 4, "batch": 1, "seq_len": 8, "positions": 8,
+                "entries": [{"step": 0, "cycles": 80, "forward_cycles": 30,
+                             "backward_cycles": 50, "update_busy_cycles": 5,
+                             "engine_cycles": 40, "ideal_cycles": 20, "macs": 80,
+                             "utilization": 0.25, "loss": 1.0, "positions": 6}],
+                "epoch": {"sentences": 10, "steps": 10, "seconds_at_250MHz": 1.0,
+                          "seconds_at_300MHz": 0.8},
+                "buckets": {"lengths": [6, 8], "lengths_from": "x", "sentences": 10,
+                            "sentences_per_bucket": {"6": 7, "8": 3},
+                            "cycles_per_step": {"6": 80, "8": 100}, "epoch_cycles": 860,
+                            "full_grid_epoch_cycles": 1000, "speedup": 1000 / 860,
+                            "seconds_at_250MHz": 0.5, "seconds_at_300MHz": 0.4}}
+    monkeypatch.setattr(bench_step, "bench_step", fake)
+    assert main(["bench", "step", "--config", "tiny", "--buckets", "6"]) == 0
+    out = capsys.readouterr().out
+    assert seen["buckets"] == "6" and "6: 7 sentences x 80 cycles" in out and "1.16x" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--buckets", "6", "--positions", "6"], "--buckets runs them all: pass one"),
+    (["--buckets", "6", "--steps", "2"], "--buckets runs one step per bucket: drop --steps"),
+    (["--buckets", "12"], "--buckets length 12 is outside 1..seq_len = 8"),
+    (["--lengths-from", "/tmp"], "--lengths-from gives the length distribution of --buckets"),
+])
+def test_bench_step_rejects_bad_buckets(argv, needle, capsys):
+    error_line(capsys, ["bench", "step", "--config", "tiny", *argv], needle)
+
+
+def test_bench_step_zo_rejects_buckets(capsys):
+    error_line(capsys, ["bench", "step", "--rule", "zo", "--buckets", "6"],
+               "--buckets applies to the transformer presets (--rule sgd) only")

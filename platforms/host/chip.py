@@ -118,7 +118,7 @@ class ChipRun:
         """The parameters after the steps run so far (verified equal on chip and golden)."""
         return self.cm.params(self.image)
 
-    def run_steps(self, batches, lrs=None, *, breakdown=False, timeout=None):
+    def run_steps(self, batches, lrs=None, *, breakdown=False, timeout=None, positions=None):
         """Run one training step per batch in one simulation session; return StepResults.
 
         ``lrs``: learning rate per step (default the compiled one). It is sample data: the
@@ -127,13 +127,22 @@ class ChipRun:
         forward and backward; the backward includes the fused SGD updates (the compiler's
         default), whose update-unit busy cycles are reported as ``update_busy``. An unfused
         program gets an update-only run after the step too (it changes nothing: the gradients
-        are zero after the step) and an ``update`` share.
+        are zero after the step) and an ``update`` share. ``positions`` (with ``buckets``):
+        the bucket of each step instead of the shortest that holds it (a benchmark runs every
+        bucket's program on sentences that fit them all).
         """
         cm = self.cm
         batches = list(batches)
         lrs = [cm.lr] * len(batches) if lrs is None else list(lrs)
         if len(lrs) != len(batches):
             raise ValueError(f"{len(lrs)} learning rates for {len(batches)} batches")
+        if positions is not None:
+            positions = list(positions)
+            if self.buckets is None or len(positions) != len(batches) or \
+                    any(p not in self.buckets.programs for p in positions):
+                raise ValueError(f"positions= names one of the buckets "
+                                 f"{self.buckets.lengths if self.buckets else '(none)'} per "
+                                 f"batch")
         # with fused updates (the compiler's default) the UPDATEs run inside the backward
         # pass: no update-only run; the update unit's busy cycles say what they took
         parts = ("forward",) if cm.fused_update else ("forward", "update")
@@ -180,6 +189,9 @@ class ChipRun:
             step_cm = cm
             if self.buckets is not None:
                 p, step_cm = self.buckets.pick(batch)
+                if positions is not None:
+                    p = positions[s]
+                    step_cm = self.buckets.programs[p]
                 self.steps_per_bucket[p] += 1
             for name, words in step_cm.sample_words(batch, lr).items():
                 r = step_cm.memory_map[name]
