@@ -188,6 +188,9 @@ def _step(args):
               f"{e['engine_cycles']:,}, ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs / "
               f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
               f"bit-exact")
+    if "sim_cycles_per_second" in rep:
+        print(f"Verilator: {rep['sim_cycles_per_second']:,.0f} simulated cycles per second "
+              f"(session wall time, start-up included; build {rep['seconds']['build']:.0f} s)")
     ep = rep["epoch"]
     if "buckets" in rep:
         bk = rep["buckets"]

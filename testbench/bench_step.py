@@ -178,7 +178,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               **({} if bk is None else {"buckets": _bucket_epoch(cfg, bk, entries, lengths,
                                                                  lengths_source)}),
               "seconds": {"build": round(build_s, 1), "simulation": round(chip.sim_seconds, 1),
-                          "golden": round(chip.golden_seconds, 1)}}
+                          "golden": round(chip.golden_seconds, 1)},
+              # every simulated run (the forward-only ones too) over the session's wall time,
+              # start-up and image transfer included
+              "sim_cycles_per_second": sum(e["cycles"] + e.get("forward_cycles", 0)
+                                           + e.get("update_cycles", 0) for e in entries)
+              / max(chip.sim_seconds, 1e-9)}
     if out_json:
         Path(out_json).write_text(json.dumps(report, indent=1))
     return report
