@@ -390,7 +390,9 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
     """Grant each (store, bank) to the first requesting lane of ``lanes``.
 
     ``lanes`` is a list of ``(req, store, bank, addr, grant)`` in priority order; ``grant`` is
-    driven here. Returns ``sel[s][b]``: list of ``(grant_bit, addr)`` pairs of lanes granted there.
+    driven here. Returns ``sel[s][b]``: the ``(hit, addr)`` pair of every lane, in priority
+    order, ``hit`` high when the lane requests (s, b); the first lane with ``hit`` high is the
+    one granted there (:func:`_first` selects it without the grants).
     """
     nb = 1 << nb_log2
     n_sb = n_stores * nb
@@ -399,10 +401,19 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
     for i, (req, store, bank, addr, grant) in enumerate(lanes):
         hot = Signal(n_sb, name=f"{name}_hot{i}")
         key = Cat(bank, store) if nb_log2 else store
-        m.d.comb += hot.eq(Mux(req, Const(1, n_sb) << key, 0))
+        # a decoder (one compare per (store, bank)), not a shift of 1 by the key: Yosys
+        # maps the shift as a 5-stage barrel shifter whose stages ABC kept (docs/u50.md).
+        # Written as a Switch, not as n_sb compares: the same LUT5 per bit in Yosys, but
+        # one dispatch per lane in the simulators (the compares made the Amaranth
+        # simulation of a skewed 8-bank engine 4x slower)
+        with m.If(req):
+            with m.Switch(key):
+                for k in range(n_sb):
+                    with m.Case(k):
+                        m.d.comb += hot.eq(1 << k)
         hots.append(hot)
     # (store, bank) pairs taken by the higher-priority lanes: a parallel prefix OR
-    # (log2(lanes) levels, Sklansky), not a chain through every lane (docs/u50.md)
+    # (log levels, blocked; see _prefix_or), not a chain through every lane (docs/u50.md)
     incl = _prefix_or(m, f"{name}_prefix", hots)
     for i, (req, store, bank, addr, grant) in enumerate(lanes):
         hot = hots[i]
@@ -412,13 +423,75 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
             m.d.comb += grant.eq(req)
         for s in range(n_stores):
             for b in range(nb):
-                sel[s][b].append((grant & hot[s * nb + b], addr))
+                sel[s][b].append((hot[s * nb + b], addr))
     return sel
 
 
+def _first(pairs, width):
+    """``(any, value)`` of ``(hit, value)`` pairs in priority order: whether any ``hit`` is
+    high, and the ``value`` of the first pair whose ``hit`` is (unspecified if none).
+
+    A balanced tree of 3-way priority selects (``h0 ? v0 : h1 ? v1 : v2``, one LUT5 per
+    bit: ``log3(n)`` levels). It needs no grants: a store's address and write data no
+    longer wait for the arbiter's prefix OR. Selecting with the grants (an OR of
+    ``grant & value``) made the prefix OR and the select one path, and ABC mapped it as a
+    chain through every port (28 levels at 8 lanes; docs/u50.md, 2026-12-02).
+    """
+    nodes = [(Value.cast(h), Value.cast(v)) for h, v in pairs]
+    if not nodes:
+        return Const(0, 1), Const(0, width)
+    while len(nodes) > 1:
+        nxt = []
+        for i in range(0, len(nodes), 3):
+            group = nodes[i:i + 3]
+            hit, value = group[-1]
+            for h, v in reversed(group[:-1]):
+                hit, value = h | hit, Mux(h, v, value)
+            nxt.append((hit, value))
+        nodes = nxt
+    return nodes[0]
+
+
+#: Values per block of :func:`_prefix_or`.
+_PREFIX_BLOCK = 8
+
+
 def _prefix_or(m, name, values):
-    """Inclusive prefix ORs ``[v0, v0 | v1, ...]`` of ``values`` in ``ceil(log2(n))`` levels
-    (Sklansky: each half's prefixes, the right half's ORed with the left half's total)."""
+    """Inclusive prefix ORs ``[v0, v0 | v1, ...]`` of ``values`` in ``O(log n)`` levels.
+
+    Up to :data:`_PREFIX_BLOCK` values: Sklansky (each half's prefixes, the right half's ORed
+    with the left half's total). More: blocks of that many values, each block's own prefixes
+    ORed with the prefix of the earlier blocks' totals (this function over the totals). The
+    block totals are ``keep`` wires. Without them Yosys's ABC9 (its ``&dc2`` rewriting) turns
+    any prefix network into the chain ``incl[i] = incl[i - 1] | v[i]``, the fewest gates and
+    one LUT level per ~5 values: a Sklansky prefix of 104 one-bit values mapped to 11-13
+    levels, blocked with kept totals to 5, at the same LUT count (docs/u50.md, 2026-12-02).
+    """
+    if len(values) > _PREFIX_BLOCK:
+        n, w = len(values), len(Value.cast(values[0]))
+        blocks = [values[lo:lo + _PREFIX_BLOCK] for lo in range(0, n, _PREFIX_BLOCK)]
+        totals = []
+        for j, blk in enumerate(blocks):
+            t = Signal(w, name=f"{name}_total{j}_{n}", attrs={"keep": 1})
+            m.d.comb += t.eq(_or_tree(blk, w))
+            totals.append(t)
+        before = _prefix_or(m, f"{name}_blocks{n}_", totals)
+        out = []
+        for j, blk in enumerate(blocks):
+            own = _sklansky_or(m, f"{name}_b{j}_{n}_", blk)
+            if j == 0:
+                out += own
+                continue
+            for i, v in enumerate(own):
+                sig = Signal(w, name=f"{name}{j * _PREFIX_BLOCK + i}_{n}")
+                m.d.comb += sig.eq(v | before[j - 1])
+                out.append(sig)
+        return out
+    return _sklansky_or(m, name, values)
+
+
+def _sklansky_or(m, name, values):
+    """Inclusive prefix ORs of ``values`` in ``ceil(log2(n))`` levels (Sklansky)."""
     def build(vals, lo):
         if len(vals) == 1:
             return list(vals)
@@ -753,18 +826,17 @@ class ContractionEngine(wiring.Component):
         # The stores' inputs are registered: the arbitration and the address select end in
         # a register, not in the RAMs' address pins (docs/u50.md, logic depth). Reads and
         # writes are both one cycle later, so a read granted after a write still sees it.
+        # The address (and write data) of the lane granted a bank is the first requesting
+        # lane's, selected by a priority tree beside the arbiter, not by its grants.
         for s, st in enumerate(self._stores):
+            rbits = st.row_bits
             for b in range(NB):
-                rpairs = rsel[s][b]
-                m.d.sync += [st.r_en[b].eq(_or_tree([g for g, _ in rpairs], 1)),
-                             st.r_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in rpairs],
-                                                     AW)[:st.row_bits])]
-                wpairs = wsel[s][b]
-                m.d.sync += [st.w_en[b].eq(_or_tree([g for g, _ in wpairs], 1)),
-                             st.w_addr[b].eq(_or_mux([(g, a[lnb:]) for g, a in wpairs],
-                                                     AW)[:st.row_bits]),
-                             st.w_data[b].eq(_or_mux([(g, dd) for (g, _), dd in
-                                                      zip(wpairs, wdata_lanes)], 32))]
+                r_any, r_row = _first([(h, a[lnb:][:rbits]) for h, a in rsel[s][b]], rbits)
+                m.d.sync += [st.r_en[b].eq(r_any), st.r_addr[b].eq(r_row)]
+                w_any, w_word = _first([(h, Cat(a[lnb:][:rbits], dd)) for (h, a), dd in
+                                        zip(wsel[s][b], wdata_lanes)], rbits + 32)
+                m.d.sync += [st.w_en[b].eq(w_any), st.w_addr[b].eq(w_word[:rbits]),
+                             st.w_data[b].eq(w_word[rbits:])]
         rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
         for cl in [ra, rb, rc, rh] + prs:
             cl.connect_data(m, rdata)
@@ -1080,7 +1152,7 @@ class ContractionEngine(wiring.Component):
             return sig
         tag1 = Cat(s1_valid, s1_first, s1_last, s1_t)
         tagx = delay(tag1, self._mul_latency, "tagx")
-        x_valid, x_first, x_last, x_t = tagx[0], tagx[1], tagx[2], tagx[3:]
+        x_valid, x_first, x_t = tagx[0], tagx[1], tagx[3:]
         tagy = delay(tagx, self._add_latency, "tagy")
         y_valid, y_last, y_t = tagy[0], tagy[2], tagy[3:]
         x_kv = delay(s1_kv, self._mul_latency, "x_kv")

@@ -132,6 +132,8 @@ UNITS = {
     "vector-w2": (lambda: _vector(width=2), "WideVectorUnit, width 2 (the 2-lane top's)"),
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
+    "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
+                               "(the 8-lane top's arbitration at half the ports, Yosys ~10 min)"),
     "top-8": (lambda: _top(8), "Accelerator, 8 lanes (the default), max_split 8, tiny stores, "
                                "no special unit (Yosys ~30 min)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
