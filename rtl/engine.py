@@ -401,11 +401,10 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
     for i, (req, store, bank, addr, grant) in enumerate(lanes):
         hot = Signal(n_sb, name=f"{name}_hot{i}")
         key = Cat(bank, store) if nb_log2 else store
-        # a decoder (one compare per (store, bank)), not a shift of 1 by the key: Yosys
-        # maps the shift as a 5-stage barrel shifter whose stages ABC kept (docs/u50.md).
-        # Written as a Switch, not as n_sb compares: the same LUT5 per bit in Yosys, but
-        # one dispatch per lane in the simulators (the compares made the Amaranth
-        # simulation of a skewed 8-bank engine 4x slower)
+        # a decoder, not a shift of 1 by the key: Yosys maps the shift as a 5-stage barrel
+        # shifter whose stages ABC kept (docs/u50.md). A Switch rather than one compare per
+        # (store, bank): the same LUT5 per bit in Yosys, but one dispatch per lane in the
+        # simulators (the compares made the Amaranth simulation of a skewed engine 4x slower)
         with m.If(req):
             with m.Switch(key):
                 for k in range(n_sb):
