@@ -133,9 +133,9 @@ UNITS = {
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
-                               "(the 8-lane top's arbitration at half the ports, Yosys ~10 min)"),
+                               "(the 8-lane top's arbitration at half the ports)"),
     "top-8": (lambda: _top(8), "Accelerator, 8 lanes (the default), max_split 8, tiny stores, "
-                               "no special unit (Yosys ~30 min)"),
+                               "no special unit (Yosys 34-42 min here)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 
