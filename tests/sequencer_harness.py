@@ -34,16 +34,18 @@ def read_image(ctx, mems, sizes):
                                 dtype=np.uint32) for s, mem in enumerate(mems)}
 
 
-async def load_and_run(ctx, seq, words, on_start=None):
+async def load_and_run(ctx, seq, words, on_start=None, *, load=None, length=None):
     """Load the flat program ``words`` from instruction 0, start it and wait for the end;
-    ``on_start()`` is called as it starts (to reset the caller's counters)."""
-    for a, wd in enumerate(words):
+    ``on_start()`` is called as it starts (to reset the caller's counters). ``load``: the
+    word addresses to write (default all; ``()`` runs what the memory holds), ``length``:
+    the run's instruction count (default ``len(words) // 16``)."""
+    for a in range(len(words)) if load is None else load:
         ctx.set(seq.imem_we, 1)
         ctx.set(seq.imem_addr, a)
-        ctx.set(seq.imem_data, int(wd))
+        ctx.set(seq.imem_data, int(words[a]))
         await ctx.tick()
     ctx.set(seq.imem_we, 0)
-    ctx.set(seq.length, len(words) // 16)
+    ctx.set(seq.length, len(words) // 16 if length is None else length)
     ctx.set(seq.start, 1)
     await ctx.tick()
     ctx.set(seq.start, 0)

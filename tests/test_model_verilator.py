@@ -153,9 +153,15 @@ def test_length_buckets_on_chip_take_fewer_cycles_for_the_same_words(top, models
     after_b, after_f = short.params(), full.params()
     assert all(np.array_equal(after_b[k].view(np.uint32), after_f[k].view(np.uint32))
                for k in after_f)
-    for rb, rf in zip(res_b, res_f):
+    for i, (rb, rf) in enumerate(zip(res_b, res_f)):
         assert rb.loss == rf.loss
+        # a run right after its program was loaded also pays the static and check passes
+        # (the sequencer skips them on reruns of a verified program): the full session
+        # loads once, the bucketed one at every change of bucket
+        reloaded = i > 0 and rb.positions != res_b[i - 1].positions
         if rb.positions < 8:
             assert rb.cycles < rf.cycles and rb.macs < rf.macs
+        elif reloaded:
+            assert rb.cycles > rf.cycles and rb.macs == rf.macs
         else:
             assert rb.cycles == rf.cycles

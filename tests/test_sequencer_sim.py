@@ -418,10 +418,13 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
                   max_split=None):
     """Load and run each ``(words)`` of ``programs`` in turn on one harness; return a list of
     ``(image, error_code, error_pc, executed, cycles, busy_engine, busy_vector, busy_update,
-    max_concurrent)``."""
+    max_concurrent)``. An entry ``(words, load, length)`` writes only the word addresses
+    ``load`` (``()``: none, a rerun of what the memory holds) and runs ``length``
+    instructions (``None``: all of ``words``)."""
     from ttrain.golden.contract import contract, view_addresses
     sizes = {s: len(image[s]) for s in STORES}
-    depth = imem_depth or max(len(p) // 16 for p in programs) + 1
+    programs = [p if isinstance(p, tuple) else (p, None, None) for p in programs]
+    depth = imem_depth or max(len(p[0]) // 16 for p in programs) + 1
     h = _SeqHarness(sizes, depth, overlap, max_split)
     seq = h.seq
     results = []
@@ -452,8 +455,9 @@ def run_sequencer(programs, image, *, engine_delay=20, overlap=True, imem_depth=
         for s, mem in enumerate(h.mems):
             for a, wd in enumerate(image[STORES[s]]):
                 ctx.set(mem.data[a], int(wd))
-        for words in programs:
-            await load_and_run(ctx, seq, words, on_start=lambda: concurrent.__setitem__(0, 0))
+        for words, load, length in programs:
+            await load_and_run(ctx, seq, words, on_start=lambda: concurrent.__setitem__(0, 0),
+                               load=load, length=length)
             results.append((read_image(ctx, h.mems, sizes), ctx.get(seq.error_code),
                             ctx.get(seq.error_pc),
                             ctx.get(seq.executed), ctx.get(seq.cycles),
@@ -580,6 +584,36 @@ def test_sequencer_errors_change_nothing_and_next_program_runs():
         for s in STORES:
             np.testing.assert_array_equal(got[s], want[s])
         cur = want
+
+
+def test_verified_program_reruns_from_the_execute_pass_until_the_memory_changes():
+    """A program run clean once starts its next run (same length, nothing written) at the
+    execute pass: same words as the golden's, fewer cycles. A run with another length, or
+    after one instruction word is rewritten, is checked again: the truncated program reports
+    ERR_NO_END and the patched one its range error, with nothing written."""
+    cl, img = _tt_layer(spec_index=0, batch=2)
+    good = np.asarray(cl.program.words(), dtype=np.uint32)
+    n = len(good) // 16
+    name, bad = next((nm, np.asarray(w, dtype=np.uint32)) for nm, w in _bad_programs(cl)
+                     if nm == "range")
+    diff = tuple(int(a) for a in np.nonzero(bad != good)[0])
+    assert diff                                              # a patch of a few words
+    res = run_sequencer([good, (good, (), None), (good, (), None), (good, (), n - 1),
+                         (bad, diff, None), (good, diff, None), (good, (), None)], img)
+    cur, cycles = img, []
+    for i, want_words in enumerate([good, good, good, None, bad, good, good]):
+        got, code, pc, executed, cyc, *_ = res[i]
+        words = want_words if want_words is not None else good[:16 * (n - 1)]
+        want, st = run(words, cur)
+        assert code == st.error and (code == 0 or pc == st.error_pc), (i, code, pc, st)
+        for s in STORES:
+            np.testing.assert_array_equal(got[s], want[s], err_msg=f"run {i} {s}")
+        assert executed == st.instructions
+        cur, cycles = want, cycles + [cyc]
+    assert res[3][1] != 0 and res[4][1] != 0, name             # both checked again
+    # the static pass takes at least 3 cycles and the check pass 2 per instruction
+    assert cycles[1] == cycles[2] <= cycles[0] - 5 * n
+    assert cycles[5] == cycles[0] and cycles[6] == cycles[1]   # patched back: checked once
 
 
 def test_sequencer_index_error_stops_at_the_gather():
