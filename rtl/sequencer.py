@@ -288,10 +288,8 @@ class Sequencer(wiring.Component):
                          wp.addr.eq(self.imem_addr // WORDS), wp.data.eq(self.imem_data),
                          rp.addr.eq(pc)]
             rdata.append(rp)
-        # A program whose static and check passes ended clean stays verified until the
-        # instruction memory is written: both passes read only the program words, the run's
-        # length and the build's constants, so a later run of it with the same length would
-        # find exactly the same (no error), and starts at the execute pass.
+        # set when the static and check passes end clean, cleared by any instruction write
+        # (the class docstring says why a rerun may skip them)
         verified = Signal()
         verified_len = Signal(range(self._depth + 1))
         with m.If(self.imem_we & ~self.busy):
@@ -589,6 +587,7 @@ class Sequencer(wiring.Component):
                                  self.busy_update.eq(0)]
                     with m.If(verified & (self.length == verified_len) & ~self.imem_we):
                         m.d.sync += mode.eq(MODE_EXEC)
+                        reset_offsets()       # a run stopped inside a loop left them set
                         m.next = "FETCH"
                     with m.Elif(self.length == 0):
                         m.next = "STATIC_DONE"
