@@ -74,7 +74,7 @@ def generate_accelerator(config="tiny", out_dir=".", *, lanes=None, banks=None, 
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from ttrain.platforms.hw import preset_hw_config, write_hw_json
-    from ttrain.rtl.export import component_ports, convert_component
+    from ttrain.rtl.export import component_ports, convert_component, shared_verilog
     from ttrain.rtl.store import ram_verilog_path
     from ttrain.rtl.top import Accelerator
 
@@ -91,7 +91,7 @@ def generate_accelerator(config="tiny", out_dir=".", *, lanes=None, banks=None, 
     ports = [{"name": n, "direction": d.name.lower(), "width": len(v)}
              for n, (v, d) in component_ports(top).items()]
     vfile = out / f"{module}.v"
-    vfile.write_text(convert_component(top, module))
+    vfile.write_text(convert_component(top, module) + shared_verilog(top.instanced_units))
     written = [vfile]
     if ram:
         written.append(out / "ttrain_ram.v")

@@ -166,7 +166,9 @@ class HwConfig:
         ``"sim"``: stores above 64 k words are Verilog RAM templates, the rest Amaranth
         memories; the special unit and the engine instantiate separately converted FP32
         modules (faster Verilator builds). ``"synth"``: every store a Verilog RAM template with its
-        ``ram_style``, the special unit's FP32 units inline (a self-contained tree)."""
+        ``ram_style``; the FP32 units are separately converted modules too (the same hardware:
+        a fraction of the conversion time), which the one-file exports append to the top's
+        Verilog (:attr:`~ttrain.rtl.top.Accelerator.instanced_units`)."""
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
         sizes = self.stores
@@ -175,7 +177,7 @@ class HwConfig:
                     for s, w in sizes.items()}
             special_impl = "verilog"
         else:
-            impl, special_impl = "verilog", "amaranth"
+            impl, special_impl = "verilog", "verilog"
         kw = {"store_sizes": sizes, "lanes": self.lanes, "banks": self.banks,
               "slots": self.slots, "dim_bits": self.dim_bits, "imem_depth": self.imem_depth,
               "overlap": self.overlap, "store_impl": impl, "store_style": self.styles,
@@ -188,8 +190,7 @@ class HwConfig:
             kw["bank_skew"] = True
         if self.special:
             kw["special_impl"] = special_impl
-        if flavor == "sim":
-            kw["engine_units"] = "verilog"
+        kw["engine_units"] = "verilog"
         return kw
 
     def to_dict(self):

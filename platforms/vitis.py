@@ -288,7 +288,7 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
     """
     from .kernel import KERNEL_NAME, REGISTER_MAP, VitisKernel
     from ..rtl.store import ram_verilog_path
-    from ..rtl.export import convert_component
+    from ..rtl.export import convert_component, shared_verilog
     if not isinstance(kernel, VitisKernel):
         raise TypeError(f"kernel must be a VitisKernel, not {kernel!r}")
     _check_clock(clock_mhz)
@@ -301,7 +301,8 @@ def write_kernel_tree(kernel, out_dir, *, clock_mhz=300, hbm_bank=0,
         path = out / name
         path.write_text(text)
         files[name] = path
-    put(f"{KERNEL_NAME}.v", convert_component(kernel, KERNEL_NAME))
+    put(f"{KERNEL_NAME}.v", convert_component(kernel, KERNEL_NAME)
+        + shared_verilog(kernel.accelerator.instanced_units))
     files["ttrain_ram.v"] = out / "ttrain_ram.v"
     shutil.copyfile(ram_verilog_path(), files["ttrain_ram.v"])
     put("kernel.xml", kernel_xml())

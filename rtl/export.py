@@ -10,7 +10,8 @@ Vitis tree, the resource estimate and the Verilator builds of the testbench.
 
 import os
 
-__all__ = ["component_ports", "convert_component", "check_name", "shared_unit", "shared_sources"]
+__all__ = ["component_ports", "convert_component", "check_name", "shared_unit", "shared_sources",
+           "shared_verilog"]
 
 
 def component_ports(component):
@@ -131,3 +132,11 @@ def shared_sources(units, out_dir):
             os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def shared_verilog(units):
+    """Return the Verilog of every :func:`shared_unit` class in ``units`` (once per module),
+    one text: appended to a design's own Verilog it makes the file self-contained (the
+    FuseSoC generator and the Vitis tree write one file per design)."""
+    return "".join(convert_component(cls.unit_class(), cls.module)
+                   for cls in dict.fromkeys(units))

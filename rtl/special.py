@@ -32,13 +32,27 @@ from ..golden import special as S
 from ..golden.special import FUNCTION_CODES, FUNCTIONS, INT_BITS
 from .fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul, leading_zeros
 
-__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES"]
+__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES",
+           "special_fp_units"]
 
 #: Verilog module names the unit instantiates with ``impl="verilog"``, and the
 #: :mod:`ttrain.rtl.fp32` component each must be (convert it under that name, e.g. with
 #: ``platforms.sim.verilator.convert_component(FP32Mul(), "ttrain_sf_fp32_mul")``).
 FP_UNIT_MODULES = {"ttrain_sf_fp32_mul": "FP32Mul", "ttrain_sf_fp32_add": "FP32Add",
                    "ttrain_sf_fp32_compare": "FP32Compare(latency=1)"}
+
+
+def special_fp_units():
+    """The :func:`~ttrain.rtl.export.shared_unit` classes of :data:`FP_UNIT_MODULES` (what an
+    ``impl="verilog"`` unit instantiates; a build supplies their modules)."""
+    from functools import partial
+
+    from .export import shared_unit
+    return [shared_unit(FP32Mul, "ttrain_sf_fp32_mul"),
+            shared_unit(FP32Add, "ttrain_sf_fp32_add"),
+            shared_unit(partial(FP32Compare, latency=1), "ttrain_sf_fp32_compare")]
+
+
 _MODULE = {"mul": "ttrain_sf_fp32_mul", "add": "ttrain_sf_fp32_add",
            "compare": "ttrain_sf_fp32_compare"}
 

@@ -207,6 +207,16 @@ class Accelerator(wiring.Component):
         a build must supply their modules (:func:`~ttrain.rtl.export.shared_sources`)."""
         units = [self._engine.mul_unit, self._engine.add_unit, *self._vector_units.values()]
         return list(dict.fromkeys(u for u in units if hasattr(u, "unit_class")))
+    @property
+    def instanced_units(self):
+        """Every :func:`~ttrain.rtl.export.shared_unit` class whose module the top instantiates:
+        the special unit's FP32 units (``special_impl="verilog"``) and :attr:`shared_units`.
+        A one-file export appends their modules (:func:`~ttrain.rtl.export.shared_verilog`);
+        a simulation build lists their files."""
+        from .special import special_fp_units
+        fp = special_fp_units() if self._special and self._special_impl == "verilog" else []
+        return list(dict.fromkeys([*fp, *self.shared_units]))
+
     special_impl = property(lambda self: self._special_impl,
                             doc="The special unit's ``impl`` (``\"amaranth\"`` or "
                                 "``\"verilog\"``).")

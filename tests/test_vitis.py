@@ -138,6 +138,13 @@ def test_ttrain_bitstream_writes_the_tree_of_the_compiled_step(tmp_path):
     verilog = (out / f"{KERNEL_NAME}.v").read_text()
     assert re.search(rf"^module {KERNEL_NAME}\(", verilog, re.M)
     assert "ttrain_ram_" in verilog                   # stores on the RAM templates
+    # One self-contained file: the separately converted FP32 modules it instantiates are in it
+    # (Verilator's lint fails on a missing module).
+    assert re.search(r"^module ttrain_sf_fp32_mul\(", verilog, re.M)
+    from ttrain.platforms.sim.verilator import lint_verilator
+    lint_verilator(None, name=KERNEL_NAME, extra_sources=[out / f"{KERNEL_NAME}.v",
+                                                          out / "ttrain_ram.v"],
+                   flags=("-Wno-lint", "-Wno-style", "-Wno-SYMRSVDWORD"))
     meta = json.loads((out / "kernel.json").read_text())
     assert meta["config"] == "tiny" and meta["clock_mhz"] == 250 and meta["banks"] == 2
     assert "create_clock -period 4.000" in (out / "kernel.xdc").read_text()

@@ -57,14 +57,9 @@ def special_fp_sources():
     instantiates (:data:`ttrain.rtl.special.FP_UNIT_MODULES`, converted from
     :mod:`ttrain.rtl.fp32` by :func:`ttrain.rtl.export.shared_sources` into an ``amaranth/``
     folder, which the Amaranth waivers cover) and return the paths."""
-    from functools import partial
-
-    from ...rtl.export import shared_sources, shared_unit
-    from ...rtl.fp32 import FP32Add, FP32Compare, FP32Mul
-    from ...rtl.special import FP_UNIT_MODULES
-    units = [shared_unit(FP32Mul, "ttrain_sf_fp32_mul"),
-             shared_unit(FP32Add, "ttrain_sf_fp32_add"),
-             shared_unit(partial(FP32Compare, latency=1), "ttrain_sf_fp32_compare")]
+    from ...rtl.export import shared_sources
+    from ...rtl.special import FP_UNIT_MODULES, special_fp_units
+    units = special_fp_units()
     if {u.module for u in units} != set(FP_UNIT_MODULES):
         raise AssertionError(f"FP_UNIT_MODULES changed to {sorted(FP_UNIT_MODULES)}: update "
                              f"special_fp_sources")
