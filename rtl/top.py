@@ -207,6 +207,7 @@ class Accelerator(wiring.Component):
         a build must supply their modules (:func:`~ttrain.rtl.export.shared_sources`)."""
         units = [self._engine.mul_unit, self._engine.add_unit, *self._vector_units.values()]
         return list(dict.fromkeys(u for u in units if hasattr(u, "unit_class")))
+
     @property
     def instanced_units(self):
         """Every :func:`~ttrain.rtl.export.shared_unit` class whose module the top instantiates:

@@ -57,7 +57,6 @@ def special_fp_sources():
     instantiates (:data:`ttrain.rtl.special.FP_UNIT_MODULES`, converted from
     :mod:`ttrain.rtl.fp32` by :func:`ttrain.rtl.export.shared_sources` into an ``amaranth/``
     folder, which the Amaranth waivers cover) and return the paths."""
-    from ...rtl.export import shared_sources
     from ...rtl.special import FP_UNIT_MODULES, special_fp_units
     units = special_fp_units()
     if {u.module for u in units} != set(FP_UNIT_MODULES):
@@ -67,15 +66,12 @@ def special_fp_sources():
 
 
 def unit_sources(acc):
-    """The separately converted FP32 modules an :class:`~ttrain.rtl.top.Accelerator` of the
-    ``"sim"`` flavor instantiates: the special unit's (:func:`special_fp_sources`) and the
-    shared units of the engine and the vector/update units (``engine_units="verilog"``,
-    ``Accelerator.shared_units``); a build must list them."""
-    out = special_fp_sources() if acc.special and acc.special_impl == "verilog" else []
-    shared = acc.shared_units
-    if shared:
-        out += shared_sources(shared, build_root() / "shared" / "amaranth")
-    return out
+    """The separately converted FP32 modules an :class:`~ttrain.rtl.top.Accelerator`
+    instantiates (:attr:`~ttrain.rtl.top.Accelerator.instanced_units`: the special unit's and
+    the shared units of the engine and the vector/update units), written into an
+    ``amaranth/`` folder; a build must list them."""
+    from ...rtl.export import shared_sources
+    return shared_sources(acc.instanced_units, build_root() / "shared" / "amaranth")
 
 
 def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
