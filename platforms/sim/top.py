@@ -62,7 +62,7 @@ def special_fp_sources():
     if {u.module for u in units} != set(FP_UNIT_MODULES):
         raise AssertionError(f"FP_UNIT_MODULES changed to {sorted(FP_UNIT_MODULES)}: update "
                              f"special_fp_sources")
-    return shared_sources(units, build_root() / "special_fp_units" / "amaranth")
+    return shared_sources(units, build_root() / "shared" / "amaranth")
 
 
 def unit_sources(acc):
