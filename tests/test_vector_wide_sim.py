@@ -559,8 +559,16 @@ def test_shared_units_of_a_simulation_top():
     acc = Accelerator(**preset_hw_config("tiny", lanes=4).accelerator_kwargs("sim"))
     assert [u.module for u in acc.shared_units] == ["ttrain_fp32mul", "ttrain_fp32add",
                                                     "ttrain_fp32compare_l1"]
-    inline = Accelerator(**preset_hw_config("tiny", lanes=4).accelerator_kwargs("synth"))
-    assert inline.shared_units == []
+    # the synth flavor instances the same modules (the one-file export appends them), and the
+    # special unit's FP32 units besides
+    synth = Accelerator(**preset_hw_config("tiny", lanes=4).accelerator_kwargs("synth"))
+    names = [u.module for u in acc.shared_units]
+    assert [u.module for u in synth.shared_units] == names
+    assert set(names) <= {u.module for u in synth.instanced_units}
+    # only an all-Amaranth engine instances none
+    kw = preset_hw_config("tiny", lanes=4).accelerator_kwargs("synth")
+    kw["engine_units"] = "amaranth"
+    assert Accelerator(**kw).shared_units == []
 
 
 def test_signature():
