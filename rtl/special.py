@@ -32,7 +32,7 @@ from ..golden import special as S
 from ..golden.special import FUNCTION_CODES, FUNCTIONS, INT_BITS
 from .fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul, leading_zeros
 
-__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES",
+__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES", "LATENCY_MODES",
            "special_fp_units"]
 
 #: Verilog module names the unit instantiates with ``impl="verilog"``, and the
@@ -55,6 +55,10 @@ def special_fp_units():
 
 _MODULE = {"mul": "ttrain_sf_fp32_mul", "add": "ttrain_sf_fp32_add",
            "compare": "ttrain_sf_fp32_compare"}
+
+#: ``latency=`` of :class:`SpecialFunctionUnit`: every result after the slowest function's
+#: latency, or each after its own (one function in flight at a time).
+LATENCY_MODES = ("fixed", "per_function")
 
 #: Width of the function code (codes: :data:`ttrain.golden.special.FUNCTION_CODES`).
 FUNC_BITS = 3
@@ -391,12 +395,17 @@ class SpecialFunctionUnit(wiring.Component):
         Results, :attr:`latency` cycles after the matching ``i`` beat.
     """
 
-    def __init__(self, *, functions=FUNCTIONS, impl="amaranth"):
+    def __init__(self, *, functions=FUNCTIONS, impl="amaranth", latency="fixed"):
         self._MustUse__silence = True      # no "never used" warning if the checks below raise
         if impl not in ("amaranth", "verilog"):
             raise ValueError(f"impl must be 'amaranth' (FP32 units as Amaranth submodules) or "
                              f"'verilog' (instances of FP_UNIT_MODULES), not {impl!r}")
+        if latency not in LATENCY_MODES:
+            raise ValueError(f"latency must be 'fixed' (every result after the slowest "
+                             f"function) or 'per_function' (each function's own; one function "
+                             f"in flight at a time), not {latency!r}")
         self._impl = impl
+        self._mode = latency
         if isinstance(functions, str):
             raise TypeError(f"functions must be an iterable of function names, not the string "
                             f"{functions!r}; write functions=({functions!r},)")
@@ -412,31 +421,47 @@ class SpecialFunctionUnit(wiring.Component):
         self._functions = tuple(f for f in FUNCTIONS if f in functions)
         # Trace once for the result stages (the latency), then build the whole unit once more
         # in a scratch module for the operator statistics.
+        self._entry = {}
         results = self._datapaths(self._tracer(), Signal(32, name="x"),
-                                  Signal(FUNC_BITS, name="func"))
+                                  Signal(FUNC_BITS, name="func"), valid=Signal(name="valid"))
         self._stage = {f: v.t for f, v in results.items()}
         self._latency = max(self._stage.values()) + 1
+        if latency == "fixed":
+            self._latencies = {f: self._latency for f in self._functions}
+        else:          # a beat of exp or recip enters its (shared) datapath at once
+            self._latencies = {f: t - self._entry.get(f, 0) + 1
+                               for f, t in self._stage.items()}
         ops = self._tracer()
         self._build(ops.module, ops, Signal(32, name="x"), Signal(FUNC_BITS, name="func"),
                     Signal(name="valid"))
         self._plan = tuple(ops.plan)
         self._stats = dict(ops.stats, delay_bits=ops.delay_bits, result_stage=dict(self._stage))
-        super().__init__({
+        members = {
             "i": In(stream.Signature(SpecialOperand, always_ready=True)),
             "o": Out(stream.Signature(32, always_ready=True)),
-        })
+        }
+        if latency == "per_function":
+            members["clash"] = Out(1)
+        super().__init__(members)
         self._MustUse__silence = False
 
-    def _datapaths(self, o, x_bits, func_bits, late=None):
+    def _datapaths(self, o, x_bits, func_bits, late=None, valid=None):
         """Build every datapath with the op set ``o``; return ``{func: result _Val}``.
 
         ``late`` maps the independent functions (rsqrt, tanh_grad, log) to the stage at which they
         take ``x``: started late (from the shared ``x`` delay line), their results need no
         delay line of their own to reach the output multiplexer.
+
+        With ``latency="per_function"``, a valid exp or recip beat (``valid``) puts its ``x``
+        into the entry of the shared datapath in the cycle it arrives, ahead of the other
+        functions' inputs (which reach that entry at a later stage): the same operators, time-
+        multiplexed, so the beat is ``self._entry[func]`` stages ahead of its label. Records
+        those entry stages in ``self._entry``.
         """
         fs = self._functions
         x = _Val(x_bits, 0, "f")
         late = late or {}
+        direct = self._mode == "per_function"
 
         def x_at(func):
             t = late.get(func, 0)
@@ -455,6 +480,16 @@ class SpecialFunctionUnit(wiring.Component):
                 value = o.select(code_is(*names), v, value)
             return value
 
+        def entry(func, options):
+            """The input of the datapath shared by ``func`` (whose option is ``x``, first) and
+            the functions of the other options; records ``func``'s entry stage."""
+            if not direct or len(options) == 1 or options[0][0] != (func,):
+                return source(options)
+            rest = source(options[1:])
+            now = o._comb("b", valid & (func_bits == FUNCTION_CODES[func]), rest.t, 1)
+            self._entry[func] = rest.t
+            return o.select(now, _Val(x_bits, rest.t, "f"), rest)
+
         out = {}
         gelus = tuple(f for f in ("gelu", "gelu_grad") if f in fs)
         exp_in = [(("exp",), x)] if "exp" in fs else []
@@ -465,14 +500,14 @@ class SpecialFunctionUnit(wiring.Component):
             xl, xc, xx, t_gelu = S.gelu_head(o, x)
             exp_in.append((gelus, S.logistic_exp_input(o, t_gelu)))
         if exp_in:
-            e = S.exp_sequence(o, source(exp_in))
+            e = S.exp_sequence(o, entry("exp", exp_in))
             if "exp" in fs:
                 out["exp"] = e
         recip_in = [(("recip",), x)] if "recip" in fs else []
         if "tanh" in fs or gelus:
             recip_in.append(((), S.logistic_recip_input(o, e)))
         if recip_in:
-            r = S.recip_sequence(o, source(recip_in))
+            r = S.recip_sequence(o, entry("recip", recip_in))
             if "recip" in fs:
                 out["recip"] = r
         if "rsqrt" in fs:
@@ -503,8 +538,20 @@ class SpecialFunctionUnit(wiring.Component):
 
     @property
     def latency(self):
-        """Cycles from ``i.valid`` to the matching ``o.valid``."""
+        """Cycles from ``i.valid`` to the matching ``o.valid``: the same for every function
+        with ``latency="fixed"``, the largest of :attr:`latencies` with ``"per_function"``."""
         return self._latency
+
+    @property
+    def latencies(self):
+        """Per built function, cycles from its ``i.valid`` to the matching ``o.valid`` (a code
+        without a datapath: 1 cycle with ``"per_function"``, :attr:`latency` with ``"fixed"``)."""
+        return dict(self._latencies)
+
+    @property
+    def latency_mode(self):
+        """``"fixed"`` or ``"per_function"`` (:data:`LATENCY_MODES`)."""
+        return self._mode
 
     @property
     def stats(self):
@@ -524,10 +571,13 @@ class SpecialFunctionUnit(wiring.Component):
 
     def _build(self, m, ops, x_bits, func_bits, valid_in):
         """Build the datapaths, the output multiplexer and the valid chain into ``m``; return
-        ``(out, valid)`` (the registered result and ``valid_in`` delayed by the latency)."""
+        ``(out, valid, clash)`` (the registered result, its valid and, per function, the sticky
+        flag of a broken one-function rule; else ``None``)."""
+        if self._mode == "per_function":
+            return self._build_per_function(m, ops, x_bits, func_bits, valid_in)
         last = self._latency - 1          # stage of the output multiplexer's inputs
         late = {f: last - self._stage[f] for f in _INDEPENDENT if f in self._stage}
-        results = self._datapaths(ops, x_bits, func_bits, late)
+        results = self._datapaths(ops, x_bits, func_bits, late, valid=valid_in)
         code = ops.at(_Val(func_bits, 0, "i"), last)
         # Delay chains are built outside the Switch (their registers must always shift).
         aligned = {func: ops.at(value, last) for func, value in results.items()}
@@ -539,19 +589,64 @@ class SpecialFunctionUnit(wiring.Component):
                     m.d.sync += out.eq(value)
             with m.Default():
                 m.d.sync += out.eq(CANONICAL_NAN)
+        return out, self._valid_chain(m, valid_in, self._latency)[-1], None
 
-        valid = valid_in
-        for k in range(1, self._latency + 1):
+    @staticmethod
+    def _valid_chain(m, valid_in, depth):
+        """``[valid_in, valid_s1, ..., valid_s<depth>]``: ``valid_in`` delayed 0..depth cycles
+        (registers with reset: no beat comes out of reset)."""
+        chain = [valid_in]
+        for k in range(1, depth + 1):
             nxt = Signal(name=f"valid_s{k}")
-            m.d.sync += nxt.eq(valid)
-            valid = nxt
-        return out, valid
+            m.d.sync += nxt.eq(chain[-1])
+            chain.append(nxt)
+        return chain
+
+    def _build_per_function(self, m, ops, x_bits, func_bits, valid_in):
+        """Each function's result leaves from its own stage: the beat ``latencies[f] - 1``
+        cycles old whose code is ``f`` selects its datapath's output into the output register
+        (a code without a datapath gives the canonical NaN one cycle after it arrives)."""
+        results = self._datapaths(ops, x_bits, func_bits, valid=valid_in)
+        code = _Val(func_bits, 0, "i")
+        valid = self._valid_chain(m, valid_in, self._latency - 1)
+        exits = []
+        for func, value in results.items():
+            d = self._latencies[func] - 1
+            hit = Signal(name=f"exit_{func}")
+            m.d.comb += hit.eq(valid[d] & (ops.at(code, d) == FUNCTION_CODES[func]))
+            exits.append((hit, value.value))
+        built = [FUNCTION_CODES[f] for f in self._functions]
+        unknown = Signal(name="exit_nan")
+        m.d.comb += unknown.eq(valid_in & ~func_bits.matches(*built))
+        exits.append((unknown, Const(CANONICAL_NAN, 32)))
+
+        out = Signal(32, name="out", reset_less=True)
+        out_valid = Signal(name="out_valid")
+        m.d.sync += out_valid.eq(0)
+        for hit, value in exits:
+            with m.If(hit):
+                m.d.sync += [out.eq(value), out_valid.eq(1)]
+
+        # The rule: a beat of one function enters only when no beat of another is in flight.
+        inflight = Signal(range(self._latency + 2))
+        current = Signal(FUNC_BITS)
+        m.d.sync += inflight.eq(inflight + valid_in - out_valid)
+        with m.If(valid_in):
+            m.d.sync += current.eq(func_bits)
+        clash = Signal(name="clash")
+        others = Signal.like(inflight)               # in flight, the one leaving now excepted
+        m.d.comb += others.eq(inflight - out_valid)
+        with m.If(valid_in & (others != 0) & (func_bits != current)):
+            m.d.sync += clash.eq(1)
+        return out, out_valid, clash
 
     def elaborate(self, platform):
         m = Module()
         func_code = Signal(FUNC_BITS, name="func_s0")
         m.d.comb += func_code.eq(self.i.payload.func)
         ops = _PipelineOps(m, "sf", impl=self._impl, plan=self._plan)
-        out, valid = self._build(m, ops, self.i.payload.x, func_code, self.i.valid)
+        out, valid, clash = self._build(m, ops, self.i.payload.x, func_code, self.i.valid)
         m.d.comb += [self.o.payload.eq(out), self.o.valid.eq(valid)]
+        if clash is not None:
+            m.d.comb += self.clash.eq(clash)
         return m

@@ -144,7 +144,10 @@ class WideVectorUnit(wiring.Component):
       ``(special_latency + 2 * width) / width`` beats must be in flight: the result FIFO is
       sized for that (``width`` elements per beat). Single-element beats (views that allow
       neither wide nor transposed beats) therefore run at about ``depth / special_latency``
-      elements per cycle. With ``special=False`` a special op ends at once with error
+      elements per cycle. The unit runs with ``latency="per_function"``: an op's results come
+      after its own function's latency (:attr:`special_latencies`: rsqrt 89, recip 86
+      cycles instead of the slowest function's 276), which the one-instruction-at-a-time
+      rule makes safe. With ``special=False`` a special op ends at once with error
       :data:`~ttrain.golden.isa.ERR_OPCODE` and writes nothing (the sequencer only checks the
       error of a gather/scatter: do not send special ops to such a unit).
 
@@ -256,7 +259,10 @@ class WideVectorUnit(wiring.Component):
         self._sfu = None
         if special:
             funcs = FUNCTIONS if special_functions is None else special_functions
-            self._sfu = SpecialFunctionUnit(functions=funcs, impl=special_impl)
+            # One instruction at a time, ``done`` only after its last write: never two
+            # functions in flight, so each function may leave after its own latency.
+            self._sfu = SpecialFunctionUnit(functions=funcs, impl=special_impl,
+                                            latency="per_function")
             self._sfu._MustUse__silence = True    # elaborated as a submodule, if at all
         self._width = width
         self._addr_bits = addr_bits
@@ -280,8 +286,14 @@ class WideVectorUnit(wiring.Component):
 
     @property
     def special_latency(self):
-        """Latency of the special-function unit (``None`` without ``special``)."""
+        """Latency of the special-function unit, its slowest function's (``None`` without
+        ``special``)."""
         return None if self._sfu is None else self._sfu.latency
+
+    @property
+    def special_latencies(self):
+        """Per special function, its latency in the unit (``None`` without ``special``)."""
+        return None if self._sfu is None else self._sfu.latencies
 
     units = property(lambda self: dict(self._units),
                      doc="The lanes' FP32 unit classes by role (``mul``, ``add``, ``cmp``).")

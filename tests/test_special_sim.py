@@ -15,10 +15,11 @@ from ttrain.golden import special as S
 from ttrain.rtl.special import SpecialFunctionUnit
 
 
-def _run(dut, beats, idle_every=0):
+def _run(dut, beats, watch=None):
     """Drive ``beats`` ((code, x bits) or None for an idle cycle); return (cycle, result) pairs
-    of every o.valid cycle, cycles counted from the first beat."""
-    out = []
+    of every o.valid cycle, cycles counted from the first beat (with ``watch``, a signal, also
+    its value after each cycle)."""
+    out, seen = [], []
 
     async def bench(ctx):
         for cycle in range(len(beats) + dut.latency + 3):
@@ -32,12 +33,14 @@ def _run(dut, beats, idle_every=0):
             await ctx.tick()
             if ctx.get(dut.o.valid):
                 out.append((cycle, ctx.get(dut.o.payload)))
+            if watch is not None:
+                seen.append(ctx.get(watch))
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    return out
+    return out if watch is None else (out, seen)
 
 
 def test_small_unit_matches_golden_with_idle_cycles():
@@ -135,3 +138,68 @@ def test_parameter_errors():
         SpecialFunctionUnit(functions=("exp", "exp"))
     with pytest.raises(TypeError, match="write functions=\\('exp',\\)"):
         SpecialFunctionUnit(functions="exp")
+
+
+def _grouped_beats(dut, funcs, n, rng):
+    """Beats of ``funcs`` one function at a time (an idle cycle inside each group, and idle
+    cycles after it until its last result is out); return (beats, expected results)."""
+    beats, want = [], []
+    for func in funcs:
+        code = S.FUNCTION_CODES[func]
+        xs = nx.f32_to_bits(rng.uniform(-4, 4, n).astype(np.float32))
+        xs[0] = 0x7F800000 if func != "exp" else 0xC2D00000          # inf / exp underflow
+        for k, x in enumerate(xs.tolist()):
+            if k == n // 2:
+                beats.append(None)
+            beats.append((code, int(x)))
+            want.append(int(nx.f32_to_bits(S.fp32_special(code, nx.bits_to_f32(np.uint32(x)))))
+                        if func in dut.functions else nx.CANONICAL_NAN)
+        beats += [None] * dut.latencies.get(func, 1)
+    return beats, want
+
+
+def test_per_function_latency_time_multiplexes_the_shared_datapaths():
+    # exp, recip and tanh (whose head feeds the exp datapath and whose 1 + E feeds the recip
+    # datapath at later stages): with latency="per_function" an exp or recip beat enters its
+    # datapath at once and each result leaves after its own function's latency, so a recip op
+    # takes 86 cycles instead of the slowest function's. One function at a time, back to back
+    # after the previous one's last result; log has no datapath here (NaN after one cycle).
+    dut = SpecialFunctionUnit(functions=("exp", "recip", "tanh"), latency="per_function")
+    fixed = unit(functions=("exp", "recip", "tanh"))
+    lat = dut.latencies
+    assert dut.latency == fixed.latency == lat["tanh"] == max(lat.values())
+    assert set(fixed.latencies.values()) == {fixed.latency}
+    assert lat["recip"] < lat["exp"] < lat["tanh"]
+    assert lat["recip"] == unit(functions=("recip",)).latency        # its datapath alone
+    assert lat["exp"] == unit(functions=("exp",)).latency
+    funcs = ["recip", "tanh", "exp", "recip", "log", "exp", "tanh"]
+    beats, want = _grouped_beats(dut, funcs, 6, np.random.default_rng(5))
+    out, clash = _run(dut, beats, watch=dut.clash)
+    assert [v for _, v in out] == want
+    expect = []                                   # o.valid cycles: each beat's own latency
+    for k, beat in enumerate(beats):
+        if beat is not None:
+            func = S.FUNCTIONS[beat[0]] if beat[0] < len(S.FUNCTIONS) else None
+            expect.append(k + lat.get(func, 1) - 1)
+    assert [c for c, _ in out] == expect
+    assert not any(clash)
+
+
+def test_per_function_clash_flag():
+    # A beat of another function while one is in flight breaks the rule: the sticky clash
+    # output rises (the result stream is then undefined); back to back after the last result
+    # it does not.
+    dut = SpecialFunctionUnit(functions=("recip", "tanh_grad"), latency="per_function")
+    recip, tgrad = S.FUNCTION_CODES["recip"], S.FUNCTION_CODES["tanh_grad"]
+    one = int(nx.f32_to_bits(np.float32(1.0)))
+    ok = [(recip, one)] + [None] * (dut.latencies["recip"] - 1) + [(tgrad, one)]
+    _, clash = _run(dut, ok, watch=dut.clash)
+    assert not any(clash)
+    bad = [(recip, one), None, (tgrad, one)]
+    _, clash = _run(dut, bad, watch=dut.clash)
+    assert clash[2:] == [1] * (len(clash) - 2) and clash[:2] == [0, 0]
+
+
+def test_latency_mode_is_checked():
+    with pytest.raises(ValueError, match="latency must be 'fixed'.*or 'per_function'"):
+        SpecialFunctionUnit(latency="variable")

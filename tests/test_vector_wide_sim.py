@@ -669,6 +669,12 @@ def test_special_throughput_and_missing_unit():
     assert n <= cycles <= n + lat + 40, (cycles, n, lat)
     cycles, n = got["strided"]
     assert cycles <= (n / depth + 1) * (lat + 12), (cycles, n, depth, lat)
+    # per-function latency: a short tanh_grad op takes its own 13 cycles, not recip's
+    own = unit.special_latencies
+    assert own["tanh_grad"] == 13 < own["recip"] == lat
+    short = Elementwise("tanh_grad", 1, 2, View("act", 0, 2, 1), View("act", 64, 2, 1))
+    cycles, n = measure(8, {"short": short}, special=True, special_functions=SP_FUNCS)["short"]
+    assert cycles <= own["tanh_grad"] + 20 < lat, (cycles, own)
     rng = np.random.default_rng(3)
     image = random_image(rng)
     res = simulate(4, [Elementwise("exp", 2, 3, View("act", 0, 3, 1), View("grad", 0, 3, 1))],
