@@ -29,12 +29,12 @@ _MHZ = 300.0
 def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2, lanes=8,
               slots=16, seed=0, out_json=None, progress=None, workdir=None):
     """Cycles of ``samples`` compiled LRT samples and one read-out of ``config``."""
-    from ..golden import drift, interpreter, lrt_model, lrt_online
+    from ..golden import drift, lrt_model, lrt_online
     from ..golden.isa import End, Program
     from ..golden.lrt_compiler import compile_lrt
     from ..golden.lrt_model import quantize_input
     from ..platforms.hw import hw_config
-    from ..platforms.sim.top import TopSession, build_top, pad_image, run_top
+    from ..platforms.sim.top import TopSession, build_top, interpret_traced, pad_image, run_top
     if config not in lrt_model.MLP_PRESETS:
         extra = (" (one rankReduce per output pixel: its online runs are golden only, "
                  "`ttrain train --config digits-lrt-cnn --rule lrt --data digits-drift`)"
@@ -69,23 +69,23 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
         g0 = time.time()
         per = {}
         for k in PHASES + ("sample",):
-            want, res = interpreter.run(progs[k], image)
+            want, res, golden = interpret_traced(progs[k], image)
             if res.error:
                 raise RuntimeError(f"the golden interpreter stopped the {k} program: "
                                    f"{res.message}")
             for store in ("param", "act"):         # every cut starts from the same state
                 sess.write(store, 0, image[store])
             sess.program(progs[k].words())
-            sess.run(f"s{i}_{k}", expect=want)
+            sess.run(f"s{i}_{k}", expect=want, golden=golden)
             per[k] = res
         golden_s += time.time() - g0
         stats.append(per)
         image = want
-    want, rres = interpreter.run(cl.readout, image)
+    want, rres, golden = interpret_traced(cl.readout, image)
     if rres.error:
         raise RuntimeError(f"the golden interpreter stopped the read-out: {rres.message}")
     sess.program(cl.readout.words())
-    sess.run("readout", expect=want)
+    sess.run("readout", expect=want, golden=golden)
     depth = sess.rom_depth()
     say(f"{config} {label}: {len(ins)} + {len(cl.readout.instructions)} instructions, stores "
         f"{dict(sizes)}; building the accelerator ({lanes} lanes)")

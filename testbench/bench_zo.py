@@ -49,11 +49,11 @@ def _model(cfg, seed):
 def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=8, slots=16,
              steps=2, seed=0, out_json=None, progress=None, workdir=None):
     """Cycles of ``steps`` compiled ZO steps of ``config`` (``run``: :data:`ZO_BENCH_RUNS`)."""
-    from ..golden import interpreter, qnn
+    from ..golden import qnn
     from ..golden.isa import End, Program
     from ..golden.zo_compiler import compile_zo_step
     from ..platforms.hw import hw_config
-    from ..platforms.sim.top import TopSession, build_top, pad_image, run_top
+    from ..platforms.sim.top import TopSession, build_top, interpret_traced, pad_image, run_top
     for name, v, lo, hi in (("steps", steps, 1, 20), ("batch", batch, 1, 4096)):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ValueError(f"{name} must be an int in {lo}..{hi}, not {v!r}")
@@ -87,12 +87,12 @@ def bench_zo(config="digits-cnn", *, run="zo-wp", batch=50, queries=None, lanes=
         g0 = time.time()
         per = {}
         for k in ("forward", "queries", "step"):
-            want, st = interpreter.run(progs[k], image)
+            want, st, golden = interpret_traced(progs[k], image)
             if st.error:
                 raise RuntimeError(f"the golden interpreter stopped the {k} program: "
                                    f"{st.message}")
             sess.program(progs[k].words())
-            sess.run(f"s{step}_{k}", expect=want)
+            sess.run(f"s{step}_{k}", expect=want, golden=golden)
             per[k] = st
         golden_s += time.time() - g0
         stats.append(per)

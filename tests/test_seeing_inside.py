@@ -206,3 +206,20 @@ def test_debug_flags_are_checked_before_any_build(tmp_path, capsys):
     assert ".fst" in capsys.readouterr().err
     assert main(["bench", "engine", "--waves", str(tmp_path)]) == 2   # a directory
     assert not list(tmp_path.iterdir())
+
+
+def test_interpret_traced_gives_the_stream_only_under_trace(tmp_path):
+    # the LRT and ZO benches and the model loop interpret through it: with --trace their
+    # sessions carry the golden stream that the .golden.jsonl file is written from
+    from ttrain.golden.isa import Elementwise, End, Program, View
+    from ttrain.platforms.sim.top import interpret_traced
+    sizes = {"param": 16, "grad": 16, "act": 16, "scratch": 16}
+    prog = Program([Elementwise("copy", 1, 4, View("act", 0, 4, 1), View("param", 0, 4, 1)),
+                    End()], sizes)
+    image = {s: np.arange(n, dtype=np.uint32) for s, n in sizes.items()}
+    want, st, golden = interpret_traced(prog, image)
+    assert golden is None and not st.error and np.array_equal(want["act"][:4], image["param"][:4])
+    with debug.capture(trace=tmp_path / "t.jsonl"):
+        again, st, golden = interpret_traced(prog, image)
+    assert golden == [(0, "copy"), (1, "end")]
+    assert all(np.array_equal(again[s], want[s]) for s in sizes)

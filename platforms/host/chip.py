@@ -18,13 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...golden.interpreter import run as interpret
 from ...golden.isa import Barrier, End, Program
 from ...golden.model_compiler import chip_model_config as chip_config
 from ...golden.stepper import Stepper, check_compiled_step
 from ..hw import hw_config
-from ..sim import debug as sim_debug
-from ..sim.top import TopSession, build_top, golden_tracer, pad_image, run_top
+from ..sim.top import TopSession, build_top, interpret_traced, pad_image, run_top
 
 __all__ = ["build_model_top", "ChipRun", "StepResult", "section_program", "chip_config",
            "ChipStepper", "train_on_chip"]
@@ -170,12 +168,7 @@ class ChipRun:
             """Interpret program ``part`` on ``image``, queue it on the chip with its check."""
             nonlocal loaded
             key, prog = program(step_cm, part)
-            golden = None
-            if sim_debug.trace_file() is not None:      # --trace: the golden stream beside it
-                tracer, golden = golden_tracer()
-                new, st = interpret(prog, image, trace=tracer)
-            else:
-                new, st = interpret(prog, image)
+            new, st, golden = interpret_traced(prog, image)
             _raise(st, s, part)
             if loaded != key:
                 sess.program(prog.words())

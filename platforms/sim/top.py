@@ -29,7 +29,7 @@ from .verilator import (SIM_DIR, SimulationError, build_root, build_verilator,
 
 __all__ = ["TopSession", "TopBuild", "build_top", "run_top", "play_top", "TopResult",
            "layer_session", "pad_image", "special_fp_sources", "unit_sources", "parse_trace", "UNIT_NAMES",
-           "golden_tracer"]
+           "golden_tracer", "interpret_traced"]
 
 #: Units of the trace port's ``trace_unit`` code (``rtl/sequencer.py``).
 UNIT_NAMES = ("engine", "vector", "update", "seq")
@@ -362,6 +362,18 @@ def golden_tracer():
     return (lambda pc, ins, image: stream.append((int(pc), ins.mnemonic))), stream
 
 
+def interpret_traced(program, image):
+    """Run ``program`` on ``image`` in the golden interpreter; return ``(image, stats,
+    golden)``, ``golden`` its ``(pc, mnemonic)`` stream for :meth:`TopSession.run` when an
+    instruction trace was asked for (``--trace``: :mod:`~ttrain.platforms.sim.debug`), else
+    ``None``."""
+    from . import debug
+    if debug.trace_file() is None:
+        return (*interpret(program, image), None)
+    tracer, golden = golden_tracer()
+    return (*interpret(program, image, trace=tracer), golden)
+
+
 def _append_traces(sink, golden_sink, session_no, jobs, rows):
     import json
     with open(sink, "a") as f:
@@ -424,13 +436,7 @@ def layer_session(compiled, sizes, *, steps, seed=0, scale=0.5, session=None):
                 for i in range(rows):
                     lo = r.base + i * r.row_stride
                     sess.write(r.store, lo, words[lo:lo + width])
-        from . import debug
-        golden = None
-        if debug.trace_file() is not None:          # --trace: the golden stream beside it
-            tracer, golden = golden_tracer()
-            image, st = interpret(compiled.program, image, trace=tracer)
-        else:
-            image, st = interpret(compiled.program, image)
+        image, st, golden = interpret_traced(compiled.program, image)
         if st.error:
             raise RuntimeError(f"the interpreter stopped step {s} with error {st.error}: "
                                f"{st.message}")
