@@ -90,7 +90,7 @@ def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
     assert [r["error_code"] for r in res] == [0]
 
 
-@pytest.mark.parametrize("name, steps", [("zo_digits", 3), ("zo_digits_lw", 2),
+@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2),
                                          ("zo_digits_np", 2), ("zo_digits_mixed", 2),
                                          ("zo_digits_sparse", 2)])
 def test_zo_steps_bit_exact_on_the_chip(top, tmp_path, name, steps):
