@@ -152,7 +152,9 @@ class WideVectorUnit(wiring.Component):
       error of a gather/scatter: do not send special ops to such a unit).
 
     The arithmetic is ``width`` :class:`~ttrain.rtl.fp32.FP32Mul` followed by ``width``
-    :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles, fixed), plus ``width``
+    :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles for mul, scale, UPDATE and the PRNG ops, which
+    use the multiply stage; 6 for every other elementwise op, gather and scatter_add, whose
+    operands enter the adder stage directly), plus ``width``
     :class:`~ttrain.rtl.fp32.FP32Compare` for ``rmax``. The FP units cannot stall, so a credit
     counter admits an element beat only when the result FIFO is sure to have room for it.
     Reads run ahead of writes; each read carries a tag (what to do with the data) through a
@@ -309,7 +311,8 @@ class WideVectorUnit(wiring.Component):
 
     @property
     def latency(self):
-        """Cycles from an element beat's last read data to its result (mul + add)."""
+        """Cycles from an element beat's last read data to its result (mul + add: the ops
+        that skip the multiply stage take add only)."""
         return latency_of(FP32Mul) + latency_of(FP32Add)
 
     def _special(self, m, c, take, dat, tg, res_in, ser_busy):
@@ -858,10 +861,27 @@ class WideVectorUnit(wiring.Component):
 
         meta = Signal(data.StructLayout({"mask": W, "waddr": AB, "waddr2": AB}))
         m.d.comb += [meta.mask.eq(tg.mask), meta.waddr.eq(tg.waddr), meta.waddr2.eq(tg.waddr2)]
-        valid_line = delay(ew_fire, LEW, "ew_valid")
         meta_line = delay(meta, LEW, "ew_meta", meta.shape())
         x_line = delay(s0_x, LM, "ew_x", Lanes)
         y_line = delay(s0_y, LM, "ew_y", Lanes)
+        # Ops that use neither the multiplier's product nor the PRNG draw (everything but mul,
+        # scale, UPDATE, the PRNG ops, special functions and reductions) skip the multiply
+        # stage: their operands enter the adder stage in the cycle they fire and the result
+        # leaves LA cycles later instead of LM + LA. The same registers, time-multiplexed:
+        # one instruction at a time, the next only after the last write (``drained``), so
+        # beats of the two timings never share a stage.
+        # Each timing has its own valid line, so that the beats of a direct instruction do
+        # not reach the full-latency exit after the next (multiplying) instruction has begun.
+        direct = Signal()
+        m.d.comb += direct.eq(~(mul_only | is_upd | is_rnd | is_sp | is_red))
+        valid_long = delay(ew_fire & ~direct, LEW, "ew_valid")
+        valid_short = delay(ew_fire & direct, LA, "ew_valid_direct")
+        v6 = Signal()                        # a beat at the adder stage's input
+        m.d.comb += v6.eq(valid_short[0] | valid_long[LM])
+        ew_push = Signal()                   # its result at the result FIFO
+        m.d.comb += ew_push.eq(valid_short[LA] | valid_long[LEW])
+        ew_meta = Signal(meta.shape())
+        m.d.comb += ew_meta.eq(Mux(valid_short[LA], meta_line[LA], meta_line[LEW]))
         # PRNG ops: each lane's 32-bit draw (golden.prng.draw of tg.idx + w * ilane), in the
         # multiply stage's cycles: d1 the index, d2 x = index + key0 + w * ilane, xorshift;
         # d3, d4 the two multiplies; d5 the draw r; d6 r and its uniform (runif: r[31:8] as
@@ -931,7 +951,10 @@ class WideVectorUnit(wiring.Component):
                 mul.i.payload.a.eq(Mux(is_upd, c.imm, x0)),
                 mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
             ]
-            x6, y6, p6 = x_line[LM][w], y_line[LM][w], mul.o.payload
+            x6, y6 = Signal(32, name=f"x6_{w}"), Signal(32, name=f"y6_{w}")
+            m.d.comb += [x6.eq(Mux(direct, x0, x_line[LM][w])),
+                         y6.eq(Mux(direct, y0, y_line[LM][w]))]
+            p6 = mul.o.payload
             r6, unif = r6_lanes[w], unif6_lanes[w]
             u_neg = r6[31]                       # Rademacher: -1 when bit 31 is set
             sig = sig6_lanes[w]
@@ -945,7 +968,7 @@ class WideVectorUnit(wiring.Component):
 
             emax = self._units["cmp"]()                # elementwise max and fcmp (depth 1)
             m.submodules[f"emax{w}"] = emax
-            m.d.comb += [emax.i.valid.eq(valid_line[LM]), emax.i.payload.a.eq(x6),
+            m.d.comb += [emax.i.valid.eq(v6), emax.i.payload.a.eq(x6),
                          emax.i.payload.b.eq(y6)]
             ready = {d: [] for d in range(LA)}        # depth -> [(select, register)]
             ready[0].append((mul_only, p6))
@@ -987,7 +1010,7 @@ class WideVectorUnit(wiring.Component):
                              add.i.payload.b.eq(dat[w])]
             with m.Else():
                 m.d.comb += [
-                    add.i.valid.eq(valid_line[LM]),
+                    add.i.valid.eq(v6),
                     add.i.payload.a.eq(Mux(rd_d, y6, x6)),
                     add.i.payload.b.eq(Mux(is_upd, p6 ^ _SIGN,
                                            Mux(is_racc, x6 ^ (u_neg << 31),
@@ -1033,15 +1056,14 @@ class WideVectorUnit(wiring.Component):
         with m.Elif(sp_on):
             pass                  # driven by _special
         with m.Else():
-            m.d.comb += [res_in.data.eq(ew_out), res_in.mask.eq(meta_line[LEW].mask),
-                         res_in.waddr.eq(meta_line[LEW].waddr),
-                         res_in.waddr2.eq(meta_line[LEW].waddr2)]
+            m.d.comb += [res_in.data.eq(ew_out), res_in.mask.eq(ew_meta.mask),
+                         res_in.waddr.eq(ew_meta.waddr), res_in.waddr2.eq(ew_meta.waddr2)]
         sp_push = Const(0, 1)
         if SP:
             sp_push = self._special(m, c, kind_is[_K_FIRE] & sp_on, dat, tg, res_in, ser_busy)
         else:
             m.d.comb += ser_busy.eq(0)
-        m.d.comb += [res.w_en.eq(Mux(is_red, red_push, Mux(sp_on, sp_push, valid_line[LEW]))),
+        m.d.comb += [res.w_en.eq(Mux(is_red, red_push, Mux(sp_on, sp_push, ew_push))),
                      res.w_data.eq(res_in.as_value())]
 
         rq = Res(res.r_data)
