@@ -21,6 +21,7 @@ from ttrain.golden.interpreter import check_program, run
 from ttrain.golden.isa import (ERR_INDEX, ERR_OVERLAP, OPS, SPEC, STORE_IDS, Elementwise, End,
                                Gather, Reduce, Update, f32_bits)
 from ttrain.rtl.command import VectorCommand, vector_command
+from ttrain.rtl.fp32 import FP32Mul, latency_of
 from ttrain.rtl.vector_wide import WideVectorUnit
 from ttrain.platforms.sim.verilator import lint_verilator
 
@@ -416,6 +417,13 @@ def benchmark_cases(rows=8, cols=64):
                                             View("act", 0, cols, 1),
                                             View("scratch", 0, cols, 1),
                                             View("param", 0, 1, 0)),
+        # fixed cost: one element (the LRT/SVD programs are chains of these)
+        "copy, 1 element": Elementwise("copy", 1, 1, View("act", 1024, 1, 1),
+                                       View("act", 0, 1, 1)),
+        "add, 1 element": Elementwise("add", 1, 1, View("act", 1024, 1, 1),
+                                      View("act", 0, 1, 1), View("scratch", 0, 1, 1)),
+        "mul, 1 element": Elementwise("mul", 1, 1, View("act", 1024, 1, 1),
+                                      View("act", 0, 1, 1), View("scratch", 0, 1, 1)),
     }
 
 
@@ -456,6 +464,17 @@ def test_throughput_contiguous():
     for name, (cycles, n) in got.items():
         ideal = n / (width / reads[name])
         assert cycles <= 1.25 * ideal + 24, (name, cycles, ideal)
+
+
+def test_ops_without_the_multiplier_skip_its_stage():
+    """An add or copy (no multiply, no PRNG draw) enters the adder stage as it fires: 6 cycles
+    (the multiplier's latency) fewer than a mul with the same reads, bit-exact (``measure``
+    checks every result); mul keeps the full 12-cycle lanes."""
+    cases = benchmark_cases()
+    names = ("copy, 1 element", "add, 1 element", "mul, 1 element")
+    got = {k: c for k, (c, _) in measure(8, {k: cases[k] for k in names}).items()}
+    assert got["add, 1 element"] == got["mul, 1 element"] - latency_of(FP32Mul), got
+    assert got["copy, 1 element"] <= got["add, 1 element"], got
 
 
 if __name__ == "__main__":                                   # the table of docs/vector-unit.md
