@@ -2,7 +2,8 @@
 
 Golden: :func:`ttrain.golden.special.fp32_special` (``docs/special-functions.md``). The unit
 takes one ``(func, x)`` per cycle and returns ``y = fp32_special(func, x)`` bit for bit after a
-fixed :attr:`SpecialFunctionUnit.latency`, whatever the mix of functions.
+fixed :attr:`SpecialFunctionUnit.latency`, whatever the mix of functions, or (``latency=
+"per_function"``, one function in flight at a time) after that function's own latency.
 
 How it is built: every function of :mod:`ttrain.golden.special` is a straight-line sequence
 over a small op set (``exp_sequence(o, x)``, ...). :class:`_PipelineOps` implements that op set
@@ -32,8 +33,8 @@ from ..golden import special as S
 from ..golden.special import FUNCTION_CODES, FUNCTIONS, INT_BITS
 from .fp32 import CANONICAL_NAN, FP32Add, FP32Compare, FP32Mul, leading_zeros
 
-__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES", "LATENCY_MODES",
-           "special_fp_units"]
+__all__ = ["SpecialOperand", "SpecialFunctionUnit", "FUNC_BITS", "FP_UNIT_MODULES",
+           "LATENCY_MODES", "special_fp_units"]
 
 #: Verilog module names the unit instantiates with ``impl="verilog"``, and the
 #: :mod:`ttrain.rtl.fp32` component each must be (convert it under that name, e.g. with
@@ -363,7 +364,9 @@ class SpecialFunctionUnit(wiring.Component):
 
     One input per cycle on an ``always_ready`` stream, one result per cycle after the fixed
     :attr:`latency`, in order, whatever the function mix; ``o.valid`` is ``i.valid`` delayed
-    by :attr:`latency`. No back-pressure (like the FP32 units).
+    by :attr:`latency`. No back-pressure (like the FP32 units). With ``latency="per_function"``
+    each result comes after its function's own latency (:attr:`latencies`), provided a beat of
+    one function enters only when no beat of another is in flight (``clash`` rises if not).
 
     Datapaths: one exp and one reciprocal datapath are shared. The exp datapath takes ``x``
     (function exp) or the logistic-core argument ``-|t|`` of the tanh or gelu head
@@ -386,13 +389,24 @@ class SpecialFunctionUnit(wiring.Component):
         build must supply (converted once each from :mod:`ttrain.rtl.fp32`). Same hardware;
         the Verilog is over ten times smaller and Verilator compiles each FP32 unit once
         instead of once per instance. Not for the Amaranth simulator.
+    latency : {"fixed", "per_function"}, optional
+        ``"fixed"`` (default): every result after :attr:`latency`, any function mix.
+        ``"per_function"``: rsqrt, tanh_grad and log start at stage 0, an exp or recip beat
+        enters its shared datapath in the cycle it arrives (time-multiplexed with the tanh/gelu
+        inputs, which reach it later), and each function leaves from its own stage (exp 129,
+        recip 86, rsqrt 89 cycles on the full unit instead of 276). The caller must not mix
+        functions in flight (the vector unit runs one instruction at a time).
 
     Members
     -------
     i : ``In(stream.Signature(SpecialOperand, always_ready=True))``
         ``x`` (bits 0-31) and ``func`` (bits 32-34).
     o : ``Out(stream.Signature(32, always_ready=True))``
-        Results, :attr:`latency` cycles after the matching ``i`` beat.
+        Results, :attr:`latency` (per function: :attr:`latencies`) cycles after the matching
+        ``i`` beat.
+    clash : ``Out(1)``, ``latency="per_function"`` only
+        Sticky (until reset): a beat of another function arrived while beats were in flight;
+        the results are then undefined.
     """
 
     def __init__(self, *, functions=FUNCTIONS, impl="amaranth", latency="fixed"):
