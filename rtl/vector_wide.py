@@ -153,8 +153,8 @@ class WideVectorUnit(wiring.Component):
 
     The arithmetic is ``width`` :class:`~ttrain.rtl.fp32.FP32Mul` followed by ``width``
     :class:`~ttrain.rtl.fp32.FP32Add` (12 cycles for mul, scale, UPDATE and the PRNG ops, which
-    use the multiply stage; 6 for every other elementwise op, gather and scatter_add, whose
-    operands enter the adder stage directly), plus ``width``
+    use the multiply stage; 7 for every other elementwise op, gather and scatter_add, whose
+    registered operands enter the adder stage one cycle after firing), plus ``width``
     :class:`~ttrain.rtl.fp32.FP32Compare` for ``rmax``. The FP units cannot stall, so a credit
     counter admits an element beat only when the result FIFO is sure to have room for it.
     Reads run ahead of writes; each read carries a tag (what to do with the data) through a
@@ -866,22 +866,24 @@ class WideVectorUnit(wiring.Component):
         y_line = delay(s0_y, LM, "ew_y", Lanes)
         # Ops that use neither the multiplier's product nor the PRNG draw (everything but mul,
         # scale, UPDATE, the PRNG ops, special functions and reductions) skip the multiply
-        # stage: their operands enter the adder stage in the cycle they fire and the result
-        # leaves LA cycles later instead of LM + LA. The same registers, time-multiplexed:
-        # one instruction at a time, the next only after the last write (``drained``), so
-        # beats of the two timings never share a stage.
-        # Each timing has its own valid line, so that the beats of a direct instruction do
-        # not reach the full-latency exit after the next (multiplying) instruction has begun.
-        direct = Signal()
-        m.d.comb += direct.eq(~(mul_only | is_upd | is_rnd | is_sp | is_red))
+        # stage: their operands enter the adder stage one cycle after they fire (from the
+        # first register of the operand delay line, so the adder's input stays a register and
+        # a 2:1 mux) and the result leaves DL = 1 + LA cycles after firing instead of LM + LA.
+        # The same registers, time-multiplexed: one instruction at a time, the next only after
+        # the last write (``drained``), so beats of the two timings never share a stage. Each
+        # timing has its own valid line, so that the beats of a direct instruction do not
+        # reach the full-latency exit after the next (multiplying) instruction has begun.
+        DL = 1 + LA
+        direct = Signal()                    # registered: c holds still from DECODE on
+        m.d.sync += direct.eq(~(mul_only | is_upd | is_rnd | is_sp | is_red))
         valid_long = delay(ew_fire & ~direct, LEW, "ew_valid")
-        valid_short = delay(ew_fire & direct, LA, "ew_valid_direct")
+        valid_short = delay(ew_fire & direct, DL, "ew_valid_direct")
         v6 = Signal()                        # a beat at the adder stage's input
-        m.d.comb += v6.eq(valid_short[0] | valid_long[LM])
+        m.d.comb += v6.eq(valid_short[1] | valid_long[LM])
         ew_push = Signal()                   # its result at the result FIFO
-        m.d.comb += ew_push.eq(valid_short[LA] | valid_long[LEW])
+        m.d.comb += ew_push.eq(valid_short[DL] | valid_long[LEW])
         ew_meta = Signal(meta.shape())
-        m.d.comb += ew_meta.eq(Mux(valid_short[LA], meta_line[LA], meta_line[LEW]))
+        m.d.comb += ew_meta.eq(Mux(valid_short[DL], meta_line[DL], meta_line[LEW]))
         # PRNG ops: each lane's 32-bit draw (golden.prng.draw of tg.idx + w * ilane), in the
         # multiply stage's cycles: d1 the index, d2 x = index + key0 + w * ilane, xorshift;
         # d3, d4 the two multiplies; d5 the draw r; d6 r and its uniform (runif: r[31:8] as
@@ -952,8 +954,8 @@ class WideVectorUnit(wiring.Component):
                 mul.i.payload.b.eq(Mux(is_upd, x0, Mux(ew["scale"], c.imm, y0))),
             ]
             x6, y6 = Signal(32, name=f"x6_{w}"), Signal(32, name=f"y6_{w}")
-            m.d.comb += [x6.eq(Mux(direct, x0, x_line[LM][w])),
-                         y6.eq(Mux(direct, y0, y_line[LM][w]))]
+            m.d.comb += [x6.eq(Mux(direct, x_line[1][w], x_line[LM][w])),
+                         y6.eq(Mux(direct, y_line[1][w], y_line[LM][w]))]
             p6 = mul.o.payload
             r6, unif = r6_lanes[w], unif6_lanes[w]
             u_neg = r6[31]                       # Rademacher: -1 when bit 31 is set

@@ -467,13 +467,13 @@ def test_throughput_contiguous():
 
 
 def test_ops_without_the_multiplier_skip_its_stage():
-    """An add or copy (no multiply, no PRNG draw) enters the adder stage as it fires: 6 cycles
-    (the multiplier's latency) fewer than a mul with the same reads, bit-exact (``measure``
-    checks every result); mul keeps the full 12-cycle lanes."""
+    """An add or copy (no multiply, no PRNG draw) enters the adder stage one cycle after it
+    fires: 5 cycles (the multiplier's latency less that register) fewer than a mul with the
+    same reads, bit-exact (``measure`` checks every result); mul keeps the 12-cycle lanes."""
     cases = benchmark_cases()
     names = ("copy, 1 element", "add, 1 element", "mul, 1 element")
     got = {k: c for k, (c, _) in measure(8, {k: cases[k] for k in names}).items()}
-    assert got["add, 1 element"] == got["mul, 1 element"] - latency_of(FP32Mul), got
+    assert got["add, 1 element"] == got["mul, 1 element"] - (latency_of(FP32Mul) - 1), got
     assert got["copy, 1 element"] <= got["add, 1 element"], got
 
 
