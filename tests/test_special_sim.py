@@ -176,11 +176,11 @@ def test_per_function_latency_time_multiplexes_the_shared_datapaths():
     beats, want = _grouped_beats(dut, funcs, 6, np.random.default_rng(5))
     out, clash = _run(dut, beats, watch=dut.clash)
     assert [v for _, v in out] == want
+    name_of = {code: func for func, code in S.FUNCTION_CODES.items()}
     expect = []                                   # o.valid cycles: each beat's own latency
     for k, beat in enumerate(beats):
         if beat is not None:
-            func = S.FUNCTIONS[beat[0]] if beat[0] < len(S.FUNCTIONS) else None
-            expect.append(k + lat.get(func, 1) - 1)
+            expect.append(k + lat.get(name_of[beat[0]], 1) - 1)
     assert [c for c, _ in out] == expect
     assert not any(clash)
 
