@@ -987,6 +987,8 @@ class Random(Instruction):
     * ``perturb8``  ``d = clamp(a + sigma * u, -128, 127)`` (int32 words; ``sigma`` = flags,
       1..255): a weight copy perturbed for one ZO query (the original ``a`` is kept);
     * ``perturb32`` the same, saturating to int32 (biases);
+    * ``perturb8n`` / ``perturb32n`` the same with ``-sigma * u``: the second pass of an
+      antithetic query (``theta - sigma u``; ``u`` is the same draw);
     * ``raccum``    ``d = fp32_add(d, fp32_mul(a, i2f(u)))``: the ZO estimate ``g += c u``
       (``a`` usually a broadcast coefficient; ``d`` is read and written);
     * ``runif``     ``d = fp32_add(a, fp32_mul(i2f(w >> 8), 2**-24))``: adds a uniform draw in
@@ -1085,10 +1087,11 @@ class Random(Instruction):
         idx = (np.uint64(self.imm) + np.arange(r * c, dtype=np.uint64)) % np.uint64(1 << 32)
         a = image[self.a.store][_addresses(self.a, r, c)]
         dst = _addresses(self.d, r, c)
-        if self.op in ("perturb8", "perturb32"):
+        if self.op.startswith("perturb"):
             u = prng.rademacher(seed, idx).reshape(r, c).astype(np.int64)
-            bits = 8 if self.op == "perturb8" else 32
-            out = _w32(np.clip(_s32(a) + self.sigma * u, -(1 << (bits - 1)),
+            bits = 8 if self.op.startswith("perturb8") else 32
+            sigma = -self.sigma if self.op.endswith("n") else self.sigma
+            out = _w32(np.clip(_s32(a) + sigma * u, -(1 << (bits - 1)),
                                (1 << (bits - 1)) - 1))
         elif self.op == "raccum":
             u = prng.rademacher(seed, idx).reshape(r, c)
@@ -1320,6 +1323,9 @@ OPS = (
     OpSpec("perturb32", 0x39, Random, "vector", requires="prng"),
     OpSpec("raccum", 0x3A, Random, "vector", requires="prng"),
     OpSpec("runif", 0x3B, Random, "vector", requires="prng"),
+    # the antithetic pass: the same perturbations with -sigma
+    OpSpec("perturb8n", 0x3C, Random, "vector", requires="prng"),
+    OpSpec("perturb32n", 0x3D, Random, "vector", requires="prng"),
     # unary special functions: 0x40 + golden.special's function code (0x47 = log)
     *(_elementwise(name, 0x40 + code, 1, _special(name), requires="special")
       for name, code in sorted(FUNCTION_CODES.items(), key=lambda kv: kv[1])),

@@ -19,7 +19,10 @@ The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.Forward
    word, index = the element's offset in the step's stream), then ``c_q = L_q - L0``.
    Perturbations are never stored; the original parameters are never changed by a query.
    Layerwise groups start later in the network: before a group, the unperturbed pass of the
-   nodes between the previous group's start and this one restores their outputs;
+   nodes between the previous group's start and this one restores their outputs.
+   **Antithetic** queries (``settings.antithetic``) run each query's pass twice, the second
+   with ``-sigma u`` (``perturb8n`` / ``perturb32n``: the same draws, the other sign), and
+   keep ``c_q = (L+ - L-) * 0.5`` (per sample for NP: ``L+`` in ``zo.lp``), as ``zo.zo_step``;
 3. per trainable tensor, in chunks of whole rows (``grad_chunk`` words): ``g = +0`` in one
    scratch buffer of that size (not a gradient copy of the model), a LOOP of ``raccum`` of
    ``c_q u_q`` for ``q = 0 .. Q-1`` in query order (the PRNG regenerates ``u_q``: the same
@@ -28,11 +31,11 @@ The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.Forward
    ``f2i`` nearest), and ``iadd`` saturating to 8 bits (weights: on the chunk unpacked with
    ``ext8``, written back with ``ins8``) or 32 bits (biases).
 
-Compiled today: weight perturbation (``mode="wp"``), joint or layerwise, any subset of
-trainable layers, per-layer learning rates, nearest or stochastic rounding, forward
-differences. Not compiled (a clear error names them): node perturbation and the mixed mode
-(they need the per-sample activation perturbation and the local FP32 gradient contractions),
-sparse masks, antithetic queries and the in-place variant.
+Compiled today: weight perturbation (``mode="wp"``), node perturbation and the mixed mode,
+joint or layerwise, any subset of trainable layers, per-layer learning rates, nearest or
+stochastic rounding, forward or antithetic differences, top-k channel masks with node
+perturbation. Not compiled (a clear error names them): random element masks, top-k masks
+with weight perturbation, NP of grouped convolutions and the in-place variant.
 """
 
 from dataclasses import dataclass, replace
@@ -43,7 +46,7 @@ from . import zo
 from .cnn_compiler import (UNPACK_WORDS, CompiledCNN, ForwardBuilder, _Alloc, _bounds,
                            _rows_split, unpack_int8)
 from .contract import Descriptor, View
-from .isa import Contract, Elementwise, End, EndLoop, Loop, MAX_DIM, Random, Reduce
+from .isa import Contract, Elementwise, End, EndLoop, Loop, MAX_DIM, Random, Reduce, f32_bits
 
 __all__ = ["CompiledZO", "compile_zo_step", "zo_memory", "bp_memory_estimate", "figures_model",
            "InterpretedZO", "ZO_MEMORY_CLASSES", "GRAD_CHUNK"]
@@ -158,8 +161,6 @@ def _check_settings(s):
         why.append(f"sparse mask {s.sparse!r}" + (" with weight perturbation (top-k masks are "
                                                    "compiled for node perturbation, mode 'np')"
                                                    if s.sparse == "topk" else ""))
-    if s.antithetic:
-        why.append("antithetic queries")
     if s.inplace:
         why.append("the in-place variant")
     if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
@@ -279,6 +280,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     if np_nodes:
         l0v = al.region("zo.l0", "scratch", N)
         cb = al.region("zo.cb", "scratch", N)
+        lp = al.region("zo.lp", "scratch", N) if s.antithetic else None
         for i in np_nodes:
             nm, C = nodes[i].name, nodes[i].shape[2]
             npr[i] = {"gy": al.region(f"zo.gy.{nm}", "scratch", N * int(np.prod(nodes[i].shape))),
@@ -305,37 +307,39 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             rk2 = al.region("zo.np.rank2", "scratch", cmax * cmax)
     lmean = fb.ce["loss.mean"]
     lvec = fb.ce["loss"]
+    p8, p32 = ("perturb8", "perturb8n"), ("perturb32", "perturb32n")   # by neg
 
-    def perturb(i, qi, step):
+    def perturb(i, qi, step, neg):
         """Regenerate node ``i``'s perturbed weights and bias for query ``qi`` (the seed
-        view stepped by ``step``: the query LOOP's select 1)."""
+        view stepped by ``step``: the query LOOP's select 1; ``neg``: the antithetic pass's
+        ``-sigma u``)."""
         nd, r = nodes[i], fb.regions[i]
         C = nd.shape[2]
         seed = View("act", seeds + qi, 0, 0)
         st = (0, 0, step)
         out = []
         for lo, cnt in ([] if packed else _chunks(size_of[(i, "w")] // C, C)):
-            out.append(Random("perturb8", cnt, C, View("scratch", wq + lo * C, C, 1),
+            out.append(Random(p8[neg], cnt, C, View("scratch", wq + lo * C, C, 1),
                               View("param", r["w"] + lo * C, C, 1), seed,
                               imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w, step=st))
-        out.append(Random("perturb32", 1, C, View("scratch", bq, C, 1),
+        out.append(Random(p32[neg], 1, C, View("scratch", bq, C, 1),
                           View("param", r["b"], C, 1), seed, imm=offs[(i, "b")],
                           sigma=s.sigma_b, step=st))
         return out
 
-    def unit_perturb(g, qi, step):
+    def unit_perturb(g, qi, step, neg):
         """Packed weights: perturb each unpacked unit of a node of ``g`` in the buffer."""
         seed = View("act", seeds + qi, 0, 0)
 
         def hook(i, e0, n_el, buf):
             if i not in g:
                 return []
-            return [Random("perturb8", 1, n_el, View("scratch", buf, 0, 1),
+            return [Random(p8[neg], 1, n_el, View("scratch", buf, 0, 1),
                            View("scratch", buf, 0, 1), seed, imm=offs[(i, "w")] + e0,
                            sigma=s.sigma_w, step=(0, 0, step))]
         return hook
 
-    def node_perturb(i, qi, step):
+    def node_perturb(i, qi, step, neg):
         """NP: node ``i``'s stored outputs ``y - z`` + sigma_a u, then clamped so that ``y``
         saturates to int8 (``perturb32`` per sample: sample b's stream indices start at
         ``b d_np + base``, then one ``requant`` clamp)."""
@@ -343,7 +347,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         per = int(np.prod(nd.shape))
         z = int(q.zp[i])
         seed = View("act", np_seeds + qi, 0, 0)
-        out = [Random("perturb32", 1, per, View("act", y + b * per, 0, 1),
+        out = [Random(p32[neg], 1, per, View("act", y + b * per, 0, 1),
                       View("act", y + b * per, 0, 1), seed, imm=b * d_np + np_base[i],
                       sigma=s.sigma_a, step=(0, 0, step)) for b in range(N)]
         C = nd.shape[2]
@@ -365,9 +369,16 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         return out
 
     def node_accumulate(gn, qi, step):
-        """NP: ``c_b = L_q[b] - L0[b]``, then ``gy += c_b u`` per sample (``raccum``)."""
-        out = [Elementwise("sub", 1, N, View("scratch", cb, 0, 1), View("act", lvec, 0, 1),
-                           View("scratch", l0v, 0, 1))]
+        """NP: ``c_b = L_q[b] - L0[b]`` (antithetic: ``(L+[b] - L-[b]) * 0.5``, ``L+`` kept
+        in ``zo.lp``), then ``gy += c_b u`` per sample (``raccum``)."""
+        cbv = View("scratch", cb, 0, 1)
+        if s.antithetic:
+            out = [Elementwise("sub", 1, N, cbv, View("scratch", lp, 0, 1),
+                               View("act", lvec, 0, 1)),
+                   Elementwise("scale", 1, N, cbv, cbv, imm=f32_bits(0.5))]
+        else:
+            out = [Elementwise("sub", 1, N, cbv, View("act", lvec, 0, 1),
+                               View("scratch", l0v, 0, 1))]
         seed = View("act", np_seeds + qi, 0, 0)
         for i in gn:
             per = int(np.prod(nodes[i].shape))
@@ -389,13 +400,26 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         src = {i: ("scratch", wq, "scratch", bq) for i in gw}
         st = 1 if looped else 0
 
+        def one_pass(qi, neg):
+            return fb.emit(start, sources=src, before={i: perturb(i, qi, st, neg) for i in gw},
+                           after={i: node_perturb(i, qi, st, neg) for i in gn},
+                           sample_loop=not looped, unit_hook=unit_perturb(gw, qi, st, neg))
+
         def one(qi):
-            body = fb.emit(start, sources=src, before={i: perturb(i, qi, st) for i in gw},
-                           after={i: node_perturb(i, qi, st) for i in gn},
-                           sample_loop=not looped, unit_hook=unit_perturb(gw, qi, st))
-            body.append(Elementwise("sub", 1, 1, View("scratch", coef + qi, 1, 1),
-                                    View("act", lmean, 1, 1), View("scratch", l0, 1, 1),
-                                    step=(st, 0, 0)))
+            cq, lm = View("scratch", coef + qi, 1, 1), View("act", lmean, 1, 1)
+            body = one_pass(qi, False)
+            if not s.antithetic:
+                body.append(Elementwise("sub", 1, 1, cq, lm, View("scratch", l0, 1, 1),
+                                        step=(st, 0, 0)))
+            else:       # c_q = (L+ - L-) * 0.5: L+ kept in c_q (and per sample in zo.lp)
+                body.append(Elementwise("copy", 1, 1, cq, lm, step=(st, 0, 0)))
+                if gn:
+                    body.append(Elementwise("copy", 1, N, View("scratch", lp, 0, 1),
+                                            View("act", lvec, 0, 1)))
+                body += one_pass(qi, True)
+                body += [Elementwise("sub", 1, 1, cq, cq, lm, step=(st, st, 0)),
+                         Elementwise("scale", 1, 1, cq, cq, imm=f32_bits(0.5),
+                                     step=(st, st, 0))]
             return body + (node_accumulate(gn, qi, st) if gn else [])
 
         if looped:

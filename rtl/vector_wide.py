@@ -416,7 +416,9 @@ class WideVectorUnit(wiring.Component):
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_rnd = _or(rnd.values())
         is_racc = rnd["raccum"]
-        is_pert = rnd["perturb8"] | rnd["perturb32"]
+        is_pert = rnd["perturb8"] | rnd["perturb32"] | rnd["perturb8n"] | rnd["perturb32n"]
+        pert_neg = rnd["perturb8n"] | rnd["perturb32n"]     # the antithetic pass: -sigma u
+        pert8 = rnd["perturb8"] | rnd["perturb8n"]
         rd_d = is_upd | is_racc                 # the FIRE read is slot 0 (theta / d)
         two_reads = two_reads | is_racc
         add_op = add_op | is_racc | rnd["runif"]
@@ -914,8 +916,9 @@ class WideVectorUnit(wiring.Component):
                                       f"unif{w}_d6"))
             r6_lanes.append(rstage(r5, f"draw{w}_d6"))
             # perturb: +-sigma (sigma = the flags byte), -sigma when bit 31 of the draw is set
+            # (perturb8n/perturb32n: the other sign)
             sig6 = Signal(signed(10), name=f"sigma{w}_d6", reset_less=True)
-            m.d.sync += sig6.eq(Mux(r5[31], -c.flags.as_unsigned(), c.flags))
+            m.d.sync += sig6.eq(Mux(r5[31] ^ pert_neg, -c.flags.as_unsigned(), c.flags))
             sig6_lanes.append(sig6)
         ew_out = Signal(Lanes)
 
@@ -989,7 +992,7 @@ class WideVectorUnit(wiring.Component):
             for op_name, build in (
                     ("iadd", lambda st: intops.iadd(m, x6, y6, c.imm, name=f"iadd{w}",
                                                     stage=st)),
-                    ("pert", lambda st: intops.iadd(m, x6, sig, Mux(rnd["perturb8"], 8, 32),
+                    ("pert", lambda st: intops.iadd(m, x6, sig, Mux(pert8, 8, 32),
                                                     name=f"pert{w}", stage=st)),
                     ("f2i", lambda st: intops.f2i(m, x6, c.imm[0], name=f"f2i{w}",
                                                   stage=st)),

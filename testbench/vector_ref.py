@@ -150,7 +150,8 @@ class VectorUnit(wiring.Component):
                   | ew["fcmp"] | ew["bitop"])
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_racc = rnd["raccum"]
-        is_pert = rnd["perturb8"] | rnd["perturb32"]
+        is_pert = rnd["perturb8"] | rnd["perturb32"] | rnd["perturb8n"] | rnd["perturb32n"]
+        pert_neg = rnd["perturb8n"] | rnd["perturb32n"]
         two_src = two_src | is_racc            # raccum: a, then d's old word
         int_op = int_op | is_pert
         use_add = (ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter | is_racc
@@ -194,8 +195,9 @@ class VectorUnit(wiring.Component):
         r_draw = _draw(m, r_idx, key0, key1, "rdraw")
         r_neg = r_draw[31]
         r_sig = Signal(signed(10))
-        m.d.comb += r_sig.eq(Mux(r_neg, -c.flags.as_unsigned(), c.flags))
-        i_pert = intops.iadd(m, x, r_sig, Mux(rnd["perturb8"], 8, 32), name="pert")
+        m.d.comb += r_sig.eq(Mux(r_neg ^ pert_neg, -c.flags.as_unsigned(), c.flags))
+        i_pert = intops.iadd(m, x, r_sig, Mux(rnd["perturb8"] | rnd["perturb8n"], 8, 32),
+                             name="pert")
         r24 = Signal(32)
         m.d.comb += r24.eq(r_draw[8:32])
         r_ubits = intops.i2f(m, r24, name="unif")

@@ -308,8 +308,8 @@ def test_no_bit_is_silently_ignored():
 
 
 def test_prng_ops_regenerate_the_golden_streams_and_need_the_unit():
-    """perturb8/perturb32/raccum/runif follow golden.prng at dense indices from imm; hardware
-    without the PRNG unit answers ERR_OPCODE."""
+    """perturb8/perturb32 (and their antithetic -sigma forms)/raccum/runif follow golden.prng
+    at dense indices from imm; hardware without the PRNG unit answers ERR_OPCODE."""
     from ttrain.golden import prng
     from ttrain.golden.interpreter import Stats
     rng = np.random.default_rng(9)
@@ -328,6 +328,11 @@ def test_prng_ops_regenerate_the_golden_streams_and_need_the_unit():
                 5), np.clip(a + 5 * u, -128, 127)),
         (Random("perturb32", 3, 4, View("scratch", 0, 4, 1), View("act", 0, 4, 1), seed_v,
                 1000, 200), a + 200 * u),
+        # the antithetic pass: the same draws, the other sign
+        (Random("perturb8n", 3, 4, View("scratch", 0, 4, 1), View("act", 0, 4, 1), seed_v,
+                1000, 5), np.clip(a - 5 * u, -128, 127)),
+        (Random("perturb32n", 3, 4, View("scratch", 0, 4, 1), View("act", 0, 4, 1), seed_v,
+                1000, 200), a - 200 * u),
     ]
     for ins, want in cases:
         out = {k: v.copy() for k, v in image.items()}

@@ -1,7 +1,7 @@
 """The compiled ZO step (golden/zo_compiler.py) on the golden interpreter leaves every int8
 weight and int32 bias exactly as the golden rule's ``zo.zo_step`` does, step after step, for
-the weight-perturbation, node-perturbation and mixed variants it compiles; and what it does
-not compile is named."""
+the weight-perturbation, node-perturbation and mixed variants it compiles (forward or
+antithetic differences); and what it does not compile is named."""
 
 import numpy as np
 import pytest
@@ -32,6 +32,12 @@ VARIANTS = {
                         layerwise=True, np_dim="batch", seed=10),
     "sparse-topk-nearest": dict(mode="np", sparse="topk", density=0.3, queries=2, lr=0.5,
                                 rounding="nearest", seed=11),
+    # antithetic queries (theta + sigma u, then theta - sigma u: perturb8n / perturb32n)
+    "wp-antithetic": dict(queries=2, lr=0.3, antithetic=True, seed=12),
+    "mixed-antithetic": dict(mode="mixed", queries=2, lr=0.05, np_layers=2, layerwise=True,
+                             np_dim="batch", antithetic=True, seed=13),
+    "sparse-topk-antithetic": dict(mode="np", sparse="topk", density=0.5, queries=2, lr=0.05,
+                                   antithetic=True, seed=14),
 }
 NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
 
@@ -71,7 +77,10 @@ def _steps_equal_golden(q0, s, *, batch, steps, seed, **compile_options):
                             ("parts", "layerwise-nearest", True, False)]
                          + [("digits", v, loop, packed)
                             for v in NP_VARIANTS[:2] + NP_VARIANTS[-2:]
-                            for loop, packed in ((True, False), (False, True))])
+                            for loop, packed in ((True, False), (False, True))]
+                         + [("digits", "wp-antithetic", True, False),
+                            ("digits", "mixed-antithetic", True, False),
+                            ("parts", "wp-antithetic", False, True)])
 def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, packed):
     """Three consecutive steps; ``query_loop`` True runs each group's queries as one LOOP
     (the convolutions' sample loops unrolled), False unrolls the queries, None picks the
@@ -91,6 +100,9 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     assert ({"ext8", "ins8"} <= set(ops)) == packed
     assert {"perturb32", "raccum", "f2i", "iadd"} <= set(ops)
     assert ("perturb8" in ops) == bool(wp_nodes)
+    # the antithetic pass: every perturbation again with -sigma
+    assert ("perturb8n" in ops) == (bool(wp_nodes) and s.antithetic)
+    assert ("perturb32n" in ops) == s.antithetic
     assert ({"fcmp", "bitop", "contract"} <= set(ops)) or not np_nodes
     assert ("runif" in ops) == (s.rounding == "stochastic")
     assert cz.np_nodes == tuple(np_nodes)
@@ -148,7 +160,6 @@ def test_node_perturbation_through_a_residual_block():
     (dict(sparse="random", density=0.5), "sparse mask 'random'"),
     (dict(mode="mixed", sparse="topk", density=0.5), "top-k masks are compiled for node "
                                                      "perturbation"),
-    (dict(antithetic=True), "antithetic"),
     (dict(inplace=True), "in-place"),
     (dict(sigma_b=300), "sigma above 255"),
 ])
