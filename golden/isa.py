@@ -989,6 +989,9 @@ class Random(Instruction):
     * ``perturb32`` the same, saturating to int32 (biases);
     * ``perturb8n`` / ``perturb32n`` the same with ``-sigma * u``: the second pass of an
       antithetic query (``theta - sigma u``; ``u`` is the same draw);
+    * ``rmask``     ``d = 0xFFFFFFFF if draw(seed, index) < a else 0`` (``a`` an unsigned
+      threshold word, e.g. ``prng.threshold_of(density)``: ``prng.bernoulli`` as a mask for
+      ``bitop``): a sparse-training random element mask, regenerated where it is needed;
     * ``raccum``    ``d = fp32_add(d, fp32_mul(a, i2f(u)))``: the ZO estimate ``g += c u``
       (``a`` usually a broadcast coefficient; ``d`` is read and written);
     * ``runif``     ``d = fp32_add(a, fp32_mul(i2f(w >> 8), 2**-24))``: adds a uniform draw in
@@ -1093,6 +1096,9 @@ class Random(Instruction):
             sigma = -self.sigma if self.op.endswith("n") else self.sigma
             out = _w32(np.clip(_s32(a) + sigma * u, -(1 << (bits - 1)),
                                (1 << (bits - 1)) - 1))
+        elif self.op == "rmask":
+            keep = prng.draw(seed, idx).reshape(r, c) < np.asarray(a, np.uint32).reshape(r, c)
+            out = np.where(keep, np.uint32(0xFFFFFFFF), np.uint32(0))
         elif self.op == "raccum":
             u = prng.rademacher(seed, idx).reshape(r, c)
             old = image[self.d.store][dst]
@@ -1326,6 +1332,8 @@ OPS = (
     # the antithetic pass: the same perturbations with -sigma
     OpSpec("perturb8n", 0x3C, Random, "vector", requires="prng"),
     OpSpec("perturb32n", 0x3D, Random, "vector", requires="prng"),
+    # a random element mask (sparse training): all ones where draw < the threshold word a
+    OpSpec("rmask", 0x3E, Random, "vector", requires="prng"),
     # unary special functions: 0x40 + golden.special's function code (0x47 = log)
     *(_elementwise(name, 0x40 + code, 1, _special(name), requires="special")
       for name, code in sorted(FUNCTION_CODES.items(), key=lambda kv: kv[1])),

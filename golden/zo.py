@@ -287,6 +287,51 @@ def _groups(s, wp_nodes, np_nodes):
     return [([i], []) if i in wp_nodes else ([], [i]) for i in sorted(wp_nodes + np_nodes)]
 
 
+def step_masks(q, s, step, wp_nodes, np_nodes, acts0=None):
+    """The sparse-training masks of step ``step``: ``(tensors, act_masks, act_base, d_np)``.
+
+    ``tensors``: ``(node, "w"|"b", offset, mask)`` per WP tensor in stream order (``offset``:
+    its first element's index in the WP stream); ``act_masks``: NP node -> mask of its output
+    shape (one per step, shared by the batch's samples); ``act_base``: NP node -> its first
+    entry's index among one sample's NP entries; ``d_np``: one sample's NP entries.
+
+    ``sparse="random"``: ``prng.bernoulli(mseed, index, threshold_of(density))``, ``mseed =
+    stream_seed(seed, step, 0, MASK)``; WP indices are the tensors' stream indices, NP indices
+    follow them node by node (node ``i``'s entry ``e`` is ``d_wp_total + act_base[i] + e``);
+    ``"topk"`` needs ``acts0`` (the unperturbed pass's outputs); ``"none"``: all true."""
+    nodes = q.cfg.nodes
+    rnd = s.sparse == "random"
+    if rnd:
+        mseed = stream_seed(s.seed, step, 0, _STREAM_MASK)
+        thr = prng.threshold_of(s.density)
+    tensors, offset = [], 0
+    for i in wp_nodes:
+        nm = nodes[i].name
+        for kind, arr in (("w", q.w[nm]), ("b", q.b[nm])):
+            if rnd:
+                mask = prng.bernoulli(mseed, offset + np.arange(arr.size, dtype=np.uint64),
+                                      thr).reshape(arr.shape)
+            elif s.sparse == "topk":
+                mask = np.broadcast_to(_channel_topk(q, acts0, i, s.density), arr.shape)
+            else:
+                mask = np.ones(arr.shape, bool)
+            tensors.append((i, kind, offset, mask))
+            offset += arr.size
+    act_masks, act_base, d_np = {}, {}, 0
+    for i in np_nodes:
+        shape = nodes[i].shape
+        if s.sparse == "topk":
+            act_masks[i] = np.broadcast_to(_channel_topk(q, acts0, i, s.density), shape)
+        elif rnd:
+            idx = np.uint64(offset + d_np) + np.arange(int(np.prod(shape)), dtype=np.uint64)
+            act_masks[i] = prng.bernoulli(mseed, idx, thr).reshape(shape)
+        else:
+            act_masks[i] = np.ones(shape, bool)
+        act_base[i] = d_np
+        d_np += int(np.prod(shape))
+    return tensors, act_masks, act_base, d_np
+
+
 def zo_step(q, x, labels, s, step):
     """One ZO step of ``q`` (modified in place) on the int8 batch ``x``; returns a record
     (``loss`` = ``L0``, ``forwards`` = forward passes of the step including the unperturbed
@@ -297,37 +342,9 @@ def zo_step(q, x, labels, s, step):
     acts0 = qnn.int_forward(q, x)
     l0 = _losses(q, acts0, labels)
     L0 = qnn.mean_loss(l0)
-    mseed = stream_seed(s.seed, step, 0, _STREAM_MASK)
     batch = len(x)
-
-    # WP tensors: (node, 'w'|'b', region offset, mask)
-    tensors, offset = [], 0
-    for i in wp_nodes:
-        nm = nodes[i].name
-        for kind, arr in (("w", q.w[nm]), ("b", q.b[nm])):
-            if s.sparse == "random":
-                mask = prng.bernoulli(mseed, offset + np.arange(arr.size, dtype=np.uint64),
-                                      prng.threshold_of(s.density)).reshape(arr.shape)
-            elif s.sparse == "topk":
-                mask = np.broadcast_to(_channel_topk(q, acts0, i, s.density), arr.shape)
-            else:
-                mask = np.ones(arr.shape, bool)
-            tensors.append((i, kind, offset, mask))
-            offset += arr.size
-    # NP regions: mask per element, region base per node (sample b's entries start at b * d_np_total)
-    act_masks, act_base, d_np_total = {}, {}, 0
-    for i in np_nodes:
-        shape = nodes[i].shape
-        if s.sparse == "topk":
-            act_masks[i] = np.broadcast_to(_channel_topk(q, acts0, i, s.density), shape)
-        elif s.sparse == "random":
-            idx = (np.arange(int(np.prod(shape)), dtype=np.uint64)
-                   + np.uint64(offset + sum(int(act_masks[j].sum()) for j in act_masks)))
-            act_masks[i] = prng.bernoulli(mseed, idx, prng.threshold_of(s.density)).reshape(shape)
-        else:
-            act_masks[i] = np.ones(shape, bool)
-        act_base[i] = d_np_total
-        d_np_total += int(np.prod(shape))
+    tensors, act_masks, act_base, d_np_total = step_masks(q, s, step, wp_nodes, np_nodes, acts0)
+    offset = sum(t[3].size for t in tensors)
     g = {(t[0], t[1]): np.zeros(q.w[nodes[t[0]].name].shape if t[1] == "w"
                                 else q.b[nodes[t[0]].name].shape, np.float32) for t in tensors}
     gy = {i: np.zeros((batch, *nodes[i].shape), np.float32) for i in np_nodes}

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import zo
+from . import prng, zo
 from .cnn_compiler import (UNPACK_WORDS, CompiledCNN, ForwardBuilder, _Alloc, _bounds,
                            _rows_split, unpack_int8)
 from .contract import Descriptor, View
@@ -62,10 +62,44 @@ class CompiledZO(CompiledCNN):
     phase_ends: dict = None      # "forward" / "queries" -> index of the phase's last + 1
     np_nodes: tuple = ()         # node-perturbed node indices
     np_dims: dict = None         # NP node -> its group's NP dim factor
+    groups: tuple = ()           # ((WP nodes), (NP nodes)) of each perturbation group
+    step: int = 0                # the step whose seeds (and mask-dependent constants) are set
+
+    def dims_at(self, step):
+        """``(WP dim factor per group, NP dim factor per node)`` of step ``step``: fixed, or
+        with random element masks counted on that step's masks (``zo.step_masks``: the kept
+        entries; host data, rewritten with the seeds each step)."""
+        s = self.settings
+        if s.sparse != "random":
+            return self.group_dims, self.np_dims
+        wp_nodes, np_nodes = zo._plan(self.q, s)
+        tensors, act_masks, _, _ = zo.step_masks(self.q, s, step, wp_nodes, np_nodes)
+        kept = {(i, kind): int(mask.sum()) for i, kind, _, mask in tensors}
+        n = s.queries
+        gd = tuple(zo._dim_scale(n, sum(kept[(i, k)] for i in gw for k in "wb"))
+                   for gw, _ in self.groups)
+        nd = {}
+        for _, gn in self.groups:
+            d = sum(int(act_masks[i].sum()) for i in gn)
+            for i in gn:
+                nd[i] = zo._dim_scale(n * self.batch if s.np_dim == "batch" else n, d)
+        return gd, nd
+
+    def step_regions(self):
+        """The regions the host writes before each step: the batch and the seeds, and the
+        update constants when they change per step (a schedule's rate, random masks' dims)."""
+        out = ["in.x", "in.onehot", "zo.seeds"]
+        s = self.settings
+        if s.schedule != "constant" or s.sparse == "random":
+            keep = ("kw", "kb") if s.sparse != "random" else ("k", "kw", "kb")
+            out += [n for n in self.memory_map if n.startswith("zo.k.") or (
+                n.startswith("zo.np.") and n.rpartition(".")[2] in keep)]
+        return out
 
     def initial_image(self, x, labels, step=0):
         """The memory image of step ``step``: parameters, constants, batch and seeds."""
         image = super().initial_image(x, labels)
+        self.step = step
         self.set_constants(image)
         self.set_seeds(image, step)
         return image
@@ -73,8 +107,12 @@ class CompiledZO(CompiledCNN):
     def set_constants(self, image):
         """The update constants (per-channel ``k``) and the zero word."""
         self._put(image, "const.zero", np.zeros(1, np.uint32))
+        group_dims, np_dims = self.dims_at(self.step)
+        if self.settings.sparse == "random":
+            self._put(image, "const.thr",
+                      np.array([prng.threshold_of(self.settings.density)], np.uint32))
         for i, kind, _, gi in self.tensors:
-            k = zo.wp_scale(self.q, self.settings, i, kind, self.group_dims[gi])
+            k = zo.wp_scale(self.q, self.settings, i, kind, group_dims[gi])
             self._put(image, f"zo.k.{self.q.cfg.nodes[i].name}.{kind}",
                       np.asarray(k, np.float32).view(np.uint32))
         if self.np_nodes:
@@ -83,7 +121,7 @@ class CompiledZO(CompiledCNN):
         if "const.abs" in self.memory_map:
             self._put(image, "const.abs", np.array([0x7FFFFFFF, 0x3F800000], np.uint32))
         for i in self.np_nodes:
-            for name, words in np_constants(self.q, self.settings, i, self.np_dims[i],
+            for name, words in np_constants(self.q, self.settings, i, np_dims[i],
                                             self.batch).items():
                 words = np.asarray(words, np.float32)
                 if name == "tri":                      # a mask: all ones below the diagonal
@@ -99,10 +137,16 @@ class CompiledZO(CompiledCNN):
         if self.np_nodes:
             words += [zo.stream_seed(s.seed, step, qi, zo._STREAM_NP)
                       for qi in range(self.queries)]
+        if s.sparse == "random":                         # the step's element masks
+            words.append(zo.stream_seed(s.seed, step, 0, zo._STREAM_MASK))
         return np.array(words, np.uint32)
 
     def set_seeds(self, image, step):
+        """Write step ``step``'s seed words (random element masks: and its constants)."""
         self._put(image, "zo.seeds", self.seeds(step))
+        self.step = step
+        if self.settings.sparse == "random":
+            self.set_constants(image)
 
     def set_step(self, image, x, labels, step):
         """Write step ``step``'s batch and seeds (the parameters stay as the last step left
@@ -157,10 +201,11 @@ def topk_count(s, C):
 
 def _check_settings(s):
     why = []
-    if s.sparse == "random" or (s.sparse == "topk" and s.mode != "np"):
-        why.append(f"sparse mask {s.sparse!r}" + (" with weight perturbation (top-k masks are "
-                                                   "compiled for node perturbation, mode 'np')"
-                                                   if s.sparse == "topk" else ""))
+    if s.sparse == "topk" and s.mode != "np":
+        why.append("sparse mask 'topk' with weight perturbation (top-k masks are compiled for "
+                   "node perturbation, mode 'np')")
+    if s.sparse == "random" and s.density >= 1:
+        why.append("a random mask of density 1 (it keeps every entry: use sparse='none')")
     if s.inplace:
         why.append("the in-place variant")
     if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
@@ -260,8 +305,12 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         for kind, size in (("w", int(np.prod(nd.weight_shape))), ("b", nd.shape[2])):
             size_of[(i, kind)] = size
 
-    seeds = al.region("zo.seeds", "act", Q + 1 + (Q if np_nodes else 0))
+    rnd = s.sparse == "random"
+    seeds = al.region("zo.seeds", "act", Q + 1 + (Q if np_nodes else 0) + rnd)
     np_seeds = seeds + Q + 1
+    # random element masks: one seed word per step (after the others), the threshold word,
+    # and two buffers of the longest masked range: the mask and the masked perturbation
+    mseed = View("act", seeds + Q + 1 + (Q if np_nodes else 0), 0, 0)
     zero = al.region("const.zero", "param", 1)
     rq1 = al.region("const.rq1", "param", 1) if np_nodes else None
     l0 = al.region("zo.L0", "scratch", 1)
@@ -270,9 +319,20 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         "zo.wq", "scratch", max(size_of[(i, "w")] for i in wp_nodes))
     bq = al.region("zo.bq", "scratch", max(size_of[(i, "b")] for i in wp_nodes)) \
         if wp_nodes else None
-    gbuf = al.region("zo.g", "scratch", max(min(size, max(grad_chunk // nodes[i].shape[2], 1)
-                                                   * nodes[i].shape[2])
-                                               for (i, _), size in size_of.items()))
+    gwords = max(min(size, max(grad_chunk // nodes[i].shape[2], 1) * nodes[i].shape[2])
+                 for (i, _), size in size_of.items())
+    gbuf = al.region("zo.g", "scratch", gwords)
+    if rnd:
+        thr = al.region("const.thr", "param", 1)
+        uses = [gwords] + [nodes[i].shape[2] for i in wp_nodes] + \
+            [int(np.prod(nodes[i].shape)) for i in np_nodes]
+        if wp_nodes:
+            uses.append(al.map["wunpack"].size if packed else max(
+                cnt * nodes[i].shape[2] for i in wp_nodes
+                for _, cnt in _chunks(size_of[(i, "w")] // nodes[i].shape[2],
+                                      nodes[i].shape[2])))
+        rm = al.region("zo.rmask", "scratch", max(uses))
+        rt = al.region("zo.rpert", "scratch", max(uses))
     kreg = {(i, kind): al.region(f"zo.k.{nodes[i].name}.{kind}", "param", nodes[i].shape[2])
             for i, kind, _, _ in tensors}
     offs = {(i, kind): off for i, kind, off, _ in tensors}
@@ -308,6 +368,23 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     lmean = fb.ce["loss.mean"]
     lvec = fb.ce["loss"]
     p8, p32 = ("perturb8", "perturb8n"), ("perturb32", "perturb32n")   # by neg
+    zero_v = View("param", zero, 0, 0)
+
+    def mask(rows, cols, imm):
+        """The step's random element mask of stream indices ``imm ..`` into ``zo.rmask``."""
+        return Random("rmask", rows, cols, View("scratch", rm, cols, 1),
+                      View("param", thr, 0, 0), mseed, imm=imm)
+
+    def masked(rows, cols, d, a, seed, imm, sigma, neg, bits, step, with_mask=True):
+        """``d = sat(a + sigma u m)`` (``zo.zo_step``'s masked direction): the mask (unless
+        ``zo.rmask`` holds it already), ``sigma u`` from +0 into ``zo.rpert``, ``and`` the
+        mask, the saturating ``iadd``."""
+        t = View("scratch", rt, cols, 1)
+        return [mask(rows, cols, imm)] * with_mask + [
+                Random(p32[neg], rows, cols, t, zero_v, seed, imm=imm, sigma=sigma,
+                       step=(0, 0, step)),
+                Elementwise("bitop", rows, cols, t, t, View("scratch", rm, cols, 1), imm=0),
+                Elementwise("iadd", rows, cols, d, a, t, imm=bits)]
 
     def perturb(i, qi, step, neg):
         """Regenerate node ``i``'s perturbed weights and bias for query ``qi`` (the seed
@@ -319,12 +396,13 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         st = (0, 0, step)
         out = []
         for lo, cnt in ([] if packed else _chunks(size_of[(i, "w")] // C, C)):
-            out.append(Random(p8[neg], cnt, C, View("scratch", wq + lo * C, C, 1),
-                              View("param", r["w"] + lo * C, C, 1), seed,
-                              imm=offs[(i, "w")] + lo * C, sigma=s.sigma_w, step=st))
-        out.append(Random(p32[neg], 1, C, View("scratch", bq, C, 1),
-                          View("param", r["b"], C, 1), seed, imm=offs[(i, "b")],
-                          sigma=s.sigma_b, step=st))
+            d, a = View("scratch", wq + lo * C, C, 1), View("param", r["w"] + lo * C, C, 1)
+            imm = offs[(i, "w")] + lo * C
+            out += masked(cnt, C, d, a, seed, imm, s.sigma_w, neg, 8, step) if rnd else [
+                Random(p8[neg], cnt, C, d, a, seed, imm=imm, sigma=s.sigma_w, step=st)]
+        d, a = View("scratch", bq, C, 1), View("param", r["b"], C, 1)
+        out += masked(1, C, d, a, seed, offs[(i, "b")], s.sigma_b, neg, 32, step) if rnd else [
+            Random(p32[neg], 1, C, d, a, seed, imm=offs[(i, "b")], sigma=s.sigma_b, step=st)]
         return out
 
     def unit_perturb(g, qi, step, neg):
@@ -334,8 +412,10 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         def hook(i, e0, n_el, buf):
             if i not in g:
                 return []
-            return [Random(p8[neg], 1, n_el, View("scratch", buf, 0, 1),
-                           View("scratch", buf, 0, 1), seed, imm=offs[(i, "w")] + e0,
+            v = View("scratch", buf, 0, 1)
+            if rnd:
+                return masked(1, n_el, v, v, seed, offs[(i, "w")] + e0, s.sigma_w, neg, 8, step)
+            return [Random(p8[neg], 1, n_el, v, v, seed, imm=offs[(i, "w")] + e0,
                            sigma=s.sigma_w, step=(0, 0, step))]
         return hook
 
@@ -347,9 +427,14 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         per = int(np.prod(nd.shape))
         z = int(q.zp[i])
         seed = View("act", np_seeds + qi, 0, 0)
-        out = [Random(p32[neg], 1, per, View("act", y + b * per, 0, 1),
-                      View("act", y + b * per, 0, 1), seed, imm=b * d_np + np_base[i],
-                      sigma=s.sigma_a, step=(0, 0, step)) for b in range(N)]
+        if rnd:                    # the node's mask (one per step), then each sample's range
+            out = [mask(1, per, offset + np_base[i])] + [x for b in range(N) for x in masked(
+                1, per, View("act", y + b * per, 0, 1), View("act", y + b * per, 0, 1), seed,
+                b * d_np + np_base[i], s.sigma_a, neg, 32, step, with_mask=False)]
+        else:
+            out = [Random(p32[neg], 1, per, View("act", y + b * per, 0, 1),
+                          View("act", y + b * per, 0, 1), seed, imm=b * d_np + np_base[i],
+                          sigma=s.sigma_a, step=(0, 0, step)) for b in range(N)]
         C = nd.shape[2]
         if topk:                   # keep the unperturbed outputs of the masked-off channels
             out = [Elementwise("copy", cnt, C, View("scratch", npt + lo * C, C, 1),
@@ -386,6 +471,11 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             out += [Random("raccum", 1, per, View("scratch", gy + b * per, 0, 1),
                            View("scratch", cb + b, 0, 0), seed, imm=b * d_np + np_base[i],
                            step=(0, 0, step)) for b in range(N)]
+            if rnd:                # masked-off entries stay +0 (golden adds c * 0 to +0)
+                out.append(mask(1, per, offset + np_base[i]))
+                out += [Elementwise("bitop", 1, per, View("scratch", gy + b * per, 0, 1),
+                                    View("scratch", gy + b * per, 0, 1),
+                                    View("scratch", rm, 0, 1), imm=0) for b in range(N)]
             if topk:               # masked-off entries stay +0, as golden's (c * 0 added to +0)
                 C = nodes[i].shape[2]
                 out += [Elementwise("bitop", cnt, C, View("scratch", gy + lo * C, C, 1),
@@ -497,8 +587,13 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             acc = Random("raccum", cnt, C, gv, View("scratch", coef + gi * n, 0, 0),
                          View("act", seeds + gi * n, 0, 0), imm=off + lo * C)
             if n > 1:                 # g += c_q u_q, q = 0 .. n-1 in order
-                return out + [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
-            return out + [acc]
+                out += [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
+            else:
+                out.append(acc)
+            if rnd:                   # masked-off entries: +0, as golden's sum of c * 0
+                out += [mask(cnt, C, off + lo * C),
+                        Elementwise("bitop", cnt, C, gv, gv, View("scratch", rm, C, 1), imm=0)]
+            return out
         ins += update(i, kind, wp_fill)
     for i in np_nodes:
         ins += _np_local_grads(fb, q, N, i, npr[i], npt, npm, xf, dwb, dbb)
@@ -510,7 +605,8 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     ins.append(End())
     return CompiledZO(al.program(ins), q, batch, packed=bool(packed), settings=s, queries=Q,
                       tensors=tuple(tensors), group_dims=dims, phase_ends=ends,
-                      np_nodes=tuple(np_nodes), np_dims=np_dims)
+                      np_nodes=tuple(np_nodes), np_dims=np_dims,
+                      groups=tuple((tuple(gw), tuple(gn)) for gw, gn in groups))
 
 
 def _topk_mask(fb, q, N, i, r, npt, cabs, rk1, rk2):

@@ -984,6 +984,9 @@ class WideVectorUnit(wiring.Component):
                                                              name=f"ins8{w}"), "ins8")),
                          (ew["bitop"], lane_stage(intops.bitop(m, x6, y6, c.imm,
                                                                name=f"bitop{w}"), "bitop"))]
+            # rmask: all ones where the draw is below the threshold word a (unsigned)
+            ready[1].append((rnd["rmask"], lane_stage(Mux(r6 < x6, Const(0xFFFFFFFF, 32), 0),
+                                                      "rmask")))
             hit = Mux(c.imm[:2] == 0, emax.o.payload.is_lt,
                       Mux(c.imm[:2] == 1, emax.o.payload.is_le,
                           Mux(c.imm[:2] == 2, emax.o.payload.is_eq, 0)))

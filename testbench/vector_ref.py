@@ -153,7 +153,7 @@ class VectorUnit(wiring.Component):
         is_pert = rnd["perturb8"] | rnd["perturb32"] | rnd["perturb8n"] | rnd["perturb32n"]
         pert_neg = rnd["perturb8n"] | rnd["perturb32n"]
         two_src = two_src | is_racc            # raccum: a, then d's old word
-        int_op = int_op | is_pert
+        int_op = int_op | is_pert | rnd["rmask"]
         use_add = (ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter | is_racc
                    | rnd["runif"])
         use_mul = ew["mul"] | ew["scale"]
@@ -198,6 +198,8 @@ class VectorUnit(wiring.Component):
         m.d.comb += r_sig.eq(Mux(r_neg ^ pert_neg, -c.flags.as_unsigned(), c.flags))
         i_pert = intops.iadd(m, x, r_sig, Mux(rnd["perturb8"] | rnd["perturb8n"], 8, 32),
                              name="pert")
+        r_mask = Signal(32)                  # rmask: all ones where draw < a (unsigned)
+        m.d.comb += r_mask.eq(Mux(r_draw < x, 0xFFFFFFFF, 0))
         r24 = Signal(32)
         m.d.comb += r24.eq(r_draw[8:32])
         r_ubits = intops.i2f(m, r24, name="unif")
@@ -366,11 +368,11 @@ class VectorUnit(wiring.Component):
                     with m.Else():
                         m.next = "EXEC"
             with m.State("INT"):                   # integer ops (rtl.intops), combinational
-                m.d.sync += res.eq(Mux(is_pert, i_pert,
+                m.d.sync += res.eq(Mux(is_pert, i_pert, Mux(rnd["rmask"], r_mask,
                                        Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(
                                            ew["iadd"], i_add, Mux(ew["ext8"], i_ext, Mux(
                                                ew["ins8"], i_ins, Mux(ew["fcmp"], i_cmp, Mux(
-                                                   ew["bitop"], i_bit, i_rq)))))))))
+                                                   ew["bitop"], i_bit, i_rq))))))))))
                 m.next = "WRITE"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),

@@ -84,11 +84,13 @@ ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
                                          rounding="nearest", seed=2),
            # node perturbation of every layer (the digits table's zo-np, 2 queries per layer)
            # and the mixed mode with WP and NP in one joint group, with antithetic queries
-           # (each query's second pass perturbs by -sigma u: perturb8n / perturb32n)
+           # (each query's second pass perturbs by -sigma u: perturb8n / perturb32n) and
+           # random element masks (rmask: a new mask per step, its counts in the constants)
            "zo_digits_np": zo.ZOSettings(mode="np", queries=2, lr=0.05, layerwise=True,
                                          np_dim="batch", seed=3),
-           "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.1, np_layers=2,
-                                            antithetic=True, seed=6),
+           "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.3, np_layers=2,
+                                            antithetic=True, sparse="random", density=0.5,
+                                            seed=6),
            # sparse training: NP of the top-half output channels (the table's zo-sparse)
            "zo_digits_sparse": zo.ZOSettings(mode="np", sparse="topk", density=0.5, queries=2,
                                              lr=0.05, layerwise=True, np_dim="batch", seed=9)}

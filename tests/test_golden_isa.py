@@ -308,8 +308,8 @@ def test_no_bit_is_silently_ignored():
 
 
 def test_prng_ops_regenerate_the_golden_streams_and_need_the_unit():
-    """perturb8/perturb32 (and their antithetic -sigma forms)/raccum/runif follow golden.prng
-    at dense indices from imm; hardware without the PRNG unit answers ERR_OPCODE."""
+    """perturb8/perturb32 (and their antithetic -sigma forms)/rmask/raccum/runif follow
+    golden.prng at dense indices from imm; hardware without the PRNG unit answers ERR_OPCODE."""
     from ttrain.golden import prng
     from ttrain.golden.interpreter import Stats
     rng = np.random.default_rng(9)
@@ -340,6 +340,16 @@ def test_prng_ops_regenerate_the_golden_streams_and_need_the_unit():
         got = out["scratch"][:12].astype(np.int64)
         assert (got - ((got & 0x80000000) << 1)).tolist() == want.tolist()
         assert np.array_equal(out["act"], image["act"])            # the original is kept
+    out = {k: v.copy() for k, v in image.items()}      # rmask: draw < the threshold word
+    thr = prng.threshold_of(0.3)
+    image_t = {k: v.copy() for k, v in image.items()}
+    image_t["act"][30] = thr
+    out = {k: v.copy() for k, v in image_t.items()}
+    Random("rmask", 3, 4, View("grad", 0, 4, 1), View("act", 30, 0, 0), seed_v, 1000).execute(
+        out, Stats())
+    keep = prng.bernoulli(seed, idx, thr)
+    assert out["grad"][:12].tolist() == [0xFFFFFFFF if k else 0 for k in keep]
+    assert 0 < keep.sum() < 12
     out = {k: v.copy() for k, v in image.items()}
     Random("raccum", 3, 4, View("grad", 0, 4, 1), View("act", 20, 0, 0), seed_v, 1000).execute(
         out, Stats())

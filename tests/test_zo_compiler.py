@@ -38,6 +38,12 @@ VARIANTS = {
                              np_dim="batch", antithetic=True, seed=13),
     "sparse-topk-antithetic": dict(mode="np", sparse="topk", density=0.5, queries=2, lr=0.05,
                                    antithetic=True, seed=14),
+    # random element masks (rmask: a new mask each step, its kept counts in the constants)
+    "wp-random": dict(sparse="random", density=0.5, queries=2, lr=0.3, seed=15),
+    "mixed-random": dict(mode="mixed", sparse="random", density=0.3, queries=2, lr=0.05,
+                         np_layers=2, layerwise=True, np_dim="batch", seed=16),
+    "np-random-antithetic": dict(mode="np", sparse="random", density=0.6, queries=2, lr=1.0,
+                                 antithetic=True, rounding="nearest", seed=17),
 }
 NP_VARIANTS = [v for v in VARIANTS if VARIANTS[v].get("mode", "wp") != "wp"]
 
@@ -78,7 +84,10 @@ def _steps_equal_golden(q0, s, *, batch, steps, seed, **compile_options):
                          + [("digits", v, loop, packed)
                             for v in NP_VARIANTS[:2] + NP_VARIANTS[-2:]
                             for loop, packed in ((True, False), (False, True))]
-                         + [("digits", "wp-antithetic", True, False),
+                         + [("digits", "wp-random", True, False),
+                            ("parts", "wp-random", False, True),
+                            ("digits", "mixed-random", False, False),
+                            ("digits", "wp-antithetic", True, False),
                             ("digits", "mixed-antithetic", True, False),
                             ("parts", "wp-antithetic", False, True)])
 def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, packed):
@@ -95,14 +104,16 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     assert changed > 0                      # the steps really moved the weights
     ops = [i.mnemonic for i in cz.program.instructions]
     wp_nodes, np_nodes = zo._plan(q0, s)
-    if query_loop and not packed:  # one perturbation per trainable layer, not per query
+    rnd = s.sparse == "random"     # masked: sigma u into a buffer (perturb32), and, iadd
+    if query_loop and not packed and not rnd:  # one perturbation per layer, not per query
         assert ops.count("perturb8") == len(wp_nodes) and "loop" in ops
     assert ({"ext8", "ins8"} <= set(ops)) == packed
     assert {"perturb32", "raccum", "f2i", "iadd"} <= set(ops)
-    assert ("perturb8" in ops) == bool(wp_nodes)
+    assert ("perturb8" in ops) == (bool(wp_nodes) and not rnd)
     # the antithetic pass: every perturbation again with -sigma
-    assert ("perturb8n" in ops) == (bool(wp_nodes) and s.antithetic)
+    assert ("perturb8n" in ops) == (bool(wp_nodes) and s.antithetic and not rnd)
     assert ("perturb32n" in ops) == s.antithetic
+    assert ("rmask" in ops) == (s.sparse == "random")
     assert ({"fcmp", "bitop", "contract"} <= set(ops)) or not np_nodes
     assert ("runif" in ops) == (s.rounding == "stochastic")
     assert cz.np_nodes == tuple(np_nodes)
@@ -157,7 +168,7 @@ def test_node_perturbation_through_a_residual_block():
 
 @pytest.mark.parametrize("opts, match", [
     (dict(mode="np"), "node perturbation of the grouped convolution"),
-    (dict(sparse="random", density=0.5), "sparse mask 'random'"),
+    (dict(sparse="random", density=1.0), "random mask of density 1"),
     (dict(mode="mixed", sparse="topk", density=0.5), "top-k masks are compiled for node "
                                                      "perturbation"),
     (dict(inplace=True), "in-place"),

@@ -75,12 +75,9 @@ class ChipZO(InterpretedZO):
     def after(self, step, image_in, image_out):
         if self.build is None:
             self._build(image_in)
-        else:                               # the host link carries the batch and the seeds
-            regions = ["in.x", "in.onehot", "zo.seeds"]
-            if self.settings.schedule != "constant":     # and a schedule's update constants
-                regions += [n for n in self.cz.memory_map if n.startswith("zo.k.") or (
-                    n.startswith("zo.np.") and n.rpartition(".")[2] in ("kw", "kb"))]
-            for region in regions:
+        else:       # the host link carries the batch and the seeds (and the update
+            # constants of a schedule's rate or of random masks' counts)
+            for region in self.cz.step_regions():
                 r = self.cz.memory_map[region]
                 self.sess.write(r.store, r.base, image_in[r.store][r.base:r.base + r.size])
         checks = [(r.store, r.base, image_out[r.store][r.base:r.base + r.size])
