@@ -183,6 +183,12 @@ def zo_plan_report(config, *, batch=1, sparse_layers=2):
                        "grad_chunk_words": chunk, "unpack_words": chunk,
                        "instructions": len(cz.program.instructions),
                        "store_words": dict(cz.program.store_sizes), **zo_memory(cz)}
+    # the in-place variant of the dense step (each antithetic query updates at once: no
+    # coefficient list; our accumulate-then-update keeps no gradient buffer either)
+    cz = compile_zo_step(q, batch, zo.ZOSettings(mode="wp", inplace=True))
+    inplace = {"layers": "all", "queries": cz.queries, "forwards_per_query": 2,
+               "instructions": len(cz.program.instructions),
+               "store_words": dict(cz.program.store_sizes), **zo_memory(cz)}
     # the digits-C table's node-perturbation run (layer-wise NP of every layer), where the
     # model has no grouped convolution (their local gradient is not compiled)
     from .golden import adapt
@@ -194,7 +200,7 @@ def zo_plan_report(config, *, batch=1, sparse_layers=2):
     except ValueError as e:
         np_step = {"run": "zo-np", "not_compiled": str(e)}
     return {"config": cfg.name, "note": cfg.note, "params": cfg.n_params, "batch": batch,
-            "zo": steps, "zo_np": np_step,
+            "zo": steps, "zo_inplace": inplace, "zo_np": np_step,
             "bp_int8_estimate": bp_memory_estimate(q, batch),
             "budgets_bytes": {"dense": 1024 * 1024, "sparse": 256 * 1024},
             "budget_applies_to": "writable_bytes (the paper's MCU SRAM: 1024 KB dense, 256 KB "
@@ -236,6 +242,13 @@ def format_zo_report(rep):
         out.append(f"  {name}: " + ", ".join(f"{c} {v / kb:,.1f}/{pj[c] / kb:,.1f}"
                                            for c, v in st["bytes"].items())
                    + f", program {st['program_bytes'] / kb:,.1f}")
+    ip, dn = rep["zo_inplace"], rep["zo"]["dense"]
+    out += ["", f"in-place variant (dense, {ip['queries']} antithetic queries, each updating "
+            f"at once): {ip['instructions']:,} instructions, {ip['total_bytes'] / kb:,.1f} KB "
+            f"as compiled, {ip['writable_bytes'] / kb:,.1f} KB writable "
+            f"({(ip['writable_bytes'] - dn['writable_bytes']) / kb:+,.1f} KB against "
+            "accumulate-then-update, which regenerates u and keeps no gradient buffer either; "
+            "2 forward passes per query instead of 1)"]
     npst = rep["zo_np"]
     if "not_compiled" in npst:
         out += ["", f"node perturbation (zo-np): not compiled for {rep['config']}: "

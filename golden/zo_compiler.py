@@ -5,8 +5,9 @@ and :class:`~ttrain.golden.zo.ZOSettings` into a program of the shared instructi
 run, on the golden interpreter or the chip, leaves the parameters exactly as
 :func:`ttrain.golden.zo.zo_step` does (``docs/quantized-training.md`` has the data flow). The
 host writes, per step, the batch and ``Q + 1`` seed words (``Q`` queries' weight-perturbation
-seeds, then the rounding seed, all :func:`~ttrain.golden.zo.stream_seed`); nothing else
-crosses the host link.
+seeds, then the rounding seed, all :func:`~ttrain.golden.zo.stream_seed`; in place ``Q``
+rounding seeds; NP adds ``Q`` seeds, random masks one) and, with random masks or a schedule,
+the update constants (:meth:`CompiledZO.step_regions`); nothing else crosses the host link.
 
 The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.ForwardBuilder`:
 
@@ -33,9 +34,10 @@ The program, over the regions of one :class:`~ttrain.golden.cnn_compiler.Forward
 
 Compiled today: weight perturbation (``mode="wp"``), node perturbation and the mixed mode,
 joint or layerwise, any subset of trainable layers, per-layer learning rates, nearest or
-stochastic rounding, forward or antithetic differences, top-k channel masks with node
-perturbation. Not compiled (a clear error names them): random element masks, top-k masks
-with weight perturbation, NP of grouped convolutions and the in-place variant.
+stochastic rounding, forward or antithetic differences, random element masks (``rmask``),
+top-k channel masks with node perturbation, the in-place variant (each query updates at once,
+its own rounding seed). Not compiled (a clear error names them): top-k masks with weight
+perturbation and NP of grouped convolutions.
 """
 
 from dataclasses import dataclass, replace
@@ -133,7 +135,11 @@ class CompiledZO(CompiledCNN):
         """The ``Q + 1`` seed words of step ``step`` (the host computes them)."""
         s = self.settings
         words = [zo.stream_seed(s.seed, step, qi, zo._STREAM_WP) for qi in range(self.queries)]
-        words.append(zo.stream_seed(s.seed, step, self.queries, zo._STREAM_ROUND))
+        if s.inplace:                  # one rounding seed per query (each updates at once)
+            words += [zo.stream_seed(s.seed, step, qi, zo._STREAM_ROUND)
+                      for qi in range(self.queries)]
+        else:
+            words.append(zo.stream_seed(s.seed, step, self.queries, zo._STREAM_ROUND))
         if self.np_nodes:
             words += [zo.stream_seed(s.seed, step, qi, zo._STREAM_NP)
                       for qi in range(self.queries)]
@@ -206,8 +212,6 @@ def _check_settings(s):
                    "node perturbation, mode 'np')")
     if s.sparse == "random" and s.density >= 1:
         why.append("a random mask of density 1 (it keeps every entry: use sparse='none')")
-    if s.inplace:
-        why.append("the in-place variant")
     if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
         why.append("sigma above 255 (perturb8/32 hold sigma in 8 bits)")
     if s.schedule != "constant":
@@ -306,11 +310,12 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             size_of[(i, kind)] = size
 
     rnd = s.sparse == "random"
-    seeds = al.region("zo.seeds", "act", Q + 1 + (Q if np_nodes else 0) + rnd)
-    np_seeds = seeds + Q + 1
+    R = Q if s.inplace else 1            # rounding seeds: one per query in place, else one
+    seeds = al.region("zo.seeds", "act", Q + R + (Q if np_nodes else 0) + rnd)
+    np_seeds = seeds + Q + R
     # random element masks: one seed word per step (after the others), the threshold word,
     # and two buffers of the longest masked range: the mask and the masked perturbation
-    mseed = View("act", seeds + Q + 1 + (Q if np_nodes else 0), 0, 0)
+    mseed = View("act", seeds + Q + R + (Q if np_nodes else 0), 0, 0)
     zero = al.region("const.zero", "param", 1)
     rq1 = al.region("const.rq1", "param", 1) if np_nodes else None
     l0 = al.region("zo.L0", "scratch", 1)
@@ -484,6 +489,19 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                         for lo, cnt in _chunks(N * per // C, C)]
         return out
 
+    def inplace_fill(off, C, qi, st):
+        """The in-place variant's estimate of one query: ``g = c_q u_q`` (from +0; golden's
+        ``fp32_mul(c, u)``, the same integer step)."""
+        def fill(lo, cnt, gv):
+            out = [Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)),
+                   Random("raccum", cnt, C, gv, View("scratch", coef + qi, 0, 0),
+                          View("act", seeds + qi, 0, 0), imm=off + lo * C, step=(0, st, st))]
+            if rnd:
+                out += [mask(cnt, C, off + lo * C),
+                        Elementwise("bitop", cnt, C, gv, gv, View("scratch", rm, C, 1), imm=0)]
+            return out
+        return fill
+
     def queries(gw, gn, gi, start, looped):
         """The ``n`` query passes of group ``(gw, gn)``: one LOOP body (the conv sample loops
         unrolled) or ``n`` unrolled passes."""
@@ -498,10 +516,11 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         def one(qi):
             cq, lm = View("scratch", coef + qi, 1, 1), View("act", lmean, 1, 1)
             body = one_pass(qi, False)
-            if not s.antithetic:
+            if not (s.antithetic or s.inplace):
                 body.append(Elementwise("sub", 1, 1, cq, lm, View("scratch", l0, 1, 1),
                                         step=(st, 0, 0)))
             else:       # c_q = (L+ - L-) * 0.5: L+ kept in c_q (and per sample in zo.lp)
+                # (the in-place variant is antithetic by definition, zo.zo_step)
                 body.append(Elementwise("copy", 1, 1, cq, lm, step=(st, 0, 0)))
                 if gn:
                     body.append(Elementwise("copy", 1, N, View("scratch", lp, 0, 1),
@@ -510,11 +529,54 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                 body += [Elementwise("sub", 1, 1, cq, cq, lm, step=(st, st, 0)),
                          Elementwise("scale", 1, 1, cq, cq, imm=f32_bits(0.5),
                                      step=(st, st, 0))]
+            if s.inplace:      # this query's update at once: g = c_q u_q, its own rounding seed
+                for i, kind, off, _ in tensors:
+                    body += update(i, kind, inplace_fill(off, nodes[i].shape[2], qi, st),
+                                   rseed=View("act", seeds + Q + qi, 0, 0), rstep=st)
             return body + (node_accumulate(gn, qi, st) if gn else [])
 
         if looped:
             return [Loop(n, (1, 0, 0)), *one(gi * n), EndLoop()]
         return [x for k in range(n) for x in one(gi * n + k)]
+
+    stochastic = s.rounding == "stochastic"
+    rseed = View("act", seeds + Q, 0, 0)
+
+    def update(i, kind, fill, rseed=rseed, rstep=0):
+        """Add the integer step of ``i``'s ``kind`` in row chunks: ``fill(lo, cnt, gv)`` puts
+        the chunk's FP32 estimate in ``gv``; then ``mul`` by the constants, the rounding and
+        the saturating add (packed weights: unpack, add, insert the bytes back)."""
+        out = []
+        C = nodes[i].shape[2]
+        rows = size_of[(i, kind)] // C
+        param = fb.regions[i][kind]
+        packed_w = packed and kind == "w"
+        off = offs[(i, kind)]
+        limit = min(grad_chunk, al.map["wunpack"].size) if packed_w else grad_chunk
+        for lo, cnt in _chunks(rows, C, limit, align=4 if packed_w else 1):
+            gv = View("scratch", gbuf, C, 1)
+            pv = View("param", param + lo * C, C, 1)
+            out += fill(lo, cnt, gv)
+            out.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
+            if stochastic:
+                out.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C,
+                                  step=(0, 0, rstep)))
+            out.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
+            if not packed_w:
+                out.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
+                continue
+            # packed weights: unpack the chunk, add the steps saturating, insert the bytes back
+            e0, n_el = lo * C, cnt * C
+            out += fb.unpack(i, e0, n_el)
+            buf = al.map["wunpack"].base
+            out.append(Elementwise("iadd", cnt, C, View("scratch", buf, C, 1),
+                                   View("scratch", buf, C, 1), gv, imm=8))
+            words, w0 = -(-n_el // 4), param + e0 // 4
+            for k in range(4):
+                out.append(Elementwise("ins8", 1, words, View("param", w0, 0, 1),
+                                       View("param", w0, 0, 1),
+                                       View("scratch", buf + k, 0, 4), imm=k))
+        return out
 
     ins = fb.emit()
     ins.append(Elementwise("copy", 1, 1, View("scratch", l0, 1, 1), View("act", lmean, 1, 1)))
@@ -541,45 +603,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         ins += fb.emit(done)
 
     ends["queries"] = len(ins)
-    stochastic = s.rounding == "stochastic"
-    rseed = View("act", seeds + Q, 0, 0)
-
-    def update(i, kind, fill):
-        """Add the integer step of ``i``'s ``kind`` in row chunks: ``fill(lo, cnt, gv)`` puts
-        the chunk's FP32 estimate in ``gv``; then ``mul`` by the constants, the rounding and
-        the saturating add (packed weights: unpack, add, insert the bytes back)."""
-        out = []
-        C = nodes[i].shape[2]
-        rows = size_of[(i, kind)] // C
-        param = fb.regions[i][kind]
-        packed_w = packed and kind == "w"
-        off = offs[(i, kind)]
-        limit = min(grad_chunk, al.map["wunpack"].size) if packed_w else grad_chunk
-        for lo, cnt in _chunks(rows, C, limit, align=4 if packed_w else 1):
-            gv = View("scratch", gbuf, C, 1)
-            pv = View("param", param + lo * C, C, 1)
-            out += fill(lo, cnt, gv)
-            out.append(Elementwise("mul", cnt, C, gv, gv, View("param", kreg[(i, kind)], 0, 1)))
-            if stochastic:
-                out.append(Random("runif", cnt, C, gv, gv, rseed, imm=off + lo * C))
-            out.append(Elementwise("f2i", cnt, C, gv, gv, imm=1 if stochastic else 0))
-            if not packed_w:
-                out.append(Elementwise("iadd", cnt, C, pv, pv, gv, imm=8 if kind == "w" else 32))
-                continue
-            # packed weights: unpack the chunk, add the steps saturating, insert the bytes back
-            e0, n_el = lo * C, cnt * C
-            out += fb.unpack(i, e0, n_el)
-            buf = al.map["wunpack"].base
-            out.append(Elementwise("iadd", cnt, C, View("scratch", buf, C, 1),
-                                   View("scratch", buf, C, 1), gv, imm=8))
-            words, w0 = -(-n_el // 4), param + e0 // 4
-            for k in range(4):
-                out.append(Elementwise("ins8", 1, words, View("param", w0, 0, 1),
-                                       View("param", w0, 0, 1),
-                                       View("scratch", buf + k, 0, 4), imm=k))
-        return out
-
-    for i, kind, off, gi in tensors:
+    for i, kind, off, gi in ([] if s.inplace else tensors):
         C = nodes[i].shape[2]
 
         def wp_fill(lo, cnt, gv, off=off, gi=gi, C=C):

@@ -91,6 +91,9 @@ ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
            "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.3, np_layers=2,
                                             antithetic=True, sparse="random", density=0.5,
                                             seed=6),
+           # the in-place variant: each antithetic query updates conv2 and fc4 at once
+           "zo_digits_inplace": zo.ZOSettings(mode="wp", inplace=True, queries=2, lr=0.3,
+                                              layers=("conv2", "fc4"), seed=7),
            # sparse training: NP of the top-half output channels (the table's zo-sparse)
            "zo_digits_sparse": zo.ZOSettings(mode="np", sparse="topk", density=0.5, queries=2,
                                              lr=0.05, layerwise=True, np_dim="batch", seed=9)}

@@ -30,6 +30,11 @@ def test_plan_zo_json_reports_the_compiled_steps(capsys):
     assert "estimate" in rep["labels"]["bp_int8_estimate"]
     assert rep["bp_int8_estimate"]["total_bytes"] > dense["total_bytes"]
     assert dense["store_words"]["param"] >= dense["words"]["trainable"]
+    # the in-place variant: the same buffers (no gradient copy in either), 2 passes per query
+    ip = rep["zo_inplace"]
+    assert ip["queries"] == dense["queries"] and ip["forwards_per_query"] == 2
+    assert abs(ip["writable_bytes"] - dense["writable_bytes"]) <= 4 * (ip["queries"] + 8)
+    assert ip["words"]["trainable"] == dense["words"]["trainable"]
 
 
 def test_plan_zo_text(capsys):

@@ -92,7 +92,7 @@ def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
 
 @pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2),
                                          ("zo_digits_np", 2), ("zo_digits_mixed", 2),
-                                         ("zo_digits_sparse", 2)])
+                                         ("zo_digits_sparse", 2), ("zo_digits_inplace", 2)])
 def test_zo_steps_bit_exact_on_the_chip(top, tmp_path, name, steps):
     """Whole compiled ZO steps (golden/zo_compiler.py) of the digits preset on the top: the
     unperturbed pass, the perturbed queries (weights, or with node perturbation the layers'

@@ -42,6 +42,10 @@ VARIANTS = {
     "wp-random": dict(sparse="random", density=0.5, queries=2, lr=0.3, seed=15),
     "mixed-random": dict(mode="mixed", sparse="random", density=0.3, queries=2, lr=0.05,
                          np_layers=2, layerwise=True, np_dim="batch", seed=16),
+    # the in-place variant: each (antithetic) query updates at once, its own rounding seed
+    "wp-inplace": dict(inplace=True, queries=3, lr=0.3, seed=18),
+    "wp-inplace-random": dict(inplace=True, sparse="random", density=0.5, queries=2, lr=0.3,
+                              layers=("conv2", "fc4"), seed=19),
     "np-random-antithetic": dict(mode="np", sparse="random", density=0.6, queries=2, lr=1.0,
                                  antithetic=True, rounding="nearest", seed=17),
 }
@@ -84,7 +88,9 @@ def _steps_equal_golden(q0, s, *, batch, steps, seed, **compile_options):
                          + [("digits", v, loop, packed)
                             for v in NP_VARIANTS[:2] + NP_VARIANTS[-2:]
                             for loop, packed in ((True, False), (False, True))]
-                         + [("digits", "wp-random", True, False),
+                         + [("digits", "wp-inplace", True, False),
+                            ("parts", "wp-inplace", False, True),
+                            ("digits", "wp-random", True, False),
                             ("parts", "wp-random", False, True),
                             ("digits", "mixed-random", False, False),
                             ("digits", "wp-antithetic", True, False),
@@ -110,9 +116,12 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     assert ({"ext8", "ins8"} <= set(ops)) == packed
     assert {"perturb32", "raccum", "f2i", "iadd"} <= set(ops)
     assert ("perturb8" in ops) == (bool(wp_nodes) and not rnd)
-    # the antithetic pass: every perturbation again with -sigma
-    assert ("perturb8n" in ops) == (bool(wp_nodes) and s.antithetic and not rnd)
-    assert ("perturb32n" in ops) == s.antithetic
+    # the antithetic pass (the in-place variant's too): every perturbation again with -sigma
+    anti = s.antithetic or s.inplace
+    assert ("perturb8n" in ops) == (bool(wp_nodes) and anti and not rnd)
+    assert ("perturb32n" in ops) == anti
+    if s.inplace:                  # every query updates: f2i once per tensor chunk and query
+        assert ops.count("f2i") >= 2 * len(wp_nodes) * (1 if "loop" in ops else s.queries)
     assert ("rmask" in ops) == (s.sparse == "random")
     assert ({"fcmp", "bitop", "contract"} <= set(ops)) or not np_nodes
     assert ("runif" in ops) == (s.rounding == "stochastic")
@@ -171,7 +180,6 @@ def test_node_perturbation_through_a_residual_block():
     (dict(sparse="random", density=1.0), "random mask of density 1"),
     (dict(mode="mixed", sparse="topk", density=0.5), "top-k masks are compiled for node "
                                                      "perturbation"),
-    (dict(inplace=True), "in-place"),
     (dict(sigma_b=300), "sigma above 255"),
 ])
 def test_what_is_not_compiled_is_named(opts, match):
