@@ -36,8 +36,10 @@ Compiled today: weight perturbation (``mode="wp"``), node perturbation and the m
 joint or layerwise, any subset of trainable layers, per-layer learning rates, nearest or
 stochastic rounding, forward or antithetic differences, random element masks (``rmask``),
 top-k channel masks with node perturbation, the in-place variant (each query updates at once,
-its own rounding seed). Not compiled (a clear error names them): top-k masks with weight
-perturbation and NP of grouped convolutions.
+its own rounding seed), top-k masks with weight perturbation, NP of grouped and depthwise
+convolutions (their local gradients batched over the groups). Refused with a clear error:
+sigma above 255, a random mask of density 1 and a learning-rate schedule (compile
+``settings.at_step(k, total)``; the steppers rewrite the update constants per step).
 """
 
 from dataclasses import dataclass, replace
@@ -122,6 +124,13 @@ class CompiledZO(CompiledCNN):
             self._put(image, "const.rq1", np.atleast_1d(_pack_rq(1, 0)))
         if "const.abs" in self.memory_map:
             self._put(image, "const.abs", np.array([0x7FFFFFFF, 0x3F800000], np.uint32))
+        s = self.settings
+        for i in sorted({t[0] for t in self.tensors}) if s.sparse == "topk" else ():
+            nm, C = self.q.cfg.nodes[i].name, self.q.cfg.nodes[i].shape[2]
+            self._put(image, f"zo.tk.{nm}.keep",
+                      np.array([topk_count(s, C)], np.float32).view(np.uint32))
+            self._put(image, f"zo.tk.{nm}.tri", np.where(np.tril(np.ones((C, C), bool), -1),
+                                                         np.uint32(0xFFFFFFFF), np.uint32(0)))
         for i in self.np_nodes:
             for name, words in np_constants(self.q, self.settings, i, np_dims[i],
                                             self.batch).items():
@@ -207,9 +216,6 @@ def topk_count(s, C):
 
 def _check_settings(s):
     why = []
-    if s.sparse == "topk" and s.mode != "np":
-        why.append("sparse mask 'topk' with weight perturbation (top-k masks are compiled for "
-                   "node perturbation, mode 'np')")
     if s.sparse == "random" and s.density >= 1:
         why.append("a random mask of density 1 (it keeps every entry: use sparse='none')")
     if s.sigma_b > 255 or s.sigma_w > 255 or s.sigma_a > 255:
@@ -263,15 +269,13 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     _check_settings(s)
     wp_nodes, np_nodes = zo._plan(q, s)
     nodes = q.cfg.nodes
-    for i in np_nodes:
-        if nodes[i].groups != 1:
-            raise ValueError(f"the ZO step compiler does not compile node perturbation of the "
-                             f"grouped convolution {nodes[i].name} (its local gradient); train "
-                             "it with the golden rule (ttrain train --rule zo)")
     groups = zo._groups(s, wp_nodes, np_nodes)              # [(WP nodes, NP nodes)]
     starts = {min(gw + gn) for gw, gn in groups}
     # outputs kept for the NP update (the local gradient reads node i's input and output)
-    share = starts | {j for i in np_nodes for j in (i, i + 1)}
+    topk = s.sparse == "topk"
+    # ... and for a WP node's top-k channel mask (computed from its unperturbed output)
+    share = starts | {j for i in np_nodes for j in (i, i + 1)} | \
+        ({i + 1 for i in wp_nodes} if topk else set())
     al = _Alloc()
     fb = ForwardBuilder(q, batch, al, share=share, packed=packed, unpack_words=unpack_words)
     n = s.queries
@@ -286,7 +290,11 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             tensors.append((i, kind, offset, group_of[i]))
             size_of[(i, kind)] = size
             offset += size
-    dims = tuple(zo._dim_scale(n, sum(size_of[(i, k)] for i in gw for k in "wb"))
+    def kept(i, kind):         # entries a top-k mask keeps: whole output channels
+        C = nodes[i].shape[2]
+        return size_of[(i, kind)] // C * topk_count(s, C) if topk else size_of[(i, kind)]
+
+    dims = tuple(zo._dim_scale(n, sum(kept(i, k) for i in gw for k in "wb"))
                  for gw, _ in groups)
     # NP regions of the PRNG stream: sample b's entries of node i start at b d_np + base[i]
     np_base, d_np = {}, 0
@@ -294,7 +302,6 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         np_base[i] = d_np
         d_np += int(np.prod(nodes[i].shape))
     np_dims = {}
-    topk = s.sparse == "topk"
 
     def np_count(i):
         H, W, C = nodes[i].shape
@@ -370,25 +377,53 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             cmax = max(nodes[i].shape[2] for i in np_nodes)
             rk1 = al.region("zo.np.rank1", "scratch", cmax * cmax)
             rk2 = al.region("zo.np.rank2", "scratch", cmax * cmax)
+    tkw = {}                   # WP nodes' top-k channel masks (constants as NP's)
+    if topk and wp_nodes:
+        for i in wp_nodes:
+            nm, C = nodes[i].name, nodes[i].shape[2]
+            tkw[i] = {"keep": al.region(f"zo.tk.{nm}.keep", "param", 1),
+                      "tri": al.region(f"zo.tk.{nm}.tri", "param", C * C),
+                      "mask": al.region(f"zo.tk.{nm}.mask", "scratch", C)}
+        tk_words = max(N * int(np.prod(nodes[i].shape)) for i in wp_nodes)
+        if not np_nodes or tk_words > tmp_words:
+            npt = al.region("zo.tk.tmp", "scratch", tk_words)
+        if not np_nodes:
+            cabs = al.region("const.abs", "param", 2)
+        cmax = max(nodes[i].shape[2] for i in wp_nodes + np_nodes)
+        if not np_nodes or cmax > max(nodes[i].shape[2] for i in np_nodes):
+            rk1 = al.region("zo.tk.rank1", "scratch", cmax * cmax)
+            rk2 = al.region("zo.tk.rank2", "scratch", cmax * cmax)
+        if not rnd:            # the masked perturbation's buffer
+            rt = al.region("zo.rpert", "scratch", max(
+                [nodes[i].shape[2] for i in wp_nodes]
+                + [al.map["wunpack"].size if packed else size_of[(i, "w")] for i in wp_nodes]))
     lmean = fb.ce["loss.mean"]
     lvec = fb.ce["loss"]
     p8, p32 = ("perturb8", "perturb8n"), ("perturb32", "perturb32n")   # by neg
     zero_v = View("param", zero, 0, 0)
+
+    def tk_view(i):
+        """WP node ``i``'s top-k channel mask broadcast over rows (None without top-k)."""
+        return View("scratch", tkw[i]["mask"], 0, 1) if topk else None
 
     def mask(rows, cols, imm):
         """The step's random element mask of stream indices ``imm ..`` into ``zo.rmask``."""
         return Random("rmask", rows, cols, View("scratch", rm, cols, 1),
                       View("param", thr, 0, 0), mseed, imm=imm)
 
-    def masked(rows, cols, d, a, seed, imm, sigma, neg, bits, step, with_mask=True):
+    def masked(rows, cols, d, a, seed, imm, sigma, neg, bits, step, with_mask=True,
+               mview=None):
         """``d = sat(a + sigma u m)`` (``zo.zo_step``'s masked direction): the mask (unless
-        ``zo.rmask`` holds it already), ``sigma u`` from +0 into ``zo.rpert``, ``and`` the
-        mask, the saturating ``iadd``."""
+        ``zo.rmask`` holds it already, or ``mview``: a top-k channel mask), ``sigma u`` from
+        +0 into ``zo.rpert``, ``and`` the mask, the saturating ``iadd``."""
         t = View("scratch", rt, cols, 1)
-        return [mask(rows, cols, imm)] * with_mask + [
+        if mview is not None:
+            with_mask = False
+        return ([mask(rows, cols, imm)] if with_mask else []) + [
                 Random(p32[neg], rows, cols, t, zero_v, seed, imm=imm, sigma=sigma,
                        step=(0, 0, step)),
-                Elementwise("bitop", rows, cols, t, t, View("scratch", rm, cols, 1), imm=0),
+                Elementwise("bitop", rows, cols, t, t,
+                            View("scratch", rm, cols, 1) if mview is None else mview, imm=0),
                 Elementwise("iadd", rows, cols, d, a, t, imm=bits)]
 
     def perturb(i, qi, step, neg):
@@ -403,10 +438,12 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         for lo, cnt in ([] if packed else _chunks(size_of[(i, "w")] // C, C)):
             d, a = View("scratch", wq + lo * C, C, 1), View("param", r["w"] + lo * C, C, 1)
             imm = offs[(i, "w")] + lo * C
-            out += masked(cnt, C, d, a, seed, imm, s.sigma_w, neg, 8, step) if rnd else [
+            out += masked(cnt, C, d, a, seed, imm, s.sigma_w, neg, 8, step,
+                          mview=tk_view(i)) if rnd or topk else [
                 Random(p8[neg], cnt, C, d, a, seed, imm=imm, sigma=s.sigma_w, step=st)]
         d, a = View("scratch", bq, C, 1), View("param", r["b"], C, 1)
-        out += masked(1, C, d, a, seed, offs[(i, "b")], s.sigma_b, neg, 32, step) if rnd else [
+        out += masked(1, C, d, a, seed, offs[(i, "b")], s.sigma_b, neg, 32, step,
+                      mview=tk_view(i)) if rnd or topk else [
             Random(p32[neg], 1, C, d, a, seed, imm=offs[(i, "b")], sigma=s.sigma_b, step=st)]
         return out
 
@@ -420,6 +457,11 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
             v = View("scratch", buf, 0, 1)
             if rnd:
                 return masked(1, n_el, v, v, seed, offs[(i, "w")] + e0, s.sigma_w, neg, 8, step)
+            if topk:               # units are whole rows of C (cnn_compiler._units)
+                C = nodes[i].shape[2]
+                v = View("scratch", buf, C, 1)
+                return masked(n_el // C, C, v, v, seed, offs[(i, "w")] + e0, s.sigma_w, neg, 8,
+                              step, mview=tk_view(i))
             return [Random(p8[neg], 1, n_el, v, v, seed, imm=offs[(i, "w")] + e0,
                            sigma=s.sigma_w, step=(0, 0, step))]
         return hook
@@ -489,16 +531,23 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                         for lo, cnt in _chunks(N * per // C, C)]
         return out
 
-    def inplace_fill(off, C, qi, st):
+    def estimate_mask(i, cnt, C, gv, imm):
+        """Masked-off estimate entries to +0, as golden's sum of ``c * 0`` from +0."""
+        if rnd:
+            return [mask(cnt, C, imm),
+                    Elementwise("bitop", cnt, C, gv, gv, View("scratch", rm, C, 1), imm=0)]
+        if topk:
+            return [Elementwise("bitop", cnt, C, gv, gv, tk_view(i), imm=0)]
+        return []
+
+    def inplace_fill(i, off, C, qi, st):
         """The in-place variant's estimate of one query: ``g = c_q u_q`` (from +0; golden's
         ``fp32_mul(c, u)``, the same integer step)."""
         def fill(lo, cnt, gv):
             out = [Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0)),
                    Random("raccum", cnt, C, gv, View("scratch", coef + qi, 0, 0),
                           View("act", seeds + qi, 0, 0), imm=off + lo * C, step=(0, st, st))]
-            if rnd:
-                out += [mask(cnt, C, off + lo * C),
-                        Elementwise("bitop", cnt, C, gv, gv, View("scratch", rm, C, 1), imm=0)]
+            out += estimate_mask(i, cnt, C, gv, off + lo * C)
             return out
         return fill
 
@@ -531,7 +580,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                                      step=(st, st, 0))]
             if s.inplace:      # this query's update at once: g = c_q u_q, its own rounding seed
                 for i, kind, off, _ in tensors:
-                    body += update(i, kind, inplace_fill(off, nodes[i].shape[2], qi, st),
+                    body += update(i, kind, inplace_fill(i, off, nodes[i].shape[2], qi, st),
                                    rseed=View("act", seeds + Q + qi, 0, 0), rstep=st)
             return body + (node_accumulate(gn, qi, st) if gn else [])
 
@@ -580,6 +629,8 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
 
     ins = fb.emit()
     ins.append(Elementwise("copy", 1, 1, View("scratch", l0, 1, 1), View("act", lmean, 1, 1)))
+    for i in tkw:              # WP top-k: each node's channel mask from its unperturbed output
+        ins += _topk_mask(fb, q, N, i, tkw[i], npt, cabs, rk1, rk2)
     if np_nodes:
         ins.append(Elementwise("copy", 1, N, View("scratch", l0v, 0, 1), View("act", lvec, 0, 1)))
         if topk:
@@ -606,7 +657,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     for i, kind, off, gi in ([] if s.inplace else tensors):
         C = nodes[i].shape[2]
 
-        def wp_fill(lo, cnt, gv, off=off, gi=gi, C=C):
+        def wp_fill(lo, cnt, gv, off=off, gi=gi, C=C, i=i):
             out = [Elementwise("copy", cnt, C, gv, View("param", zero, 0, 0))]
             acc = Random("raccum", cnt, C, gv, View("scratch", coef + gi * n, 0, 0),
                          View("act", seeds + gi * n, 0, 0), imm=off + lo * C)
@@ -614,10 +665,7 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
                 out += [Loop(n, (1, 0, 0)), replace(acc, step=(0, 1, 1)), EndLoop()]
             else:
                 out.append(acc)
-            if rnd:                   # masked-off entries: +0, as golden's sum of c * 0
-                out += [mask(cnt, C, off + lo * C),
-                        Elementwise("bitop", cnt, C, gv, gv, View("scratch", rm, C, 1), imm=0)]
-            return out
+            return out + estimate_mask(i, cnt, C, gv, off + lo * C)
         ins += update(i, kind, wp_fill)
     for i in np_nodes:
         ins += _np_local_grads(fb, q, N, i, npr[i], npt, npm, xf, dwb, dbb)
@@ -709,11 +757,17 @@ def _np_local_grads(fb, q, N, i, r, npt, npm, xf, dwb, dbb):
     for lo in range(0, n_w, MAX_DIM):
         out.append(Elementwise("fill", 1, min(MAX_DIM, n_w - lo),
                                View("scratch", dwb + lo, 0, 1), imm=0x80000000))
+    # grouped convolutions: one batched CONTRACT over the groups (group g pairs input
+    # channels g ci .. with output channels g co_g ..; golden.zo.np_local_grads)
+    G = nd.groups
+    ci, co_g = Ci // G, C // G
     if nd.k == 1 and nd.stride == 1 and nd.pad == 0:
         for lo, cnt in _rows_split(P):       # dw += X^T dacc over the positions, in order
-            out.append(Contract(Descriptor(Ci, C, cnt, View("scratch", xf + lo * Ci, 1, Ci),
-                                           View("scratch", gy + lo * C, C, 1),
-                                           View("scratch", dwb, C, 1), accumulate=True)))
+            out.append(Contract(Descriptor(ci, co_g, cnt,
+                                           View("scratch", xf + lo * Ci, 1, Ci, ci),
+                                           View("scratch", gy + lo * C, C, 1, co_g),
+                                           View("scratch", dwb, C, 1, co_g), accumulate=True,
+                                           batch=G)))
     else:
         s_, p, k = nd.stride, nd.pad, nd.k
         body = []
@@ -727,11 +781,12 @@ def _np_local_grads(fb, q, N, i, r, npt, npm, xf, dwb, dbb):
                     iy = s_ * oy + ky - p
                     if not 0 <= iy < Hi:
                         continue
-                    a = View("scratch", xf + (iy * Wi + s_ * wlo + kx - p) * Ci, 1, s_ * Ci)
-                    b = View("scratch", gy + (oy * W + wlo) * C, C, 1)
-                    c = View("scratch", dwb + (ky * k + kx) * Ci * C, C, 1)
-                    body.append(Contract(Descriptor(Ci, C, whi - wlo + 1, a, b, c,
-                                                    accumulate=True), (0, 1, 2)))
+                    a = View("scratch", xf + (iy * Wi + s_ * wlo + kx - p) * Ci, 1, s_ * Ci,
+                             ci)
+                    b = View("scratch", gy + (oy * W + wlo) * C, C, 1, co_g)
+                    c = View("scratch", dwb + (ky * k + kx) * ci * C, C, 1, co_g)
+                    body.append(Contract(Descriptor(ci, co_g, whi - wlo + 1, a, b, c,
+                                                    accumulate=True, batch=G), (0, 1, 2)))
         if N > 1:                            # samples in order: the chain over (b, row, col)
             out += [Loop(N, (Hi * Wi * Ci, per, 0)), *body, EndLoop()]
         else:
@@ -750,7 +805,8 @@ ZO_MEMORY_CLASSES = ("trainable", "frozen", "activations", "accumulators", "zo_b
 def _region_class(name, trainable):
     node, _, kind = name.rpartition(".")
     if name.startswith(("zo.k.", "const.")) or (name.startswith("zo.np.")
-                                                 and kind in ("k", "kw", "kb", "bounds")):
+                                                 and kind in ("k", "kw", "kb", "bounds")) or (
+            name.startswith("zo.tk.") and kind in ("keep", "tri")):
         return "constants"
     if kind in ("w", "b"):
         return "trainable" if node in trainable else "frozen"

@@ -42,6 +42,10 @@ VARIANTS = {
     "wp-random": dict(sparse="random", density=0.5, queries=2, lr=0.3, seed=15),
     "mixed-random": dict(mode="mixed", sparse="random", density=0.3, queries=2, lr=0.05,
                          np_layers=2, layerwise=True, np_dim="batch", seed=16),
+    # top-k channel masks with weight perturbation (the mask from each layer's outputs)
+    "wp-topk": dict(sparse="topk", density=0.5, queries=2, lr=0.3, seed=20),
+    "wp-topk-inplace": dict(mode="wp", sparse="topk", density=0.4, inplace=True, queries=2,
+                               lr=0.3, layers=("conv2", "fc4"), seed=21),
     # the in-place variant: each (antithetic) query updates at once, its own rounding seed
     "wp-inplace": dict(inplace=True, queries=3, lr=0.3, seed=18),
     "wp-inplace-random": dict(inplace=True, sparse="random", density=0.5, queries=2, lr=0.3,
@@ -88,7 +92,9 @@ def _steps_equal_golden(q0, s, *, batch, steps, seed, **compile_options):
                          + [("digits", v, loop, packed)
                             for v in NP_VARIANTS[:2] + NP_VARIANTS[-2:]
                             for loop, packed in ((True, False), (False, True))]
-                         + [("digits", "wp-inplace", True, False),
+                         + [("digits", "wp-topk", True, False),
+                            ("parts", "wp-topk", False, True),
+                            ("digits", "wp-inplace", True, False),
                             ("parts", "wp-inplace", False, True),
                             ("digits", "wp-random", True, False),
                             ("parts", "wp-random", False, True),
@@ -110,7 +116,7 @@ def test_compiled_zo_steps_equal_the_golden_rule(name, variant, query_loop, pack
     assert changed > 0                      # the steps really moved the weights
     ops = [i.mnemonic for i in cz.program.instructions]
     wp_nodes, np_nodes = zo._plan(q0, s)
-    rnd = s.sparse == "random"     # masked: sigma u into a buffer (perturb32), and, iadd
+    rnd = s.sparse != "none" and bool(wp_nodes)   # masked WP: sigma u (perturb32), and, iadd
     if query_loop and not packed and not rnd:  # one perturbation per layer, not per query
         assert ops.count("perturb8") == len(wp_nodes) and "loop" in ops
     assert ({"ext8", "ins8"} <= set(ops)) == packed
@@ -164,22 +170,27 @@ def test_node_perturbation_keeps_outputs_and_buffers_as_the_golden_rule():
     assert words[cz.queries + 1] == zo.stream_seed(s.seed, 0, 0, zo._STREAM_NP)
 
 
-def test_node_perturbation_through_a_residual_block():
-    """NP of the ungrouped layers of the parts model (a residual add after the perturbed
-    output, a strided and a padded convolution): equal to the golden rule over two steps."""
+@pytest.mark.parametrize("grouped", [False, True])
+def test_node_perturbation_through_a_residual_block(grouped):
+    """NP of the parts model's layers (a residual add after the perturbed output, a strided
+    and a padded convolution; with ``grouped`` also the grouped and the depthwise ones, whose
+    local gradients are CONTRACTs batched over the groups): equal to the golden rule over two
+    steps."""
     q0 = cnn_models()["parts"]
-    layers = tuple(n.name for n in q0.cfg.nodes if n.kind == "conv" and n.groups == 1)
+    layers = tuple(n.name for n in q0.cfg.nodes if n.kind == "conv"
+                   and (grouped or n.groups == 1))
+    assert grouped == any(n.groups > 1 for n in q0.cfg.nodes if n.name in layers)
     s = zo.ZOSettings(mode="np", queries=2, lr=0.1, layers=layers, layerwise=True,
                       np_dim="batch", seed=2)
-    _, golden, _ = _steps_equal_golden(q0, s, batch=2, steps=2, seed=5)
+    cz, golden, _ = _steps_equal_golden(q0, s, batch=2, steps=2, seed=5)
     assert any(not np.array_equal(golden.w[n], q0.w[n]) for n in layers)
+    if grouped:
+        assert any(i.desc.batch > 1 for i in cz.program.instructions
+                   if i.mnemonic == "contract")
 
 
 @pytest.mark.parametrize("opts, match", [
-    (dict(mode="np"), "node perturbation of the grouped convolution"),
     (dict(sparse="random", density=1.0), "random mask of density 1"),
-    (dict(mode="mixed", sparse="topk", density=0.5), "top-k masks are compiled for node "
-                                                     "perturbation"),
     (dict(sigma_b=300), "sigma above 255"),
 ])
 def test_what_is_not_compiled_is_named(opts, match):
