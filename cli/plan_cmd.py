@@ -299,11 +299,11 @@ def format_lrt_report(rep):
            f"on chip {rep['total_bytes'] / kb:,.1f} KB in the stores + "
            f"{rep['program_bytes'] / kb:,.1f} KB of instruction memory; by class (KB): "
            + ", ".join(f"{k} {v / kb:,.2f}" for k, v in rep["bytes"].items()), "",
-           f"{'layer':>8} {'aux as compiled B':>18} {'bound r(n_i+n_o) 16-bit B':>26} "
-           f"{'bases packed B (projection)':>28} {'SGD accumulator B':>18}"]
+           f"{'layer':>8} {'aux as compiled B':>18} {'of it bases B':>14} "
+           f"{'bound r(n_i+n_o) 16-bit B':>26} {'SGD accumulator B':>18}"]
     for L in rep["layers"]:
         out.append(f"{L['shape'][0]:>3}x{L['shape'][1]:<4} {L['aux_bytes_as_compiled']:>18,} "
-                   f"{L['bound_bytes']:>26,} {L['aux_bytes_bases_packed_projection']:>28,} "
+                   f"{4 * L['bases_words']:>14,} {L['bound_bytes']:>26,} "
                    f"{L['sgd_accumulator_bytes']:>18,}")
     out += [""] + [f"{k}: {v}" for k, v in rep["labels"].items()]
     return "\n".join(out)

@@ -1248,6 +1248,17 @@ def _ins8(a, b, imm):
     return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFF) << sh))
 
 
+def _ext16(a, b, imm):
+    v = (np.asarray(a, dtype=np.int64) >> (16 * int(imm))) & 0xFFFF
+    return _w32((v ^ 0x8000) - 0x8000)
+
+
+def _ins16(a, b, imm):
+    sh = 16 * int(imm)
+    keep = np.asarray(a, dtype=np.int64) & (0xFFFFFFFF ^ (0xFFFF << sh))
+    return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFFFF) << sh))
+
+
 #: fcmp predicates (the immediate): d = all ones when ``a <pred> b`` holds, else 0 (IEEE:
 #: false when either operand is NaN, ``-0 == +0``).
 FCMP_PREDICATES = {"lt": 0, "le": 1, "eq": 2}
@@ -1321,6 +1332,12 @@ OPS = (
                            "3 (xor)", lambda v: v > 3)),
     OpSpec("rsum", 0x20, Reduce, "vector", accumulate=True),
     OpSpec("rmax", 0x21, Reduce, "vector", accumulate=True),
+    # packed 16-bit storage (two values to a word, half k = element 2w + k; low-rank
+    # training's bases): ext16 / ins16 as ext8 / ins8 on halfwords
+    _elementwise("ext16", 0x22, 1, _ext16, imm=True, int_imm=True,
+                 imm_rule=("ext16 immediate (half) must be 0 or 1", lambda v: v > 1)),
+    _elementwise("ins16", 0x23, 2, _ins16, imm=True, int_imm=True,
+                 imm_rule=("ins16 immediate (half) must be 0 or 1", lambda v: v > 1)),
     OpSpec("gather", 0x28, Gather, "vector"),
     OpSpec("scatter_add", 0x29, Gather, "vector"),
     OpSpec("update", 0x30, Update, "update"),

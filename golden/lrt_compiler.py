@@ -97,6 +97,27 @@ class _A:
         return _A(self.store, self.base, rows, cols, rs, cs)
 
 
+def _halves(a, r):
+    """The even and odd columns of an ``n x r`` array: halves 0 and 1 of its packed words."""
+    return [_A(a.store, a.base + k * a.cs, a.rows, (r + 1 - k) // 2, a.rs, 2 * a.cs)
+            for k in (0, 1) if (r + 1 - k) // 2]
+
+
+def _unpack16(e, d, packed, r):
+    """``d`` (``n x r``) = the sign-extended 16-bit entries of ``packed`` (``n x ceil(r/2)``
+    words), as FP32 (``ext16`` per half, then ``i2f`` in place)."""
+    for k, dk in enumerate(_halves(d, r)):
+        e.ew("ext16", dk, packed.col(0, dk.cols), imm=k)
+    e.ew("i2f", d, d)
+
+
+def _pack16(e, d, ints, r):
+    """The words of ``d`` (``n x ceil(r/2)``) with their halves replaced by ``ints``'s
+    entries (``n x r`` int32 words, their low 16 bits; ``ins16`` per half)."""
+    for k, ik in enumerate(_halves(ints, r)):
+        e.ew("ins16", d.col(0, ik.cols), d.col(0, ik.cols), ik, imm=k)
+
+
 class _Mem:
     """Bump allocator with marks (scratch temporaries die at the end of a phase)."""
 
@@ -249,6 +270,14 @@ class CompiledLRT:
         w = self.get(image, name).astype(np.int64)
         return w - ((w & 0x80000000) << 1)
 
+    def get_basis(self, image, name, n):
+        """A basis's ``n x r`` 16-bit entries (two to a word: entry ``2w + k`` of a row in
+        half ``k`` of its word ``w``), sign-extended."""
+        r = self.settings.rank
+        w = self.get(image, name).astype(np.int64).reshape(n, -(-r // 2))
+        h = np.stack([w & 0xFFFF, w >> 16], axis=-1).reshape(n, -1)[:, :r]
+        return (h ^ 0x8000) - 0x8000
+
     def get_f32(self, image, name):
         return self.get(image, name).view(np.float32)
 
@@ -288,9 +317,9 @@ class CompiledLRT:
         n_o, n_i = self.shapes[l]
         r = self.settings.rank
         z = np.zeros((), np.int64)
-        return lrt.LowRank(self.get_int(image, f"ql{l}").reshape(n_o, r),
+        return lrt.LowRank(self.get_basis(image, f"ql{l}", n_o),
                            self.get_f32(image, f"sl{l}")[0],
-                           self.get_int(image, f"qr{l}").reshape(n_i, r),
+                           self.get_basis(image, f"qr{l}", n_i),
                            self.get_f32(image, f"sr{l}")[0],
                            self.get_f32(image, f"cx{l}").copy(), z,
                            np.int64(self.get_f32(image, f"skipped{l}")[0]))
@@ -314,8 +343,9 @@ def compile_lrt(shapes, settings):
         P[f"w{l}"] = mem.region(f"w{l}", "param", n_o, n_i)
         P[f"b{l}"] = mem.region(f"b{l}", "param", n_o)
         P[f"cnt{l}"] = mem.region(f"cnt{l}", "param", n_o, n_i)
-        P[f"ql{l}"] = mem.region(f"ql{l}", "param", n_o, r)
-        P[f"qr{l}"] = mem.region(f"qr{l}", "param", n_i, r)
+        # 16-bit basis entries two to a word: row i's entries 2w, 2w + 1 in word w of the row
+        P[f"ql{l}"] = mem.region(f"ql{l}", "param", n_o, -(-r // 2))
+        P[f"qr{l}"] = mem.region(f"qr{l}", "param", n_i, -(-r // 2))
         for name in ("sl", "sr", "since", "skipped", "written"):
             P[f"{name}{l}"] = mem.region(f"{name}{l}", "param", 1)
         P[f"cx{l}"] = mem.region(f"cx{l}", "param", 1, r)
@@ -443,7 +473,7 @@ def _emit_sample(e, mem, P, X, shapes, s):
         for Qf, qi, sc, v0, c in ((QL, P[f"ql{l}"], P[f"sl{l}"], dzs[l], cl),
                                   (QR, P[f"qr{l}"], P[f"sr{l}"], avs[l], cr)):
             head = Qf.col(0, r)
-            e.ew("i2f", head, qi)
+            _unpack16(e, head, qi, r)
             e.ew("mul", head, head, sc)
             v = Qf.col(r)                                   # the new direction, in place
             e.ew("copy", v, v0)
@@ -656,7 +686,10 @@ def _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U, sig, V, s, n_o, n_i):
         e.bit("andn", Qn, Qn, sz)
         e.ew("f2i", Qn, Qn, imm=0)
         e.ew("requant", Qn, Qn, k(("bits", _rq(1, 0))), _bounds(-32767, 32767))
-        e.sel(P[qname], skip, P[qname], Qn)
+        pk = mem.tmp(n, -(-r // 2))             # the new entries two to a word
+        e.ew("copy", pk, P[qname])
+        _pack16(e, pk, Qn, r)
+        e.sel(P[qname], skip, P[qname], pk)
         e.sel(P[sname], skip, P[sname], step)
     e.sel(P[f"cx{l}"], skip, P[f"cx{l}"], cxk)
     one = mem.tmp(1)
@@ -762,7 +795,7 @@ def _emit_readout(e, mem, P, shapes, s, rows=8):
         fac = []
         for f, qname, sname, n in (("L", f"ql{l}", f"sl{l}", n_o), ("R", f"qr{l}", f"sr{l}", n_i)):
             F = mem.tmp(n, r)
-            e.ew("i2f", F, P[qname])
+            _unpack16(e, F, P[qname], r)
             e.ew("mul", F, F, P[sname])
             e.ew("mul", F, F, root)
             if s.norm == "max":
@@ -876,9 +909,9 @@ def _class_of(name):
 
 def lrt_memory(cl):
     """On-chip memory of the compiled LRT programs by class, from the memory map (bytes: 4
-    per word, as compiled: int8 weights, 16-bit biases and 16-bit basis entries each in one
-    word), the auxiliary memory per layer against the paper's ``r (n_i + n_o)`` 16-bit-word
-    bound, and the SGD accumulator baseline's auxiliary memory (a weight-sized FP32 array)."""
+    per word, as compiled: int8 weights and 16-bit biases each in one word, the 16-bit basis
+    entries two to a word), the auxiliary memory per layer against the paper's ``r (n_i +
+    n_o)`` 16-bit-word bound, and the SGD accumulator baseline's auxiliary memory (a weight-sized FP32 array)."""
     mm = cl.memory_map
     words = {cls: 0 for cls, _ in _CLASSES}
     for name, reg in mm.items():
@@ -899,7 +932,6 @@ def lrt_memory(cl):
         layers.append({"shape": [n_o, n_i], "bases_words": bases, "scalar_words": scal,
                        "aux_bytes_as_compiled": 4 * (bases + scal),
                        "bound_16bit_words": bound16, "bound_bytes": 2 * bound16,
-                       "aux_bytes_bases_packed_projection": 2 * bases + 4 * scal,
                        "weight_cells": n_o * n_i,
                        "sgd_accumulator_bytes": 4 * n_o * n_i})
     total = 4 * sum(sizes.values())
@@ -907,13 +939,11 @@ def lrt_memory(cl):
             "store_words": dict(sizes), "total_bytes": total, "program_bytes": 4 * program_words,
             "layers": layers,
             "labels": {
-                "bytes": "as compiled: 4 bytes per word (int8 weights, 16-bit biases and 16-bit "
-                         "basis entries each held in one 32-bit word)",
+                "bytes": "as compiled: 4 bytes per word (int8 weights and 16-bit biases each "
+                         "held in one 32-bit word; 16-bit basis entries two to a word)",
                 "aux_bytes_as_compiled": "the layer's low-rank accumulator: bases (16-bit "
-                                         "values, one per word) + its FP32 scalars (steps, "
+                                         "values, two per word) + its FP32 scalars (steps, "
                                          "c_x, the sample counter, max-norm state, counters)",
-                "aux_bytes_bases_packed_projection": "NOT BUILT: the same with the 16-bit "
-                                                     "basis entries two to a word",
                 "scratch_peak": "transients of either program (activations, the projection "
                                 "and core work, one read-out chunk), shared by the layers",
                 "write_counters": "instrumentation: writes per weight cell, not part of the "

@@ -40,7 +40,8 @@ from amaranth.hdl import Cat, Const, Mux, Signal, signed
 
 from .fp32 import FP32Compare
 
-__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8", "fcmp", "bitop", "STAGES"]
+__all__ = ["i2f", "f2i", "iadd", "requant", "ext8", "ins8", "ext16", "ins16", "fcmp", "bitop",
+           "STAGES"]
 
 
 def _lzc32(m, v, name):
@@ -214,6 +215,20 @@ def ins8(m, a, b, k, name="ins8"):
     mask = Signal(32, name=f"{name}_mask")
     m.d.comb += mask.eq(Const(0xFF, 32) << sh)
     m.d.comb += out.eq((a & ~mask) | ((b[0:8] << sh)[:32]))
+    return out
+
+
+def ext16(m, a, k, name="ext16"):
+    """Return halfword ``k`` (bit 0 of ``k``) of ``a``, sign-extended to 32 bits."""
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(a.word_select(k[0], 16).as_signed())
+    return out
+
+
+def ins16(m, a, b, k, name="ins16"):
+    """Return ``a`` with halfword ``k`` (bit 0 of ``k``) replaced by ``b[15:0]``."""
+    out = Signal(32, name=f"{name}_out")
+    m.d.comb += out.eq(Mux(k[0], Cat(a[0:16], b[0:16]), Cat(b[0:16], a[16:32])))
     return out
 
 

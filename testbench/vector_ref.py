@@ -145,8 +145,9 @@ class VectorUnit(wiring.Component):
         is_scatter = op == GATHER_OPS["scatter_add"]
         is_idx = is_gather | is_scatter
         two_src = (ew["add"] | ew["sub"] | ew["mul"] | ew["max"] | ew["iadd"] | ew["requant"]
-                   | ew["ins8"] | ew["fcmp"] | ew["bitop"])
+                   | ew["ins8"] | ew["ins16"] | ew["fcmp"] | ew["bitop"])
         int_op = (ew["i2f"] | ew["f2i"] | ew["iadd"] | ew["requant"] | ew["ext8"] | ew["ins8"]
+                  | ew["ext16"] | ew["ins16"]
                   | ew["fcmp"] | ew["bitop"])
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_racc = rnd["raccum"]
@@ -242,6 +243,8 @@ class VectorUnit(wiring.Component):
         i_rq = intops.requant(m, x, y, c.imm)
         i_ext = intops.ext8(m, x, c.imm)
         i_ins = intops.ins8(m, x, y, c.imm)
+        i_ext16 = intops.ext16(m, x, c.imm)
+        i_ins16 = intops.ins16(m, x, y, c.imm)
         i_cmp = intops.fcmp(m, x, y, c.imm)
         i_bit = intops.bitop(m, x, y, c.imm)
         unit_valid = Mux(use_cmp, cmp.o.valid, Mux(mul_now, mul.o.valid, add.o.valid))
@@ -370,9 +373,10 @@ class VectorUnit(wiring.Component):
             with m.State("INT"):                   # integer ops (rtl.intops), combinational
                 m.d.sync += res.eq(Mux(is_pert, i_pert, Mux(rnd["rmask"], r_mask,
                                        Mux(ew["i2f"], i_i2f, Mux(ew["f2i"], i_f2i, Mux(
-                                           ew["iadd"], i_add, Mux(ew["ext8"], i_ext, Mux(
+                                           ew["iadd"], i_add, Mux(ew["ext16"], i_ext16, Mux(
+                                           ew["ins16"], i_ins16, Mux(ew["ext8"], i_ext, Mux(
                                                ew["ins8"], i_ins, Mux(ew["fcmp"], i_cmp, Mux(
-                                                   ew["bitop"], i_bit, i_rq))))))))))
+                                                   ew["bitop"], i_bit, i_rq))))))))))))
                 m.next = "WRITE"
             with m.State("EXEC"):
                 m.d.comb += [add.i.valid.eq(add_now), mul.i.valid.eq(mul_now),

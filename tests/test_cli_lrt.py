@@ -152,21 +152,23 @@ def test_compiled_programs_on_the_interpreter_print_the_golden_numbers(tmp_path,
 
 def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(capsys):
     """``ttrain plan --rule lrt``: the compiled programs' memory map by class; each layer's
-    accumulator against the r (n_i + n_o) 16-bit-word bound (as compiled: one 16-bit entry
-    per word, so twice the bound's bases plus the FP32 scalars) and the accumulator baseline."""
+    accumulator against the r (n_i + n_o) 16-bit-word bound (as compiled: two 16-bit entries
+    per word, so the bound's bases plus the FP32 scalars) and the accumulator baseline."""
     assert main(["plan", "--config", "digits-mlp", "--rule", "lrt", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["rank"] == 4 and rep["words"]["weights"] == 64 * 64 + 10 * 64
-    assert rep["words"]["bases"] == 4 * (64 + 64) + 4 * (64 + 10)
+    assert rep["words"]["bases"] == (4 * (64 + 64) + 4 * (64 + 10)) // 2
     for L, (n_o, n_i) in zip(rep["layers"], ((64, 64), (10, 64))):
-        assert L["bound_16bit_words"] == 4 * (n_i + n_o) == L["bases_words"]
+        # 16-bit entries two to a word: the bases take exactly the paper's bound in bytes
+        assert L["bound_16bit_words"] == 4 * (n_i + n_o) == 2 * L["bases_words"]
+        assert 4 * L["bases_words"] == L["bound_bytes"]
         assert L["aux_bytes_as_compiled"] == 4 * (L["bases_words"] + L["scalar_words"])
         assert L["aux_bytes_as_compiled"] < L["sgd_accumulator_bytes"]
     assert rep["total_bytes"] == 4 * sum(rep["store_words"].values())
     assert rep["words"]["scratch_peak"] < rep["words"]["weights"]     # no weight-sized G
     assert main(["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "2",
                  "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["words"]["bases"] == 2 * (128 + 74)
+    assert json.loads(capsys.readouterr().out)["words"]["bases"] == 128 + 74   # rank 2: 1 word a row
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -1,5 +1,5 @@
 """The vector units' integer ops (rtl/intops.py) against their golden semantics in the ISA table
-(golden.isa.OPS: i2f, f2i, iadd, requant, ext8, ins8, fcmp, bitop) on edge cases and random words, Amaranth simulator."""
+(golden.isa.OPS: i2f, f2i, iadd, requant, ext8, ins8, ext16, ins16, fcmp, bitop) on edge cases and random words, Amaranth simulator."""
 
 import numpy as np
 from amaranth.hdl import Module, Signal
@@ -51,6 +51,10 @@ def _run(op, a_words, b_words, imms, staged=False):
         out = intops.ext8(m, a, imm)
     elif op == "ins8":
         out = intops.ins8(m, a, b, imm)
+    elif op == "ext16":
+        out = intops.ext16(m, a, imm)
+    elif op == "ins16":
+        out = intops.ins16(m, a, b, imm)
     elif op == "fcmp":
         out = intops.fcmp(m, a, b, imm)
     elif op == "bitop":
@@ -153,6 +157,27 @@ def test_packed_int8_extract_and_insert_every_byte():
     for i, v in enumerate((-2, 3, -128, 127)):
         out = SPEC["ins8"].semantics(out, np.array([v & 0xFFFFFFFF], np.uint32), i)
     assert int(out[0]) == 0x7F8003FE
+
+
+def test_packed_16_bit_extract_and_insert_every_half():
+    """ext16 / ins16 (low-rank training's bases two to a word) against golden on edge and
+    random words, and a word rebuilt half by half by hand."""
+    rng = np.random.default_rng(16)
+    n = 800
+    a = rng.integers(0, 1 << 32, n, dtype=np.uint64)
+    a[:6] = [0, 0xFFFFFFFF, 0x80008000, 0x7FFF7FFF, 0x80017FFF, 0x0001FFFF]
+    b = rng.integers(0, 1 << 32, n, dtype=np.uint64)              # only the low half counts
+    b[:6] = [0x7FFF, 0x8000, 0xFFFF8000, 0x12340001, 0xFFFFFFFF, 0x10000]
+    k = np.tile(np.arange(2, dtype=np.uint64), n // 2)
+    _check("ext16", a, np.zeros_like(a), k)
+    _check("ins16", a, b, k)
+    w = np.array([0x8000FFFF], np.uint32)
+    assert [int(np.int32(SPEC["ext16"].semantics(w, w, i)[0])) for i in range(2)] == \
+        [-1, -32768]
+    out = np.zeros(1, np.uint32)
+    for i, v in enumerate((-32767, 32767)):
+        out = SPEC["ins16"].semantics(out, np.array([v & 0xFFFFFFFF], np.uint32), i)
+    assert int(out[0]) == 0x7FFF8001
 
 
 def test_compare_masks_on_every_pair_of_edge_values():
