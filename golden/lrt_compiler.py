@@ -45,7 +45,7 @@ from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC
 from .svd import SWEEPS, pivot_schedule
 
 __all__ = ["CompiledLRT", "compile_lrt", "InterpretedLRT", "CompiledSVD", "compile_svd",
-           "lrt_memory"]
+           "CompiledSBN", "compile_streaming_bn", "lrt_memory"]
 
 _ONES = 0xFFFFFFFF
 _ABS = 0x7FFFFFFF
@@ -1004,6 +1004,111 @@ def compile_svd(count, q):
         e.fill(_A("scratch", Vm.base, 1, q, 0, q + 1), f32_bits(1.0))
     _emit_jacobi(e, mem, cb, count, q)
     return CompiledSVD(Program(e.ins + [End()], mem.sizes(), dict(mem.map)), count, q)
+
+
+# ------------------------------------------------------------------------------------------
+# streaming batch norm alone (the rule's stream statistics on the chip)
+
+
+@dataclass
+class CompiledSBN:
+    """:func:`compile_streaming_bn`'s program: one sample's ``pixels x channels`` FP32 input
+    in ``sbn.x``, the statistics' state (``sbn.mu_s``, ``sbn.sq_s``: 16-bit values as FP32,
+    ``sbn.eta_k``) kept across runs, the normalized output in ``sbn.y``."""
+    program: Program
+    pixels: int
+    channels: int
+    batch: int
+
+    def _r(self, name):
+        return self.program.memory_map[name]
+
+    def initial_image(self):
+        """Stores of the program with the state of a fresh ``StreamingBatchNorm``."""
+        img = {s: np.zeros(n, np.uint32) for s, n in self.program.store_sizes.items()}
+        r = self._r("sbn.eta_k")
+        img[r.store][r.base] = np.float32(1.0).view(np.uint32)
+        return img
+
+    def set_sample(self, image, x):
+        x = np.asarray(x, dtype=np.float32).reshape(-1, self.channels)
+        if x.shape != (self.pixels, self.channels):
+            raise ValueError(f"the program normalizes {self.pixels} x {self.channels} samples, "
+                             f"not shape {x.shape}")
+        r = self._r("sbn.x")
+        image[r.store][r.base:r.base + r.size] = x.view(np.uint32).ravel()
+
+    def get(self, image, name):
+        r = self._r(name)
+        return image[r.store][r.base:r.base + r.size].view(np.float32).copy()
+
+    def output(self, image):
+        return self.get(image, "sbn.y").reshape(self.pixels, self.channels)
+
+
+def compile_streaming_bn(pixels, channels, batch, eps=1e-5):
+    """One sample of ``golden.lrt.StreamingBatchNorm(channels, batch, eps)`` as a program of
+    the shared instruction table: the per-channel mean and variance over the pixels (``rsum``
+    in pixel order), the 16-bit stream statistics (``f2i`` nearest, ``requant`` clamp, ``i2f``),
+    the bias correction by ``recip(1 - eta^step)`` and the output ``(x - mu) rsqrt(var +
+    eps)``: the same FP32 operations in the same order as the golden class."""
+    for name, v in (("pixels", pixels), ("channels", channels), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"compile_streaming_bn needs a positive integer {name}, not {v!r}")
+    ref = lrt.StreamingBatchNorm(channels, batch, eps)
+    P, C = pixels, channels
+    mem = _Mem()
+    x = mem.region("sbn.x", "act", P, C)
+    y = mem.region("sbn.y", "act", P, C)
+    mu_s = mem.region("sbn.mu_s", "param", 1, C)
+    sq_s = mem.region("sbn.sq_s", "param", 1, C)
+    eta_k = mem.region("sbn.eta_k", "param", 1)
+    consts = [1.0, ("bits", _rq(1, 0))]
+    kreg = mem.region("const", "scratch", len(consts))
+    e = _Emit(mem)
+    for i, v in enumerate(consts):
+        bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
+        e.const[bits] = kreg.at(i, 0)
+        e.fill(kreg.at(i, 0), bits)
+    f32 = lambda v: f32_bits(float(v))                                      # noqa: E731
+    inv_p = f32(np.float32(1.0 / P))
+    mu_i, var_i = mem.tmp(1, C), mem.tmp(1, C)
+    dev = mem.tmp(P, C)
+    e.red("sum", mu_i.T, x.T)                              # sum over the pixels, in order
+    e.ew("scale", mu_i, mu_i, imm=inv_p)
+    e.ew("sub", dev, x, mu_i)
+    e.ew("mul", dev, dev, dev)
+    e.red("sum", var_i.T, dev.T)
+    e.ew("scale", var_i, var_i, imm=inv_p)
+    e.ew("scale", eta_k, eta_k, imm=f32(ref.eta))
+    second = mem.tmp(1, C)
+    e.ew("mul", second, mu_i, mu_i)
+    e.ew("add", second, var_i, second)
+    t1, t2 = mem.tmp(1, C), mem.tmp(1, C)
+    for state, new in ((mu_s, mu_i), (sq_s, second)):     # eta s + (1 - eta) new, in 16 bits
+        e.ew("scale", t1, state, imm=f32(ref.eta))
+        e.ew("scale", t2, new, imm=f32(ref.one_minus_eta))
+        e.ew("add", t1, t1, t2)
+        e.ew("scale", t1, t1, imm=f32(2.0 ** ref.FRAC))
+        e.ew("f2i", t1, t1, imm=0)
+        e.ew("requant", state, t1, e.k(("bits", _rq(1, 0))), _bounds(-(1 << 15), (1 << 15) - 1))
+        e.ew("i2f", state, state)
+        e.ew("scale", state, state, imm=f32(2.0 ** -ref.FRAC))
+    c = mem.tmp(1)                                        # the bias correction
+    e.ew("sub", c, e.k(1.0), eta_k)
+    e.ew("recip", c, c)
+    mu, var = mem.tmp(1, C), mem.tmp(1, C)
+    e.ew("mul", mu, mu_s, c)
+    e.ew("mul", var, sq_s, c)
+    e.ew("mul", t1, mu, mu)
+    e.ew("sub", var, var, t1)
+    e.fill(t2, 0)
+    e.ew("max", var, var, t2)
+    e.ew("addi", var, var, imm=f32(ref.eps))
+    e.ew("rsqrt", var, var)
+    e.ew("sub", y, x, mu)
+    e.ew("mul", y, y, var)
+    return CompiledSBN(Program(e.ins + [End()], mem.sizes(), dict(mem.map)), P, C, batch)
 
 
 # ------------------------------------------------------------------------------------------

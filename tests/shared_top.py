@@ -139,9 +139,21 @@ def svd_program():
     return compile_svd(SVD_COUNT, 5)
 
 
+#: Streaming batch norm alone: samples of this many pixels x channels, effective batch
+#: (tests/test_lrt_verilator.py).
+SBN_SHAPE, SBN_BATCH = (8, 6), 4
+
+
+@functools.lru_cache(maxsize=None)
+def sbn_program():
+    from ttrain.golden.lrt_compiler import compile_streaming_bn
+    return compile_streaming_bn(*SBN_SHAPE, SBN_BATCH)
+
+
 def lrt_programs():
     return {**{f"{name}_{kind}": prog for name, (_, cl) in lrt_models()[1].items()
-               for kind, prog in cl.programs.items()}, "lrt_svd": svd_program().program}
+               for kind, prog in cl.programs.items()}, "lrt_svd": svd_program().program,
+            "lrt_sbn": sbn_program().program}
 
 
 @functools.lru_cache(maxsize=None)

@@ -130,3 +130,36 @@ def test_mask_ops_reject_bad_immediates(op, imm):
     out, st = run(words, image)
     assert st.error == ERR_FIELD and st.error_pc == 1
     assert out["scratch"].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("pixels, channels, batch", [(6, 5, 4), (1, 7, 10), (16, 3, 100)])
+def test_streaming_batch_norm_program_equals_the_golden_rule(pixels, channels, batch):
+    """``compile_streaming_bn`` on the interpreter: 12 samples (means drifting past the
+    16-bit statistics' range, so the store saturates), the output and both statistics after
+    each equal ``golden.lrt.StreamingBatchNorm`` bit for bit; a dense layer (one pixel) has
+    zero sample variance."""
+    from ttrain.golden import interpreter, lrt
+    from ttrain.golden.lrt_compiler import compile_streaming_bn
+    cs = compile_streaming_bn(pixels, channels, batch)
+    ref = lrt.StreamingBatchNorm(channels, batch)
+    image = cs.initial_image()
+    rng = np.random.default_rng(pixels)
+    for t in range(12):
+        x = rng.normal(1.5 * t, 1.5, (pixels, channels)).astype(np.float32)
+        cs.set_sample(image, x)
+        image, st = interpreter.run(cs.program, image)
+        assert st.error == 0, st.message
+        y = np.asarray(ref.update(x), np.float32).reshape(pixels, channels)
+        assert np.array_equal(cs.output(image).view(np.uint32), y.view(np.uint32)), t
+        for name, want in (("sbn.mu_s", ref.mu_s), ("sbn.sq_s", ref.sq_s)):
+            assert np.array_equal(cs.get(image, name).view(np.uint32), want.view(np.uint32))
+    assert np.all(ref.sq_s == np.float32(32767 * 2.0 ** -12))          # saturated
+
+
+def test_streaming_batch_norm_program_rejects_bad_shapes():
+    from ttrain.golden.lrt_compiler import compile_streaming_bn
+    with pytest.raises(ValueError, match="positive integer pixels"):
+        compile_streaming_bn(0, 4, 10)
+    cs = compile_streaming_bn(2, 3, 10)
+    with pytest.raises(ValueError, match="normalizes 2 x 3 samples"):
+        cs.set_sample(cs.initial_image(), np.zeros((3, 3)))

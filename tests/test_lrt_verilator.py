@@ -11,7 +11,8 @@ from ttrain.golden import drift, interpreter
 from ttrain.golden.lrt_model import quantize_input
 from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 
-from shared_top import LRT_BATCH, SVD_COUNT, lrt_models, shared_top, svd_program
+from shared_top import (LRT_BATCH, SBN_BATCH, SVD_COUNT, lrt_models, sbn_program,
+                        shared_top, svd_program)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +113,44 @@ def test_jacobi_svd_program_on_random_and_ill_conditioned_matrices(top, tmp_path
     out = run_top(top, sess, test_dir=tmp_path, timeout=600)
     assert out[0]["error_code"] == 0
     print(f"Jacobi SVD of {SVD_COUNT} 5x5 matrices: {out[0]['cycles']} cycles")
+
+
+def test_streaming_batch_norm_program_over_a_stream(top, tmp_path):
+    """Streaming batch norm alone (``compile_streaming_bn``): 12 samples through one loaded
+    program, the host writing only each sample's input; the output and the 16-bit stream
+    statistics after every sample equal ``golden.lrt.StreamingBatchNorm`` (the last samples'
+    means beyond the 16-bit range [-8, 8) saturate), every store word after the last."""
+    from ttrain.golden import lrt
+    cs = sbn_program()
+    ref = lrt.StreamingBatchNorm(cs.channels, SBN_BATCH)
+    rng = np.random.default_rng(12)
+    image = pad_image(cs.initial_image(), top.config["store_sizes"])
+    sess = TopSession()
+    sess.program(cs.program.words())
+    xr = cs.program.memory_map["sbn.x"]
+    saturated = False
+    for t in range(12):
+        x = rng.normal(1.0 * t, 1.0 + 0.3 * t, (cs.pixels, cs.channels)).astype(np.float32)
+        cs.set_sample(image, x)
+        if t == 0:
+            sess.write_image(image)
+        else:
+            sess.write(xr.store, xr.base, image[xr.store][xr.base:xr.base + xr.size])
+        want, st = interpreter.run(cs.program, image)
+        assert st.error == 0
+        y = ref.update(x)
+        assert np.array_equal(cs.output(want).view(np.uint32), np.float32(y).view(np.uint32))
+        assert np.array_equal(cs.get(want, "sbn.mu_s").view(np.uint32), ref.mu_s.view(np.uint32))
+        saturated |= bool(np.any(ref.mu_s >= 8 - 2.0 ** -12))
+        checks = [(r.store, r.base, want[r.store][r.base:r.base + r.size])
+                  for n, r in cs.program.memory_map.items() if n.startswith("sbn.")]
+        sess.run(f"sbn{t}", expect=want if t == 11 else None, expect_at=checks)
+        image = want
+    assert saturated
+    out = run_top(top, sess, test_dir=tmp_path, timeout=600)
+    assert [r["error_code"] for r in out] == [0] * 12
+    print(f"streaming batch norm, {cs.pixels} x {cs.channels}: cycles per sample "
+          f"{[r['cycles'] for r in out]}")
 
 
 def test_illegal_mask_instruction_raises_the_error_flag_and_changes_nothing(top, tmp_path):
