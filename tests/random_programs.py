@@ -41,7 +41,7 @@ from ttrain.golden.isa import (ELEMENTWISE_OPS, ERR_A_RANGE, ERR_B_RANGE, ERR_C_
                                ERR_DIM, ERR_FIELD, ERR_LOOP, ERR_MODE, ERR_NO_END, ERR_OPCODE,
                                ERR_STORE, MNEMONICS, SPECIAL_OPS, Barrier, Contract,
                                Elementwise, End, EndLoop, Gather, Loop, RANDOM_OPS, Random,
-                               Reduce, Update, encode, encode_program)
+                               OPS, Reduce, Update, encode, encode_program)
 
 try:                            # the table-driven ISA (issue 11 item 5) says how many sources
     from ttrain.golden.isa import SPEC as _SPEC
@@ -69,8 +69,13 @@ _INT_IMM = {"f2i": lambda rng: int(rng.integers(0, 2)),
             "requant": _requant_imm,
             "ext8": lambda rng: int(rng.integers(0, 4)),
             "ins8": lambda rng: int(rng.integers(0, 4)),
+            "ext16": lambda rng: int(rng.integers(0, 2)),
+            "ins16": lambda rng: int(rng.integers(0, 2)),
             "fcmp": lambda rng: int(rng.integers(0, 3)),
             "bitop": lambda rng: int(rng.integers(0, 4))}
+# every op whose immediate has a legality rule needs a generator of legal immediates here
+assert {sp.mnemonic for sp in OPS if sp.imm_rule is not None} <= set(_INT_IMM), \
+    "give the new op's legal immediates in tests/random_programs.py: _INT_IMM"
 
 __all__ = ["STORES", "ProgramGen", "rich_words", "mul_pairs", "add_pairs", "subnormal_words",
            "rounding_class", "hazards", "unit_of", "issue_war_program", "illegal_variants",

@@ -78,12 +78,10 @@ def cnn_programs():
 
 
 #: The ZO steps run on the top: weight perturbation of every layer (stochastic rounding), and
-#: layer-wise queries with nearest rounding and top-k channel masks (each layer's half of its
-#: output channels with the largest mean |y - z|); a high rate so that every step moves weights.
+#: layer-wise queries with nearest rounding; a high rate so that every step moves weights.
 ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
            "zo_digits_lw": zo.ZOSettings(mode="wp", queries=2, lr=0.3, layerwise=True,
-                                         rounding="nearest", sparse="topk", density=0.5,
-                                         seed=2),
+                                         rounding="nearest", seed=2),
            # node perturbation of every layer (the digits table's zo-np, 2 queries per layer)
            # and the mixed mode with WP and NP in one joint group, with antithetic queries
            # (each query's second pass perturbs by -sigma u: perturb8n / perturb32n) and
@@ -93,9 +91,12 @@ ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
            "zo_digits_mixed": zo.ZOSettings(mode="mixed", queries=2, lr=0.3, np_layers=2,
                                             antithetic=True, sparse="random", density=0.5,
                                             seed=6),
-           # the in-place variant: each antithetic query updates conv2 and fc4 at once
+           # the in-place variant (each antithetic query updates conv2 and fc4 at once) with
+           # top-k channel masks on the WP layers (each layer's half of its output channels
+           # with the largest mean |y - z|, ranked on chip)
            "zo_digits_inplace": zo.ZOSettings(mode="wp", inplace=True, queries=2, lr=0.3,
-                                              layers=("conv2", "fc4"), seed=7),
+                                              layers=("conv2", "fc4"), sparse="topk",
+                                              density=0.5, seed=7),
            # sparse training: NP of the top-half output channels (the table's zo-sparse)
            "zo_digits_sparse": zo.ZOSettings(mode="np", sparse="topk", density=0.5, queries=2,
                                              lr=0.05, layerwise=True, np_dim="batch", seed=9)}
