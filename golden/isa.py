@@ -1237,26 +1237,29 @@ def _iadd(a, b, imm):
     return _w32(np.clip(_s32(a) + _s32(b), -(1 << (imm - 1)), (1 << (imm - 1)) - 1))
 
 
-def _ext8(a, b, imm):
-    v = (np.asarray(a, dtype=np.int64) >> (8 * int(imm))) & 0xFF
-    return _w32((v ^ 0x80) - 0x80)
+def _ext(width):
+    """``ext8`` / ``ext16``: field ``imm`` of ``width`` bits of ``a``, sign-extended."""
+    mask, sign = (1 << width) - 1, 1 << (width - 1)
+
+    def ext(a, b, imm):
+        v = (np.asarray(a, dtype=np.int64) >> (width * int(imm))) & mask
+        return _w32((v ^ sign) - sign)
+    return ext
 
 
-def _ins8(a, b, imm):
-    sh = 8 * int(imm)
-    keep = np.asarray(a, dtype=np.int64) & (0xFFFFFFFF ^ (0xFF << sh))
-    return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFF) << sh))
+def _ins(width):
+    """``ins8`` / ``ins16``: ``a`` with field ``imm`` of ``width`` bits replaced by ``b``'s low
+    bits."""
+    mask = (1 << width) - 1
+
+    def ins(a, b, imm):
+        sh = width * int(imm)
+        keep = np.asarray(a, dtype=np.int64) & (0xFFFFFFFF ^ (mask << sh))
+        return _w32(keep | ((np.asarray(b, dtype=np.int64) & mask) << sh))
+    return ins
 
 
-def _ext16(a, b, imm):
-    v = (np.asarray(a, dtype=np.int64) >> (16 * int(imm))) & 0xFFFF
-    return _w32((v ^ 0x8000) - 0x8000)
-
-
-def _ins16(a, b, imm):
-    sh = 16 * int(imm)
-    keep = np.asarray(a, dtype=np.int64) & (0xFFFFFFFF ^ (0xFFFF << sh))
-    return _w32(keep | ((np.asarray(b, dtype=np.int64) & 0xFFFF) << sh))
+_ext8, _ins8, _ext16, _ins16 = _ext(8), _ins(8), _ext(16), _ins(16)
 
 
 #: fcmp predicates (the immediate): d = all ones when ``a <pred> b`` holds, else 0 (IEEE:

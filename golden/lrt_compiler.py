@@ -176,6 +176,15 @@ class _Emit:
     def fill(self, d, bits):
         return self.ew("fill", d, imm=bits)
 
+    def load_constants(self, kreg, consts):
+        """Fill ``kreg``'s first words with ``consts`` (FP32 values, or int bits as ``("bits",
+        w)``) and make them :meth:`k`'s table."""
+        self.const = {}
+        for i, v in enumerate(consts):
+            bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
+            self.const[bits] = kreg.at(i, 0)
+            self.fill(kreg.at(i, 0), bits)
+
     def k(self, value):
         """The one-word constant of FP32 ``value`` (or int bits with ``("bits", w)``)."""
         bits = value[1] if isinstance(value, tuple) else f32_bits(float(value))
@@ -363,11 +372,7 @@ def compile_lrt(shapes, settings):
     base_scratch = mem.mark()
 
     def prologue(e):
-        e.const = {}
-        for i, v in enumerate(consts):
-            bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
-            e.const[bits] = kreg.at(i, 0)
-            e.fill(kreg.at(i, 0), bits)
+        e.load_constants(kreg, consts)
         for j, v in enumerate(kk):
             e.fill(kreg.at(len(consts) + j, 0), f32_bits(v))
         e.kk = _A("scratch", kreg.base + len(consts), 1, q, 0, 1)
@@ -991,10 +996,7 @@ def compile_svd(count, q):
     consts = [0.0, 1.0, -1.0, ("bits", _ABS)]
     kreg = mem.region("const", "scratch", len(consts))
     e = _Emit(mem)
-    for i, v in enumerate(consts):
-        bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
-        e.const[bits] = kreg.at(i, 0)
-        e.fill(kreg.at(i, 0), bits)
+    e.load_constants(kreg, consts)
     cb = mem.region("cores", "scratch", count * 2 * q, q)
     for l in range(count):
         A = _A("scratch", cb.base + l * 2 * q * q, q, q, q)
@@ -1066,10 +1068,7 @@ def compile_streaming_bn(pixels, channels, batch, eps=1e-5):
     consts = [1.0, ("bits", _rq(1, 0))]
     kreg = mem.region("const", "scratch", len(consts))
     e = _Emit(mem)
-    for i, v in enumerate(consts):
-        bits = v[1] if isinstance(v, tuple) else f32_bits(float(v))
-        e.const[bits] = kreg.at(i, 0)
-        e.fill(kreg.at(i, 0), bits)
+    e.load_constants(kreg, consts)
     f32 = lambda v: f32_bits(float(v))                                      # noqa: E731
     inv_p = f32(np.float32(1.0 / P))
     mu_i, var_i = mem.tmp(1, C), mem.tmp(1, C)
