@@ -80,7 +80,7 @@ def cnn_programs():
 #: The ZO steps run on the top: weight perturbation of every layer (stochastic rounding), and
 #: layer-wise queries with nearest rounding; a high rate so that every step moves weights.
 ZO_CHIP = {"zo_digits": zo.ZOSettings(mode="wp", queries=2, lr=0.3, seed=5),
-           "zo_digits_lw": zo.ZOSettings(mode="wp", queries=2, lr=0.3, layerwise=True,
+           "zo_digits_lw": zo.ZOSettings(mode="wp", queries=2, lr=1.0, layerwise=True,
                                          rounding="nearest", seed=2),
            # node perturbation of every layer (the digits table's zo-np, 2 queries per layer)
            # and the mixed mode with WP and NP in one joint group, with antithetic queries

@@ -91,9 +91,9 @@ def test_prng_instructions_bit_exact_on_the_chip(top, tmp_path):
 
 
 # the multi-step protocol (only the batch, the seeds and any per-step constants change)
-# runs 5 steps of joint WP and 2 of the layer-wise, mixed (random masks: per-step constants)
-# and in-place programs; one step each of the NP and sparse NP programs, every word compared
-@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 2),
+# runs 5 steps of joint WP and 2 of the mixed (random masks: per-step constants) and in-place
+# programs; one step each of the layer-wise WP, NP and sparse NP programs, every word compared
+@pytest.mark.parametrize("name, steps", [("zo_digits", 5), ("zo_digits_lw", 1),
                                          ("zo_digits_np", 1), ("zo_digits_mixed", 2),
                                          ("zo_digits_sparse", 1), ("zo_digits_inplace", 2)])
 def test_zo_steps_bit_exact_on_the_chip(top, tmp_path, name, steps):
