@@ -53,7 +53,7 @@ __all__ = [
     "engine_cycles", "best_split", "map_contract", "MUL_LATENCY", "ADD_LATENCY",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
-    "OP_UPDATE", "Random", "RANDOM_OPS", "ALL_UNITS",
+    "OP_UPDATE", "Random", "RANDOM_OPS", "PERTURB_OPS", "ALL_UNITS",
 ]
 
 #: 32-bit words per instruction (512 bits).
@@ -1090,10 +1090,10 @@ class Random(Instruction):
         idx = (np.uint64(self.imm) + np.arange(r * c, dtype=np.uint64)) % np.uint64(1 << 32)
         a = image[self.a.store][_addresses(self.a, r, c)]
         dst = _addresses(self.d, r, c)
-        if self.op.startswith("perturb"):
+        if self.op in PERTURB_OPS:
             u = prng.rademacher(seed, idx).reshape(r, c).astype(np.int64)
-            bits = 8 if self.op.startswith("perturb8") else 32
-            sigma = -self.sigma if self.op.endswith("n") else self.sigma
+            bits, sign = PERTURB_OPS[self.op]
+            sigma = sign * self.sigma
             out = _w32(np.clip(_s32(a) + sigma * u, -(1 << (bits - 1)),
                                (1 << (bits - 1)) - 1))
         elif self.op == "rmask":
@@ -1379,6 +1379,10 @@ REDUCE_OPS = {s.mnemonic[1:]: s.opcode for s in OPS if s.kind is Reduce}
 ALL_UNITS = ("special", "prng")
 #: PRNG ops (mnemonic -> opcode), which need the PRNG unit.
 RANDOM_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Random}
+#: The perturbation ops: mnemonic -> (saturation width, sign of sigma u).
+PERTURB_OPS = {"perturb8": (8, 1), "perturb32": (32, 1), "perturb8n": (8, -1),
+               "perturb32n": (32, -1)}
+assert set(PERTURB_OPS) <= set(RANDOM_OPS)
 #: Gather/scatter ops (mnemonic -> opcode).
 GATHER_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Gather}
 OP_END, OP_BARRIER, OP_LOOP, OP_ENDLOOP = (OPCODES[k] for k in ("end", "barrier", "loop",

@@ -324,7 +324,6 @@ class CompiledLRT:
     def state(self, image, l):
         """Layer ``l``'s accumulator as a :class:`ttrain.golden.lrt.LowRank` (fed counts 0)."""
         n_o, n_i = self.shapes[l]
-        r = self.settings.rank
         z = np.zeros((), np.int64)
         return lrt.LowRank(self.get_basis(image, f"ql{l}", n_o),
                            self.get_f32(image, f"sl{l}")[0],

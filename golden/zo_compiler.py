@@ -334,17 +334,20 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
     gwords = max(min(size, max(grad_chunk // nodes[i].shape[2], 1) * nodes[i].shape[2])
                  for (i, _), size in size_of.items())
     gbuf = al.region("zo.g", "scratch", gwords)
-    if rnd:
-        thr = al.region("const.thr", "param", 1)
-        uses = [gwords] + [nodes[i].shape[2] for i in wp_nodes] + \
-            [int(np.prod(nodes[i].shape)) for i in np_nodes]
-        if wp_nodes:
-            uses.append(al.map["wunpack"].size if packed else max(
+    # masked perturbations (random masks; top-k masks on WP layers): sigma u into zo.rpert,
+    # a random mask into zo.rmask (regenerated per range), both of the longest masked range
+    if rnd or (topk and wp_nodes):
+        ranges = [nodes[i].shape[2] for i in wp_nodes]                     # the biases
+        if wp_nodes:                  # the weights: unpack units or unpacked row chunks
+            ranges.append(al.map["wunpack"].size if packed else max(
                 cnt * nodes[i].shape[2] for i in wp_nodes
                 for _, cnt in _chunks(size_of[(i, "w")] // nodes[i].shape[2],
                                       nodes[i].shape[2])))
-        rm = al.region("zo.rmask", "scratch", max(uses))
-        rt = al.region("zo.rpert", "scratch", max(uses))
+        if rnd:                       # the estimate chunks and the NP outputs
+            ranges += [gwords] + [int(np.prod(nodes[i].shape)) for i in np_nodes]
+            thr = al.region("const.thr", "param", 1)
+            rm = al.region("zo.rmask", "scratch", max(ranges))
+        rt = al.region("zo.rpert", "scratch", max(ranges))
     kreg = {(i, kind): al.region(f"zo.k.{nodes[i].name}.{kind}", "param", nodes[i].shape[2])
             for i, kind, _, _ in tensors}
     offs = {(i, kind): off for i, kind, off, _ in tensors}
@@ -393,10 +396,6 @@ def compile_zo_step(q, batch, settings, *, query_loop=None, packed=True, grad_ch
         if not np_nodes or cmax > max(nodes[i].shape[2] for i in np_nodes):
             rk1 = al.region("zo.tk.rank1", "scratch", cmax * cmax)
             rk2 = al.region("zo.tk.rank2", "scratch", cmax * cmax)
-        if not rnd:            # the masked perturbation's buffer
-            rt = al.region("zo.rpert", "scratch", max(
-                [nodes[i].shape[2] for i in wp_nodes]
-                + [al.map["wunpack"].size if packed else size_of[(i, "w")] for i in wp_nodes]))
     lmean = fb.ce["loss.mean"]
     lvec = fb.ce["loss"]
     p8, p32 = ("perturb8", "perturb8n"), ("perturb32", "perturb32n")   # by neg

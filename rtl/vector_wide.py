@@ -22,7 +22,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from ..golden.prng import GAMMA, MIX_MULTIPLIERS, MIX_SHIFTS
 from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS, OPS,
-                          RANDOM_OPS,
+                          PERTURB_OPS, RANDOM_OPS,
                           OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD, Elementwise)
 from ..golden.numerics import NEG_ZERO
 from ..golden.special import FUNCTION_CODES, FUNCTIONS
@@ -416,9 +416,10 @@ class WideVectorUnit(wiring.Component):
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_rnd = _or(rnd.values())
         is_racc = rnd["raccum"]
-        is_pert = rnd["perturb8"] | rnd["perturb32"] | rnd["perturb8n"] | rnd["perturb32n"]
-        pert_neg = rnd["perturb8n"] | rnd["perturb32n"]     # the antithetic pass: -sigma u
-        pert8 = rnd["perturb8"] | rnd["perturb8n"]
+        # the perturbation ops' width and sign (golden.isa.PERTURB_OPS; -sigma u: antithetic)
+        is_pert = _or(rnd[k] for k in PERTURB_OPS)
+        pert_neg = _or(rnd[k] for k, (_, sign) in PERTURB_OPS.items() if sign < 0)
+        pert8 = _or(rnd[k] for k, (bits, _) in PERTURB_OPS.items() if bits == 8)
         rd_d = is_upd | is_racc                 # the FIRE read is slot 0 (theta / d)
         two_reads = two_reads | is_racc
         add_op = add_op | is_racc | rnd["runif"]

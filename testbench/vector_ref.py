@@ -43,17 +43,17 @@ cycle.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.prng import GAMMA
-from ..golden.isa import (RANDOM_OPS, ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE, GATHER_OPS, OP_UPDATE,
-                          REDUCE_OPS, SPECIAL_OPS)
+from ..golden.isa import (PERTURB_OPS, RANDOM_OPS, ELEMENTWISE_OPS, ERR_INDEX, ERR_OPCODE,
+                          GATHER_OPS, OP_UPDATE, REDUCE_OPS, SPECIAL_OPS)
 from ..golden.numerics import NEG_ZERO
 from ..rtl.command import VectorCommand, VectorView
 from ..rtl.fp32 import FP32Add, FP32Compare, FP32Mul
 from ..rtl import intops
-from ..rtl.vector_wide import _draw, _mix32
+from ..rtl.vector_wide import _draw, _mix32, _or
 
 __all__ = ["VectorUnit"]
 
@@ -151,8 +151,9 @@ class VectorUnit(wiring.Component):
                   | ew["fcmp"] | ew["bitop"])
         rnd = {k: op == v for k, v in RANDOM_OPS.items()}
         is_racc = rnd["raccum"]
-        is_pert = rnd["perturb8"] | rnd["perturb32"] | rnd["perturb8n"] | rnd["perturb32n"]
-        pert_neg = rnd["perturb8n"] | rnd["perturb32n"]
+        is_pert = _or(rnd[k] for k in PERTURB_OPS)          # golden.isa.PERTURB_OPS
+        pert_neg = _or(rnd[k] for k, (_, sign) in PERTURB_OPS.items() if sign < 0)
+        pert8 = _or(rnd[k] for k, (bits, _) in PERTURB_OPS.items() if bits == 8)
         two_src = two_src | is_racc            # raccum: a, then d's old word
         int_op = int_op | is_pert | rnd["rmask"]
         use_add = (ew["add"] | ew["sub"] | ew["addi"] | is_sum | is_scatter | is_racc
@@ -197,8 +198,7 @@ class VectorUnit(wiring.Component):
         r_neg = r_draw[31]
         r_sig = Signal(signed(10))
         m.d.comb += r_sig.eq(Mux(r_neg ^ pert_neg, -c.flags.as_unsigned(), c.flags))
-        i_pert = intops.iadd(m, x, r_sig, Mux(rnd["perturb8"] | rnd["perturb8n"], 8, 32),
-                             name="pert")
+        i_pert = intops.iadd(m, x, r_sig, Mux(pert8, 8, 32), name="pert")
         r_mask = Signal(32)                  # rmask: all ones where draw < a (unsigned)
         m.d.comb += r_mask.eq(Mux(r_draw < x, 0xFFFFFFFF, 0))
         r24 = Signal(32)
