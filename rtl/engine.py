@@ -212,7 +212,7 @@ class _Beats:
     ``width == lanes`` (one beat) the ports are the lanes.
     """
 
-    def __init__(self, m, name, lanes, width, pending, addr, nb_log2, skew):
+    def __init__(self, m, name, lanes, width, pending, addr, bank):
         self.width = width
         self.nbeats = lanes // width
         W = width
@@ -222,7 +222,7 @@ class _Beats:
             self.sel = None
             self.port_req = [pending[j] for j in range(W)]
             self.port_addr = list(addr)
-            self.port_bank = [_bank_of(a, nb_log2, skew) for a in self.port_addr]
+            self.port_bank = list(bank)
             m.d.comb += self.grant.eq(self.port_grant)
             return
         any_b = [pending[b * W:(b + 1) * W].any() for b in range(self.nbeats)]
@@ -245,7 +245,8 @@ class _Beats:
             self.port_addr.append(pa)
         m.d.comb += self.grant.eq(Cat(*[self.port_grant[p % W] & self.sel[p // W]
                                         for p in range(lanes)]))
-        self.port_bank = [_bank_of(a, nb_log2, skew) for a in self.port_addr]
+        self.port_bank = [_or_mux([(self.sel[b], bank[b * W + j]) for b in range(self.nbeats)],
+                                  len(bank[0])) for j in range(W)]
 
     def ports(self, store):
         """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
@@ -261,6 +262,77 @@ class _Beats:
                 for j in range(W)]
 
 
+def _vector_slots(m, cl, name, lanes, addr_bits, store_bits, nb_log2, skew, data=False):
+    """The state of a client of :class:`_ReadClient` / :class:`_WriteClient`: the vector being
+    served (``pending``, ``addr``, ``bank``, ``store``, ``active``, and ``data`` for a writer)
+    and one waiting behind it (``next_*``).
+
+    ``can_load`` is a register (the waiting slot is empty), so a ``load`` does not wait for
+    this cycle's grants: the grant -> ``finishing`` -> ``load`` -> address generators path was
+    the engine's deepest (14-15 levels; docs/u50.md, logic depth). A load goes straight into
+    the served slot when that is idle or finishing (as before: the vector is presented the
+    next cycle), else into the waiting slot, which moves up when the served vector finishes.
+    So every vector reaches the arbiter in the same cycle as with one slot, and one more
+    waits, already loaded.
+    """
+    cl.store = Signal(store_bits, name=f"{name}_store")
+    cl.active = Signal(name=f"{name}_active")
+    cl.pending = Signal(lanes, name=f"{name}_pending")
+    cl.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
+    # each lane's bank, registered with its address: the skew's add is then off the
+    # request -> grant -> pending loop (docs/u50.md, logic depth)
+    cl.bank = [Signal(max(1, nb_log2), name=f"{name}_bank{p}") for p in range(lanes)]
+    n_valid = Signal(name=f"{name}_next_valid")
+    n_mask = Signal(lanes, name=f"{name}_next_mask")
+    n_store = Signal(store_bits, name=f"{name}_next_store")
+    n_addr = [Signal(addr_bits, name=f"{name}_next_addr{p}") for p in range(lanes)]
+    n_bank = [Signal(max(1, nb_log2), name=f"{name}_next_bank{p}") for p in range(lanes)]
+    cl.idle = Signal(name=f"{name}_idle")
+    m.d.comb += cl.idle.eq(~cl.active & ~n_valid)
+    lane_addr = [Signal(addr_bits, name=f"{name}_lane_addr{p}") for p in range(lanes)]
+    m.d.comb += [lane_addr[p].eq(cl.load_base + cl.offsets[p]) for p in range(lanes)]
+    lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
+    if data:
+        cl.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
+        n_data = [Signal(32, name=f"{name}_next_data{p}") for p in range(lanes)]
+    return n_valid, n_mask, n_store, n_addr, n_bank, lane_addr, lane_bank, \
+        (n_data if data else None)
+
+
+def _slot_logic(m, cl, lanes, slots, data=False):
+    """The next-state logic of :func:`_vector_slots` (after ``grant`` exists)."""
+    n_valid, n_mask, n_store, n_addr, n_bank, lane_addr, lane_bank, n_data = slots
+    m.d.comb += [
+        cl.finishing.eq(cl.active & ((cl.pending & ~cl.grant) == 0)),
+        cl.can_load.eq(~n_valid),
+    ]
+    # The served slot takes a vector when it is idle or finishing (``free``): the load of
+    # this cycle if any, else the waiting one (``load`` implies an empty waiting slot). What
+    # it takes is selected from registers and ``load`` alone; the grants reach these
+    # registers only through ``free``, one 2:1 select (and ``pending & ~grant``).
+    free = Signal(name=f"{cl.name}_free")
+    m.d.comb += free.eq(~cl.active | cl.finishing)
+    take_mask = Mux(cl.load, cl.load_mask, Mux(n_valid, n_mask, 0))
+    m.d.sync += [cl.pending.eq(Mux(free, take_mask, cl.pending & ~cl.grant)),
+                 cl.active.eq(~free | cl.load | n_valid),
+                 n_valid.eq(~free & (n_valid | cl.load))]
+    with m.If(free):
+        m.d.sync += cl.store.eq(Mux(cl.load, cl.load_store, n_store))
+        m.d.sync += [cl.addr[p].eq(Mux(cl.load, lane_addr[p], n_addr[p])) for p in range(lanes)]
+        m.d.sync += [cl.bank[p].eq(Mux(cl.load, lane_bank[p], n_bank[p])) for p in range(lanes)]
+        if data:
+            m.d.sync += [cl.data[p].eq(Mux(cl.load, cl.load_data[p], n_data[p]))
+                         for p in range(lanes)]
+    # the waiting slot: a load that the served slot does not take (with ``free`` the copy
+    # is never used: ``n_valid`` stays low)
+    with m.If(cl.load):
+        m.d.sync += [n_mask.eq(cl.load_mask), n_store.eq(cl.load_store)]
+        m.d.sync += [n_addr[p].eq(lane_addr[p]) for p in range(lanes)]
+        m.d.sync += [n_bank[p].eq(lane_bank[p]) for p in range(lanes)]
+        if data:
+            m.d.sync += [n_data[p].eq(cl.load_data[p]) for p in range(lanes)]
+
+
 class _ReadClient:
     """A vector of ``lanes`` word reads from one store, completed over one or more cycles.
 
@@ -268,6 +340,7 @@ class _ReadClient:
     reads word ``load_base + offsets[p]``. The lanes reach the arbiter through ``width``
     ports (:class:`_Beats`; default one port per lane). When every masked-in lane has been
     granted, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
+    One more vector can be loaded while one is served (:func:`_vector_slots`); ``idle``: none.
     """
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
@@ -279,28 +352,14 @@ class _ReadClient:
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
         self.load_store = Signal(store_bits, name=f"{name}_load_store")
         self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
-        self.store = Signal(store_bits, name=f"{name}_store")
-        self.active = Signal(name=f"{name}_active")
-        self.pending = Signal(lanes, name=f"{name}_pending")
-        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, nb_log2, skew)
+        slots = _vector_slots(m, self, name, lanes, addr_bits, store_bits, nb_log2, skew)
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
         self.grant = self.beats.grant
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
         self.nb_log2 = nb_log2
-        m.d.comb += [
-            self.finishing.eq(self.active & ((self.pending & ~self.grant) == 0)),
-            self.can_load.eq(~self.active | self.finishing),
-        ]
-        with m.If(self.load):
-            m.d.sync += [self.pending.eq(self.load_mask), self.active.eq(1),
-                         self.store.eq(self.load_store)]
-            m.d.sync += [self.addr[p].eq(self.load_base + self.offsets[p])
-                         for p in range(lanes)]
-        with m.Elif(self.finishing):
-            m.d.sync += [self.pending.eq(0), self.active.eq(0)]
-        with m.Else():
-            m.d.sync += self.pending.eq(self.pending & ~self.grant)
+        _slot_logic(m, self, lanes, slots)
+
         # Data return, two cycles after the grant (the stores' inputs are registered, then
         # the RAM's read register): port j's bank, the lanes granted.
         grant_1 = Signal(lanes, name=f"{name}_grant_1")
@@ -344,7 +403,8 @@ class _ReadClient:
 
 class _WriteClient:
     """A vector of ``lanes`` word writes to one store, completed over one or more cycles,
-    through ``width`` ports (:class:`_Beats`; default one per lane)."""
+    through ``width`` ports (:class:`_Beats`; default one per lane); one more can be loaded
+    while one is served (:func:`_vector_slots`); ``idle``: none."""
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
         width = lanes if width is None else min(width, lanes)
@@ -356,30 +416,14 @@ class _WriteClient:
         self.load_store = Signal(store_bits, name=f"{name}_load_store")
         self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
         self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
-        self.store = Signal(store_bits, name=f"{name}_store")
-        self.active = Signal(name=f"{name}_active")
-        self.pending = Signal(lanes, name=f"{name}_pending")
-        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-        self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, nb_log2, skew)
+        slots = _vector_slots(m, self, name, lanes, addr_bits, store_bits, nb_log2, skew,
+                              data=True)
+        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
         self.grant = self.beats.grant
         self.port_data = self.beats.port_values(self.data, 32)
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
-        m.d.comb += [
-            self.finishing.eq(self.active & ((self.pending & ~self.grant) == 0)),
-            self.can_load.eq(~self.active | self.finishing),
-        ]
-        with m.If(self.load):
-            m.d.sync += [self.pending.eq(self.load_mask), self.active.eq(1),
-                         self.store.eq(self.load_store)]
-            m.d.sync += [self.addr[p].eq(self.load_base + self.offsets[p])
-                         for p in range(lanes)]
-            m.d.sync += [self.data[p].eq(self.load_data[p]) for p in range(lanes)]
-        with m.Elif(self.finishing):
-            m.d.sync += [self.pending.eq(0), self.active.eq(0)]
-        with m.Else():
-            m.d.sync += self.pending.eq(self.pending & ~self.grant)
+        _slot_logic(m, self, lanes, slots, data=True)
 
     def ports(self):
         """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
@@ -899,7 +943,7 @@ class ContractionEngine(wiring.Component):
                 pw.load.eq(wfifo.r_rdy & pw.can_load), wfifo.r_en.eq(pw.load),
                 pw.load_base.eq(wq.addr), pw.load_mask.eq(in_store(wq)),
                 pw.load_store.eq(wq.store),
-                port.wr_idle.eq(~pw.active & (wfifo.level == 0)),
+                port.wr_idle.eq(pw.idle & (wfifo.level == 0)),
                 presp.w_en.eq(pr.out_valid), presp.w_data.eq(Cat(*pr.out_data)),
                 port.rd_data.valid.eq(presp.r_rdy), port.rd_data.payload.eq(presp.r_data),
                 presp.r_en.eq(port.rd_data.ready),
@@ -1082,7 +1126,10 @@ class ContractionEngine(wiring.Component):
         cred_a = Signal(range(FD + 1), init=FD)
         cred_b = Signal(range(FD + 1), init=FD)
         cred_c = Signal(range(S + 1), init=S)
-        acc_on = d.accumulate
+        # mode bits of the latched descriptor, registered (they settle while checking): the
+        # integer accumulators' adders start at a register, not behind the descriptor's
+        # field selects (15 levels at 4 lanes, docs/u50.md)
+        acc_on = held(d.accumulate, 1, "acc_on")
         a_rows = thermo(S, g_a.rem[1]) & thermo(S, tile_h)
         kv_a = k_valid(g_a.idx[3], "kv_a")
         if G == 1:
@@ -1093,7 +1140,7 @@ class ContractionEngine(wiring.Component):
             b_mask = Cat(*[by_split([b_cols[p % (P >> v)] for v in range(SL + 1)],
                                     f"fb_colok{p}", 1) & group_of(p, kv_b, f"fb_kok{p}")
                            for p in range(P)])
-        g0_mask = Cat(*in_g0)
+        g0_mask = held(Cat(*in_g0), P, "g0_mask")
         m.d.comb += [
             ra.load.eq(running & ~g_a.done & (cred_a != 0) & ra.can_load),
             ra.load_base.eq(g_a.addr),
@@ -1134,10 +1181,10 @@ class ContractionEngine(wiring.Component):
         s1_last = Signal()
         s1_ag = [Signal(32, name=f"s1_a{g}") for g in range(G)]     # A word of each group
         s1_b = Signal(32 * P)
-        s1_kv = Signal(G)
+        s1_kv = Signal(P)                        # per lane: its group's k index is inside k
         kv_i = k_valid(g_i.idx[3], "kv_i")
         m.d.sync += [s1_valid.eq(issue), s1_t.eq(t_i), s1_first.eq(k_first),
-                     s1_last.eq(k_last), s1_b.eq(fb.r_data), s1_kv.eq(kv_i)]
+                     s1_last.eq(k_last), s1_b.eq(fb.r_data)]
         for g in range(G):
             a_words = Array([fa.r_data[32 * (g * S + t):32 * (g * S + t + 1)] for t in range(S)])
             m.d.sync += s1_ag[g].eq(a_words[t_i])
@@ -1154,6 +1201,11 @@ class ContractionEngine(wiring.Component):
         x_valid, x_first, x_t = tagx[0], tagx[1], tagx[3:]
         tagy = delay(tagx, self._add_latency, "tagy")
         y_valid, y_last, y_t = tagy[0], tagy[2], tagy[3:]
+        # each lane's k-valid bit is selected from its group's at issue and delayed with
+        # the product: at the accumulator it is a register, not a split-select (the integer
+        # accumulators' adders sat behind it, 13 levels at 4 lanes)
+        if G > 1:
+            m.d.sync += s1_kv.eq(Cat(*[group_of(p, kv_i, f"kv_l{p}") for p in range(P)]))
         x_kv = delay(s1_kv, self._mul_latency, "x_kv")
 
         m.d.comb += fc.r_en.eq(x_valid & x_first & acc_on)
@@ -1166,7 +1218,8 @@ class ContractionEngine(wiring.Component):
         # pipeline, the interleaved accumulator slots and the write-back are shared; the mode
         # only selects which sum is written to the accumulator. One extra DSP48E2 per lane
         # (the product), the adder in carry logic (docs/contraction-engine.md).
-        int_on = d.integer if self._integer else Const(0, 1)
+        int_on = held(d.integer, 1, "int_on") if self._integer else Const(0, 1)
+        zero = held(Mux(d.integer, 0, NEG_ZERO) if self._integer else NEG_ZERO, 32, "acc_zero")
         results = []
         for p in range(P):
             mul = m.submodules[f"mul{p}"] = self._mul_unit()
@@ -1175,8 +1228,8 @@ class ContractionEngine(wiring.Component):
             acc_rd = accm.read_port(domain="comb")
             acc_wr = accm.write_port()
             # group 0 starts from the old C (accumulate); every other group from -0 / 0
-            init = Mux(acc_on & in_g0[p], fc.r_data[32 * p:32 * (p + 1)],
-                       Mux(int_on, 0, NEG_ZERO))
+            from_c = held(acc_on & in_g0[p], 1, f"from_c{p}")
+            init = Mux(from_c, fc.r_data[32 * p:32 * (p + 1)], zero)
             acc_in = Mux(x_first, init, acc_rd.data)
             b_word = s1_b[32 * p:32 * (p + 1)]
             if G == 1:
@@ -1185,7 +1238,7 @@ class ContractionEngine(wiring.Component):
                 s1_a = by_split([s1_ag[p >> (lp - v)] for v in range(SL + 1)], f"s1_a_l{p}", 32)
                 # a group's k index past k (its part is short): the product is -0, which
                 # leaves the sum as it is (x + -0 == x for an adder output)
-                kv_p = group_of(p, x_kv, f"x_kv_l{p}")
+                kv_p = x_kv[p]
                 prod = Mux(kv_p, mul.o.payload, NEG_ZERO)
             result = Signal(32, name=f"result{p}")
             if self._integer:
@@ -1263,7 +1316,7 @@ class ContractionEngine(wiring.Component):
                              self.error.eq(0), self.error_code.eq(0), self.cycles.eq(0)]
         with m.Elif(checking):
             m.d.sync += check_step.eq(check_step + 1)
-            with m.If((check_step == 3) & ~wh.active):
+            with m.If((check_step == 3) & wh.idle):
                 # the loops restart whatever the check says (they are idle unless running),
                 # so the check's compares reach only these three registers
                 m.d.comb += restart.eq(1)

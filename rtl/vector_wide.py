@@ -392,38 +392,63 @@ class WideVectorUnit(wiring.Component):
         Lanes = data.ArrayLayout(32, W)
 
         # ---- command ----------------------------------------------------------------------
+        # The op's decoded flags are registers, latched with the command from the incoming
+        # payload: every path that steers on them starts at a register, not behind the op's
+        # compares and ORs (13-14 levels into the lanes' multipliers and the result FIFO,
+        # docs/u50.md). The same cycle as the command, so nothing takes longer.
         c = Signal(VectorCommand)
         op = c.op
-        ew = {k: op == v for k, v in ELEMENTWISE_OPS.items()}
-        is_sp = Signal()                      # a special-function op
-        m.d.comb += is_sp.eq(_or(ew[k] for k in SPECIAL_OPS))
-        sp_on = is_sp if SP else Const(0, 1)
-        is_sum = op == REDUCE_OPS["sum"]
-        is_max = op == REDUCE_OPS["max"]
-        is_red = Signal()
-        is_gather = op == GATHER_OPS["gather"]
-        is_scatter = op == GATHER_OPS["scatter_add"]
-        is_upd = op == OP_UPDATE
-        # UPDATE's training rule (flags [3:0], golden.isa.UPDATE_MODES): this unit runs SGD
-        upd_mode_ok = c.flags == UPDATE_SGD
-        # which slots an elementwise op reads comes from the ISA table (golden.isa.OPS)
         ew_specs = [spec for spec in OPS if spec.kind is Elementwise]
-        two_src = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 2)
-        no_src = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 0)
-        two_reads = two_src | is_upd | is_scatter
-        mul_only = ew["mul"] | ew["scale"]
-        add_op = ew["add"] | ew["sub"] | ew["addi"] | is_upd | is_scatter
-        rnd = {k: op == v for k, v in RANDOM_OPS.items()}
-        is_rnd = _or(rnd.values())
-        is_racc = rnd["raccum"]
-        # the perturbation ops' width and sign (golden.isa.PERTURB_OPS; -sigma u: antithetic)
-        is_pert = _or(rnd[k] for k in PERTURB_OPS)
-        pert_neg = _or(rnd[k] for k, (_, sign) in PERTURB_OPS.items() if sign < 0)
-        pert8 = _or(rnd[k] for k, (bits, _) in PERTURB_OPS.items() if bits == 8)
-        rd_d = is_upd | is_racc                 # the FIRE read is slot 0 (theta / d)
-        two_reads = two_reads | is_racc
-        add_op = add_op | is_racc | rnd["runif"]
-        m.d.comb += is_red.eq(is_sum | is_max)
+
+        def decode(cmd):
+            """The op's flags, ``{name: value}``, from a command ``cmd``."""
+            op = cmd.op
+            f = {f"ew_{k}": op == v for k, v in ELEMENTWISE_OPS.items()}
+            f.update({f"rnd_{k}": op == v for k, v in RANDOM_OPS.items()})
+            ew = {k: f[f"ew_{k}"] for k in ELEMENTWISE_OPS}
+            rnd = {k: f[f"rnd_{k}"] for k in RANDOM_OPS}
+            f["is_sp"] = _or(ew[k] for k in SPECIAL_OPS)
+            f["is_sum"] = op == REDUCE_OPS["sum"]
+            f["is_max"] = op == REDUCE_OPS["max"]
+            f["is_red"] = f["is_sum"] | f["is_max"]
+            f["is_gather"] = op == GATHER_OPS["gather"]
+            f["is_scatter"] = op == GATHER_OPS["scatter_add"]
+            f["is_upd"] = op == OP_UPDATE
+            # UPDATE's training rule (flags [3:0], golden.isa.UPDATE_MODES): this unit runs SGD
+            f["upd_mode_ok"] = cmd.flags == UPDATE_SGD
+            # which slots an elementwise op reads comes from the ISA table (golden.isa.OPS)
+            f["two_src"] = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 2)
+            f["no_src"] = _or(ew[spec.mnemonic] for spec in ew_specs if spec.sources == 0)
+            f["mul_only"] = ew["mul"] | ew["scale"]
+            f["is_rnd"] = _or(rnd.values())
+            # the perturbation ops' width and sign (golden.isa.PERTURB_OPS; -sigma u:
+            # antithetic)
+            f["is_pert"] = _or(rnd[k] for k in PERTURB_OPS)
+            f["pert_neg"] = _or(rnd[k] for k, (_, sign) in PERTURB_OPS.items() if sign < 0)
+            f["pert8"] = _or(rnd[k] for k, (bits, _) in PERTURB_OPS.items() if bits == 8)
+            f["rd_d"] = f["is_upd"] | rnd["raccum"]     # the FIRE read is slot 0 (theta / d)
+            f["two_reads"] = (f["two_src"] | f["is_upd"] | f["is_scatter"] | rnd["raccum"])
+            f["add_op"] = (ew["add"] | ew["sub"] | ew["addi"] | f["is_upd"] | f["is_scatter"]
+                           | rnd["raccum"] | rnd["runif"])
+            f["is_ewop"] = (_or(ew[spec.mnemonic] for spec in ew_specs if not spec.requires)
+                            | (f["is_sp"] if SP else 0) | f["is_rnd"])
+            return f
+
+        incoming = decode(self.cmd.payload)
+        dec = {k: Signal(name=f"dec_{k}") for k in incoming}
+        latch_cmd = [c.eq(self.cmd.payload)] + [dec[k].eq(v) for k, v in incoming.items()]
+        ew = {k: dec[f"ew_{k}"] for k in ELEMENTWISE_OPS}
+        rnd = {k: dec[f"rnd_{k}"] for k in RANDOM_OPS}
+        is_sp = dec["is_sp"]                  # a special-function op
+        sp_on = is_sp if SP else Const(0, 1)
+        is_sum, is_max, is_red = dec["is_sum"], dec["is_max"], dec["is_red"]
+        is_gather, is_scatter, is_upd = dec["is_gather"], dec["is_scatter"], dec["is_upd"]
+        upd_mode_ok = dec["upd_mode_ok"]
+        two_src, no_src = dec["two_src"], dec["no_src"]
+        two_reads, mul_only, add_op = dec["two_reads"], dec["mul_only"], dec["add_op"]
+        is_rnd, is_racc = dec["is_rnd"], rnd["raccum"]
+        is_pert, pert_neg, pert8 = dec["is_pert"], dec["pert_neg"], dec["pert8"]
+        rd_d = dec["rd_d"]
         views = [c.v0, c.v1, c.v2]
 
         # normalized walk (set in DECODE): dims, per-slot base/row stride/step, lanes
@@ -529,14 +554,12 @@ class WideVectorUnit(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [c.eq(self.cmd.payload), err.eq(0)]
+                    m.d.sync += [*latch_cmd, err.eq(0)]
                     m.next = "DECODE"
 
             with m.State("DECODE"):
                 # used views, transposition, flattening, lanes
-                is_ewop = Signal()
-                m.d.comb += is_ewop.eq(_or(ew[spec.mnemonic] for spec in ew_specs
-                                           if not spec.requires) | sp_on | is_rnd)
+                is_ewop = dec["is_ewop"]
                 used = [Const(1), ~no_src, two_src]
                 colok = [(v.col == 1) | ((v.col == 0) if s else 0) for s, v in enumerate(views)]
                 rowok = [(v.row == 1) | ((v.row == 0) if s else 0) for s, v in enumerate(views)]
