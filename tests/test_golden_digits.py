@@ -249,3 +249,21 @@ def test_a_different_copy_of_the_digits_is_refused(monkeypatch):
         monkeypatch.undo()
         D._raw.cache_clear()
     assert D._raw()[0].shape == (1797, 8, 8)
+
+
+def test_import_ttrain_pins_the_float_kernels():
+    """`import ttrain` before numpy pins OpenBLAS's kernel family on x86-64 (the float
+    pre-training and BP references then sum in one order on every machine with AVX2:
+    docs/zo-results.md, fifth round); elsewhere it sets nothing."""
+    import platform
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    code = ("import ttrain, os, numpy, threadpoolctl\n"
+            "print(os.environ.get('OPENBLAS_CORETYPE'))\n"
+            "print(*[i.get('architecture') for i in threadpoolctl.threadpool_info()\n"
+            "        if i.get('internal_api') == 'openblas'])\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert out[:2] == ["Haswell", "Haswell"], out
+    else:
+        assert out[0] == "None", out
