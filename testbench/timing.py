@@ -63,7 +63,7 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
-def _top(lanes=2):
+def _top(lanes=2, fetch_words=None):
     """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
     preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
     netlist, where ABC maps some paths deeper than in the unit alone, and the paths between
@@ -71,9 +71,10 @@ def _top(lanes=2):
     from ..platforms.hw import preset_hw_config
     from ..rtl.top import Accelerator
     hw = preset_hw_config("tiny", lanes=lanes)
+    kw = {"fetch_words": fetch_words} if fetch_words else {}
     return Accelerator(store_sizes=hw.stores, lanes=lanes, banks=lanes, max_split=lanes,
                        imem_depth=hw.imem_depth, store_impl="verilog", store_style="block",
-                       special=False)
+                       special=False, **kw)
 
 
 def _vector(special=False, width=1):
@@ -135,7 +136,10 @@ UNITS = {
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
                                "(the 8-lane top's arbitration at half the ports)"),
     "top-8": (lambda: _top(8), "Accelerator, 8 lanes (the default), max_split 8, tiny stores, "
-                               "no special unit (Yosys 34-42 min here)"),
+                               "no special unit (Yosys 16-42 min here)"),
+    "top-8-w8": (lambda: _top(8, fetch_words=8),
+                 "top-8 with 8-word operand beats (fetch_words 8: the A fetcher's 128 lanes "
+                 "reach the arbiter through 8 ports)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 
