@@ -40,6 +40,15 @@ def _fetch_words(args):
     return fw
 
 
+def _vector_width(args):
+    """``--vector-width``, checked: None or a power of two up to ``--lanes`` (= banks)."""
+    vw = args.vector_width
+    if vw is not None and (vw < 1 or vw & (vw - 1) or vw > args.lanes):
+        raise ValueError(f"--vector-width must be a power of two up to --lanes ({args.lanes}: "
+                         f"the banks), not {vw}")
+    return vw
+
+
 def _engine(args):
     from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
@@ -150,8 +159,9 @@ def _lrt_step(args):
 
 def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
-                               or args.bank_skew):
-        raise ValueError(f"--max-split, --fetch-words and --bank-skew apply to --rule sgd "
+                               or args.bank_skew or args.vector_width is not None):
+        raise ValueError(f"--max-split, --fetch-words, --bank-skew and --vector-width apply "
+                         f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
     if args.rule == "zo":
@@ -182,7 +192,7 @@ def _step(args):
                      positions=args.positions, buckets=args.buckets,
                      lengths_from=args.lengths_from, max_split=_max_split(args),
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
-                     **_top_args(args))
+                     vector_width=_vector_width(args), **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -297,6 +307,9 @@ def register(sub):
     st.add_argument("--fetch-words", type=int, default=None, metavar="W",
                     help="the engine's operand fetchers and C writer in beats of W words per "
                          "cycle (power of two up to --lanes; default a whole vector)")
+    st.add_argument("--vector-width", type=int, default=None, metavar="W",
+                    help="--rule sgd: lanes of the vector and update units (power of two up "
+                         "to --lanes; default --lanes, one word per bank)")
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")

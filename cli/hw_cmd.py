@@ -16,6 +16,7 @@ def format_hw(hw):
              f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
              + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else ""),
+             f"  vector      {hw.vector_lanes} lanes (vector and update units)",
              f"  stores      {hw.banks} banks each"
              + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
                 else ""),
@@ -33,12 +34,13 @@ def _run(args):
     from .commands import check_int
     from .platforms.hw import preset_hw_config
     for flag, v in (("--lanes", args.lanes), ("--banks", args.banks),
-                    ("--imem-depth", args.imem_depth)):
+                    ("--imem-depth", args.imem_depth), ("--vector-width", args.vector_width)):
         if v is not None and (v < 1 or v & (v - 1)):
             raise ValueError(f"{flag} must be a positive power of two, got {v}")
     check_int("--slots", args.slots, 2, 256)
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
-                          imem_depth=args.imem_depth, bank_skew=args.bank_skew)
+                          imem_depth=args.imem_depth, bank_skew=args.bank_skew,
+                          vector_width=args.vector_width)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -65,5 +67,8 @@ def register(sub):
                    help="word a of every store in bank (a + a // banks) %% banks (rows skewed "
                         "across the banks: strides that are multiples of the banks stop "
                         "conflicting)")
+    p.add_argument("--vector-width", type=int, default=None, metavar="W",
+                   help="lanes of the vector and update units (power of two up to the banks; "
+                        "default the banks)")
     p.add_argument("--json", action="store_true", help="print hw.json")
     p.set_defaults(func=_run)

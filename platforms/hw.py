@@ -17,8 +17,9 @@ What the configuration decides
 ``special``
     The vector unit gets the special-function unit when any program uses a special op
     (``exp recip rsqrt tanh tanh_grad gelu gelu_grad log``), or when asked.
-``lanes``, ``banks``, ``slots``, ``dim_bits``, ``overlap``, ``clock_mhz``
-    The engine's MAC lanes, banks per store (= vector/update lanes, default ``lanes``), the
+``lanes``, ``banks``, ``slots``, ``dim_bits``, ``overlap``, ``clock_mhz``, ``vector_width``
+    The engine's MAC lanes, banks per store (default ``lanes``; the vector/update units'
+    lanes too unless ``vector_width`` is narrower), the
     output rows interleaved per lane (must exceed the adder latency), the descriptor width,
     whether the sequencer overlaps instructions on different units, and the target clock.
 ``store_style``
@@ -117,6 +118,9 @@ class HwConfig:
         Word ``a`` of every store in bank ``(a + a // banks) % banks`` (rows skewed by one
         bank each, :class:`~ttrain.rtl.engine.ContractionEngine` ``bank_skew``); the default
         ``False`` is ``a % banks``. The row is ``a // banks`` either way.
+    vector_width : int
+        Lanes of the vector and update units (their store ports' beat width; 0 = ``banks``,
+        the default). :attr:`vector_lanes` is the resolved value.
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -138,6 +142,12 @@ class HwConfig:
     max_split: int = 1
     fetch_words: int = 0
     bank_skew: bool = False
+    vector_width: int = 0
+
+    @property
+    def vector_lanes(self):
+        """Lanes of the vector and update units (``vector_width``, or ``banks`` when 0)."""
+        return self.vector_width or self.banks
 
     @property
     def stores(self):
@@ -188,6 +198,8 @@ class HwConfig:
             kw["fetch_words"] = self.fetch_words
         if self.bank_skew:
             kw["bank_skew"] = True
+        if self.vector_width:
+            kw["vector_width"] = self.vector_width
         if self.special:
             kw["special_impl"] = special_impl
         kw["engine_units"] = "verilog"
@@ -213,7 +225,8 @@ class HwConfig:
         if not isinstance(d, dict) or d.get("format") != _FORMAT:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(d) - {"max_split", "fetch_words", "bank_skew"}  # older files
+        missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
+                                    "vector_width"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -234,7 +247,7 @@ def _canonical(obj):
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
-              bank_skew=False):
+              bank_skew=False, vector_width=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -265,6 +278,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         per beat.
     bank_skew : bool
         Rows skewed across the banks (:attr:`HwConfig.bank_skew`).
+    vector_width : int or None
+        Lanes of the vector and update units (power of two up to ``banks``); ``None``:
+        ``banks``.
     """
     from .memory import fit_memory
 
@@ -303,6 +319,11 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
         if fetch_words > lanes:
             raise ValueError(f"fetch_words {fetch_words} is above the {lanes} lanes; use at "
                              f"most {lanes}")
+    if vector_width is not None:
+        _pos_int("vector_width", vector_width, power_of_two=True)
+        if vector_width > banks:
+            raise ValueError(f"vector_width {vector_width} is above the {banks} banks: the "
+                             f"vector units' beats are at most a row; use at most {banks}")
     if not isinstance(bank_skew, bool):
         raise ValueError(f"bank_skew must be True or False, not {bank_skew!r}")
     needs_special = any(program_needs_special(p) for p in progs.values())
@@ -339,7 +360,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     store_words=tuple((s, words[s]) for s in _STORES),
                     store_style=tuple((s, styles[s]) for s in _STORES),
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
-                    fetch_words=int(fetch_words or 0), bank_skew=bank_skew)
+                    fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
+                    vector_width=int(vector_width or 0))
 
 
 def preset_hw_config(config, **overrides):

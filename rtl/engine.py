@@ -618,6 +618,11 @@ class ContractionEngine(wiring.Component):
         leading dimension of 96 on 32 banks) hits every bank once instead of one bank
         ``lanes`` times. A beat of fewer than ``banks`` consecutive words stays conflict-free;
         a full ``banks``-word beat that is not row-aligned takes two cycles.
+    port_width : int or None
+        Words per beat of the store ports (power of two, 1..banks; default ``banks``): the
+        width of the units behind them (the vector and update units), which need not grow
+        with the engine (docs/wide-engine.md: at 256 lanes their lanes would be most of the
+        chip's DSPs). Lane ``w`` of a beat is word ``addr + w`` as before.
 
     Members
     -------
@@ -641,7 +646,7 @@ class ContractionEngine(wiring.Component):
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
-                 fetch_words=None, bank_skew=False):
+                 fetch_words=None, bank_skew=False, port_width=None):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -673,6 +678,12 @@ class ContractionEngine(wiring.Component):
                 or fetch_words < 1 or fetch_words & (fetch_words - 1) or fetch_words > lanes):
             raise ValueError(f"fetch_words must be a power of two in 1..lanes ({lanes}), not "
                              f"{fetch_words!r}")
+        port_width = banks if port_width is None else port_width
+        if isinstance(port_width, bool) or not isinstance(port_width, int) or port_width < 1 \
+                or port_width & (port_width - 1) or port_width > banks:
+            raise ValueError(f"port_width must be a power of two in 1..banks ({banks}), not "
+                             f"{port_width!r}")
+        self._port_width = port_width
         self._fetch_words = fetch_words
         self._bank_skew = bool(bank_skew)
         self._max_split = max_split
@@ -709,7 +720,7 @@ class ContractionEngine(wiring.Component):
         self._desc_layout = descriptor_layout(self._store_bits, self._addr_bits, dim_bits)
         self._host_layout = host_request_layout(self._store_bits, self._addr_bits, banks)
         self._port_sig = StorePortSignature(store_bits=self._store_bits,
-                                            addr_bits=self._addr_bits, width=banks)
+                                            addr_bits=self._addr_bits, width=port_width)
         members = {f"port{i}": In(self._port_sig) for i in range(ports)}
         super().__init__({**members,
             "desc": In(stream.Signature(self._desc_layout)),
@@ -730,6 +741,8 @@ class ContractionEngine(wiring.Component):
     max_split = property(lambda self: self._max_split,
                          doc="Largest descriptor ``split`` (lane groups).")
     ports = property(lambda self: self._ports, doc="Store ports for other units.")
+    port_width = property(lambda self: self._port_width,
+                          doc="Words per beat of the store ports (at most ``banks``).")
     port_signature = property(lambda self: self._port_sig,
                               doc="The :class:`~ttrain.rtl.port.StorePortSignature` of a port.")
     banks = property(lambda self: self._banks, doc="Banks per store (= host beat width).")
@@ -858,8 +871,9 @@ class ContractionEngine(wiring.Component):
         wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK)      # C results
         wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK)   # host write
 
-        prs = [_ReadClient(m, f"p{i}r", NB, AW, SB, lnb, None, SK) for i in range(self._ports)]
-        pws = [_WriteClient(m, f"p{i}w", NB, AW, SB, lnb, None, SK) for i in range(self._ports)]
+        PW = self._port_width
+        prs = [_ReadClient(m, f"p{i}r", PW, AW, SB, lnb, None, SK) for i in range(self._ports)]
+        pws = [_WriteClient(m, f"p{i}w", PW, AW, SB, lnb, None, SK) for i in range(self._ports)]
 
         rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
                           n_stores, lnb)
@@ -895,7 +909,7 @@ class ContractionEngine(wiring.Component):
         def in_store(req):
             """A beat's lane mask without the lanes past the end of its store."""
             return Cat(*[req.mask[w] & ((req.addr + w) < depth_of[req.store])
-                         for w in range(NB)])
+                         for w in range(len(req.mask))])
         h_mask = Signal(NB)
         m.d.comb += h_mask.eq(in_store(hreq))
         m.d.comb += [
@@ -923,7 +937,7 @@ class ContractionEngine(wiring.Component):
             port = getattr(self, f"port{i}")
             # 8 beats of response buffer: one read beat per cycle is sustained with a
             # consumer that is always ready (the credit loop is 5 cycles long)
-            presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * NB, depth=8)
+            presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * PW, depth=8)
             pcredit = Signal(range(9), init=8, name=f"port{i}_credit")
             rfifo = m.submodules[f"port{i}_rq"] = fifo.SyncFIFO(
                 width=Value.cast(port.rd.payload).shape().width, depth=2)
@@ -949,9 +963,9 @@ class ContractionEngine(wiring.Component):
                 presp.r_en.eq(port.rd_data.ready),
                 r_take.eq(port.rd.valid & port.rd.ready),
             ]
-            m.d.comb += [pr.offsets[w].eq(w) for w in range(NB)]
-            m.d.comb += [pw.offsets[w].eq(w) for w in range(NB)]
-            m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(NB)]
+            m.d.comb += [pr.offsets[w].eq(w) for w in range(PW)]
+            m.d.comb += [pw.offsets[w].eq(w) for w in range(PW)]
+            m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(PW)]
             m.d.sync += pcredit.eq(pcredit - r_take + (presp.r_rdy & port.rd_data.ready))
 
         # ---- descriptor check ------------------------------------------------------------

@@ -59,8 +59,8 @@ class Accelerator(wiring.Component):
     lanes : int
         Contraction engine MAC lanes (power of two).
     banks, slots, dim_bits : int or None
-        Passed to :class:`~ttrain.rtl.engine.ContractionEngine` (``banks`` is also the store
-        port width, i.e. the wide vector unit's lanes).
+        Passed to :class:`~ttrain.rtl.engine.ContractionEngine` (``banks`` is also the host
+        beat width and, by default, the vector and update units' lanes).
     imem_depth : int
         Instructions the instruction memory holds.
     overlap : bool
@@ -97,6 +97,11 @@ class Accelerator(wiring.Component):
         :func:`ttrain.rtl.export.shared_sources` of :attr:`shared_units`;
         ``platforms.sim.top.build_top`` does). Same hardware; a wide top converts and
         compiles in a fraction of the time. Not for the Amaranth simulator.
+    vector_width : int or None
+        Lanes of the vector and update units and the beat width of their store ports (power of
+        two, at most ``banks``; ``None``: ``banks``). Narrower units cost fewer DSPs and LUTs
+        and take ``banks / vector_width`` times the beats per row of an elementwise op; they
+        compute the same words.
 
     Members
     -------
@@ -124,7 +129,7 @@ class Accelerator(wiring.Component):
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
-                 fetch_words=None, bank_skew=False, engine_units="amaranth"):
+                 fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -169,7 +174,7 @@ class Accelerator(wiring.Component):
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
                                          fetch_words=fetch_words, bank_skew=bank_skew,
-                                         **units)
+                                         port_width=vector_width, **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)
@@ -197,6 +202,9 @@ class Accelerator(wiring.Component):
     store_sizes = property(lambda self: dict(self._sizes), doc="Words per store.")
     imem_depth = property(lambda self: self._imem_depth, doc="Instruction memory depth.")
     banks = property(lambda self: self._engine.banks, doc="Banks per store = host beat width.")
+    vector_width = property(lambda self: self._engine.port_width,
+                            doc="Lanes of the vector and update units (= their store ports' "
+                                "beat width; at most ``banks``).")
 
     special = property(lambda self: self._special, doc="The vector unit has the special unit.")
 
@@ -224,7 +232,7 @@ class Accelerator(wiring.Component):
 
     def _vector_unit(self, m, name, port, special=False):
         eng = self._engine
-        unit = WideVectorUnit(width=eng.banks, addr_bits=eng.addr_bits,
+        unit = WideVectorUnit(width=eng.port_width, addr_bits=eng.addr_bits,
                               store_bits=eng.port_signature.store_bits, special=special,
                               special_impl=self._special_impl, units=self._vector_units)
         m.submodules[name] = unit

@@ -69,6 +69,7 @@ def _bucket_epoch(cfg, bk, entries, lengths, source):
 
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
+               vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
@@ -132,10 +133,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"paper-size first build takes 10-30 minutes")
     name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}" + (
         f"_g{max_split}" if max_split > 1 else "") + (
-        f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "")
+        f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "") + (
+        f"_v{vector_width}" if vector_width else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
                    fetch_words=fetch_words,      # lane groups: the largest split mapped
-                   bank_skew=bank_skew)
+                   bank_skew=bank_skew, vector_width=vector_width)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -170,6 +172,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
+              "vector_width": hw.vector_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,

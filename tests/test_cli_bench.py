@@ -55,3 +55,8 @@ def test_bench_step_max_split_is_checked():
     assert main(["bench", "step", "--rule", "zo", "--bank-skew"]) == 2
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--max-split", "16"]) == 2
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--fetch-words", "3"]) == 2
+    assert main(["bench", "step", "--rule", "lrt", "--vector-width", "4"]) == 2
+    for bad in ("3", "16", "0"):
+        assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--vector-width",
+                     bad]) == 2
+    assert main(["hw", "--config", "tiny", "--vector-width", "16"]) == 2

@@ -54,8 +54,14 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert k.bank_skew and k.accelerator_kwargs()["bank_skew"] is True and k != a
     assert HwConfig.from_dict(json.loads(k.to_json())) == k
     assert not a.bank_skew and "bank_skew" not in a.accelerator_kwargs()
+    v = preset_hw_config("tiny", vector_width=2)
+    assert v.vector_width == 2 and v.vector_lanes == 2 and v != a
+    assert v.accelerator_kwargs()["vector_width"] == 2
+    assert HwConfig.from_dict(json.loads(v.to_json())) == v
+    assert a.vector_width == 0 and a.vector_lanes == 8 and "vector_width" not in \
+        a.accelerator_kwargs()
     old = json.loads(a.to_json())
-    del old["fetch_words"], old["bank_skew"]      # a file from before beats and skew
+    del old["fetch_words"], old["bank_skew"], old["vector_width"]   # a file from before them
     assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
@@ -82,6 +88,8 @@ def test_units_follow_the_programs():
     ({"fetch_words": 6}, "fetch_words must be a positive power of two"),
     ({"fetch_words": 16}, "fetch_words 16 is above the 8 lanes"),
     ({"bank_skew": 1}, "bank_skew must be True or False"),
+    ({"vector_width": 3}, "vector_width must be a positive power of two"),
+    ({"vector_width": 16}, "vector_width 16 is above the 8 banks"),
 ])
 def test_bad_overrides_name_what_to_change(kw, match):
     with pytest.raises(ValueError, match=match):

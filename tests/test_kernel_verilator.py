@@ -1,11 +1,12 @@
 # amaranth: UnusedElaboratable=no
 """The Vitis kernel (``platforms/kernel.py``) under Verilator, driven entirely through its AXI ports.
 
-One build (2 lanes, the special-function unit, stores and instruction memory sized for both a
-compiled TT-linear layer and the whole ``tiny`` model step of ``compile_model``), one cocotb
-run of several kernel invocations on the same kernel (the stores keep their words between
-calls), through cocotbext-axi (``AxiLiteMaster`` on ``s_axi_control``, ``AxiRam`` on
-``m_axi_gmem``) and :class:`ttrain.platforms.host.driver.KernelDriver`:
+One build (2 lanes, vector and update units of one lane, the special-function unit, stores
+and instruction memory sized for both a compiled TT-linear layer and the whole ``tiny`` model
+step of ``compile_model``), one cocotb run of several kernel invocations on the same kernel
+(the stores keep their words between calls), through cocotbext-axi (``AxiLiteMaster`` on
+``s_axi_control``, ``AxiRam`` on ``m_axi_gmem``) and
+:class:`ttrain.platforms.host.driver.KernelDriver`:
 
 1. program + whole image + RUN + every store read back: bit-exact with the interpreter;
 2. four more steps without reloading the program or parameters (new inputs/targets only),
@@ -62,8 +63,11 @@ def model():
 @pytest.fixture(scope="module")
 def config(layer, model):
     # one build for both scenarios: stores = the larger of both programs', imem a power of two
-    # holding the longer program, the special-function unit the model step needs
-    return hw_config({"tt": layer, "tiny": model}, config="kernel-test", lanes=2, slots=8)
+    # holding the longer program, the special-function unit the model step needs; vector and
+    # update units one lane wide on the 2 banks (HwConfig.vector_width: units narrower than
+    # the banks, checked here through the whole kernel)
+    return hw_config({"tt": layer, "tiny": model}, config="kernel-test", lanes=2, slots=8,
+                     vector_width=1)
 
 
 @pytest.fixture(scope="module")
