@@ -397,7 +397,6 @@ class WideVectorUnit(wiring.Component):
         # compares and ORs (13-14 levels into the lanes' multipliers and the result FIFO,
         # docs/u50.md). The same cycle as the command, so nothing takes longer.
         c = Signal(VectorCommand)
-        op = c.op
         ew_specs = [spec for spec in OPS if spec.kind is Elementwise]
 
         def decode(cmd):
