@@ -22,31 +22,31 @@ def _print_report(report, as_json):
               f"ideal {e['ideal_cycles']:>10,} utilization {e['utilization']:7.2%}")
 
 
+def _upto_lanes(args, name, optional=True):
+    """Flag ``--name`` (attribute ``name``), checked: a power of two up to ``--lanes`` (or
+    None when ``optional`` and not given)."""
+    v = getattr(args, name)
+    if v is None and optional:
+        return None
+    if v < 1 or v & (v - 1) or v > args.lanes:
+        raise ValueError(f"--{name.replace('_', '-')} must be a power of two up to --lanes "
+                         f"({args.lanes}), not {v}")
+    return v
+
+
 def _max_split(args):
-    """``--max-split``, checked: a power of two up to ``--lanes`` (the lane groups)."""
-    g = args.max_split
-    if g < 1 or g & (g - 1) or g > args.lanes:
-        raise ValueError(f"--max-split must be a power of two up to --lanes ({args.lanes}), "
-                         f"not {g}")
-    return g
+    """``--max-split``: the lane groups."""
+    return _upto_lanes(args, "max_split", optional=False)
 
 
 def _fetch_words(args):
-    """``--fetch-words``, checked: None or a power of two up to ``--lanes``."""
-    fw = args.fetch_words
-    if fw is not None and (fw < 1 or fw & (fw - 1) or fw > args.lanes):
-        raise ValueError(f"--fetch-words must be a power of two up to --lanes ({args.lanes}), "
-                         f"not {fw}")
-    return fw
+    """``--fetch-words``: the engine's operand beats (None: whole vectors)."""
+    return _upto_lanes(args, "fetch_words")
 
 
 def _vector_width(args):
-    """``--vector-width``, checked: None or a power of two up to ``--lanes`` (= banks)."""
-    vw = args.vector_width
-    if vw is not None and (vw < 1 or vw & (vw - 1) or vw > args.lanes):
-        raise ValueError(f"--vector-width must be a power of two up to --lanes ({args.lanes}: "
-                         f"the banks), not {vw}")
-    return vw
+    """``--vector-width``: the vector and update units' lanes (None: the banks = lanes)."""
+    return _upto_lanes(args, "vector_width")
 
 
 def _engine(args):
