@@ -262,88 +262,26 @@ class _Beats:
                 for j in range(W)]
 
 
-def _vector_slots(m, cl, name, lanes, addr_bits, store_bits, nb_log2, skew, data=False):
-    """The state of a client of :class:`_ReadClient` / :class:`_WriteClient`: the vector being
-    served (``pending``, ``addr``, ``bank``, ``store``, ``active``, and ``data`` for a writer)
-    and one waiting behind it (``next_*``).
+class _VectorClient:
+    """A vector of ``lanes`` word accesses to one store, completed over one or more cycles
+    (the common part of :class:`_ReadClient` and :class:`_WriteClient`).
 
-    ``can_load`` is a register (the waiting slot is empty), so a ``load`` does not wait for
-    this cycle's grants: the grant -> ``finishing`` -> ``load`` -> address generators path was
-    the engine's deepest (14-15 levels; docs/u50.md, logic depth). A load goes straight into
-    the served slot when that is idle or finishing (as before: the vector is presented the
-    next cycle), else into the waiting slot, which moves up when the served vector finishes.
-    So every vector reaches the arbiter in the same cycle as with one slot, and one more
-    waits, already loaded.
-    """
-    cl.store = Signal(store_bits, name=f"{name}_store")
-    cl.active = Signal(name=f"{name}_active")
-    cl.pending = Signal(lanes, name=f"{name}_pending")
-    cl.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-    # each lane's bank, registered with its address: the skew's add is then off the
-    # request -> grant -> pending loop (docs/u50.md, logic depth)
-    cl.bank = [Signal(max(1, nb_log2), name=f"{name}_bank{p}") for p in range(lanes)]
-    n_valid = Signal(name=f"{name}_next_valid")
-    n_mask = Signal(lanes, name=f"{name}_next_mask")
-    n_store = Signal(store_bits, name=f"{name}_next_store")
-    n_addr = [Signal(addr_bits, name=f"{name}_next_addr{p}") for p in range(lanes)]
-    n_bank = [Signal(max(1, nb_log2), name=f"{name}_next_bank{p}") for p in range(lanes)]
-    cl.idle = Signal(name=f"{name}_idle")
-    m.d.comb += cl.idle.eq(~cl.active & ~n_valid)
-    lane_addr = [Signal(addr_bits, name=f"{name}_lane_addr{p}") for p in range(lanes)]
-    m.d.comb += [lane_addr[p].eq(cl.load_base + cl.offsets[p]) for p in range(lanes)]
-    lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
-    if data:
-        cl.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
-        n_data = [Signal(32, name=f"{name}_next_data{p}") for p in range(lanes)]
-    return n_valid, n_mask, n_store, n_addr, n_bank, lane_addr, lane_bank, \
-        (n_data if data else None)
+    ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store`` (and a
+    writer's ``load_data``); lane ``p`` accesses word ``load_base + offsets[p]``. The lanes
+    reach the arbiter through ``width`` ports (:class:`_Beats`; default one port per lane).
 
-
-def _slot_logic(m, cl, lanes, slots, data=False):
-    """The next-state logic of :func:`_vector_slots` (after ``grant`` exists)."""
-    n_valid, n_mask, n_store, n_addr, n_bank, lane_addr, lane_bank, n_data = slots
-    m.d.comb += [
-        cl.finishing.eq(cl.active & ((cl.pending & ~cl.grant) == 0)),
-        cl.can_load.eq(~n_valid),
-    ]
-    # The served slot takes a vector when it is idle or finishing (``free``): the load of
-    # this cycle if any, else the waiting one (``load`` implies an empty waiting slot). What
-    # it takes is selected from registers and ``load`` alone; the grants reach these
-    # registers only through ``free``, one 2:1 select (and ``pending & ~grant``).
-    free = Signal(name=f"{cl.name}_free")
-    m.d.comb += free.eq(~cl.active | cl.finishing)
-    take_mask = Mux(cl.load, cl.load_mask, Mux(n_valid, n_mask, 0))
-    m.d.sync += [cl.pending.eq(Mux(free, take_mask, cl.pending & ~cl.grant)),
-                 cl.active.eq(~free | cl.load | n_valid),
-                 n_valid.eq(~free & (n_valid | cl.load))]
-    with m.If(free):
-        m.d.sync += cl.store.eq(Mux(cl.load, cl.load_store, n_store))
-        m.d.sync += [cl.addr[p].eq(Mux(cl.load, lane_addr[p], n_addr[p])) for p in range(lanes)]
-        m.d.sync += [cl.bank[p].eq(Mux(cl.load, lane_bank[p], n_bank[p])) for p in range(lanes)]
-        if data:
-            m.d.sync += [cl.data[p].eq(Mux(cl.load, cl.load_data[p], n_data[p]))
-                         for p in range(lanes)]
-    # the waiting slot: a load that the served slot does not take (with ``free`` the copy
-    # is never used: ``n_valid`` stays low)
-    with m.If(cl.load):
-        m.d.sync += [n_mask.eq(cl.load_mask), n_store.eq(cl.load_store)]
-        m.d.sync += [n_addr[p].eq(lane_addr[p]) for p in range(lanes)]
-        m.d.sync += [n_bank[p].eq(lane_bank[p]) for p in range(lanes)]
-        if data:
-            m.d.sync += [n_data[p].eq(cl.load_data[p]) for p in range(lanes)]
-
-
-class _ReadClient:
-    """A vector of ``lanes`` word reads from one store, completed over one or more cycles.
-
-    ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store``; lane ``p``
-    reads word ``load_base + offsets[p]``. The lanes reach the arbiter through ``width``
-    ports (:class:`_Beats`; default one port per lane). When every masked-in lane has been
-    granted, ``out_valid`` pulses one cycle later with ``out_data`` (masked lanes read 0).
-    One more vector can be loaded while one is served (:func:`_vector_slots`); ``idle``: none.
+    The client holds the vector being served (``pending``, ``addr``, ``bank``, ``store``,
+    ``active``, a writer's ``data``) and one waiting behind it (``_next_*``). ``can_load`` is a
+    register (the waiting slot is empty), so a ``load`` does not wait for this cycle's grants:
+    the grant -> ``finishing`` -> ``load`` -> address generators path was the engine's deepest
+    (14-15 levels; docs/u50.md, logic depth). A load goes straight into the served slot when
+    that is idle or finishing (as with one slot: the vector is presented the next cycle), else
+    into the waiting slot, which moves up when the served vector finishes. So every vector
+    reaches the arbiter in the same cycle as with one slot, and one more waits, already
+    loaded. ``idle``: no vector served or waiting.
     """
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, data):
         width = lanes if width is None else min(width, lanes)
         self.name = name
         self.lanes = lanes
@@ -352,13 +290,71 @@ class _ReadClient:
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
         self.load_store = Signal(store_bits, name=f"{name}_load_store")
         self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
-        slots = _vector_slots(m, self, name, lanes, addr_bits, store_bits, nb_log2, skew)
+        bank_bits = max(1, nb_log2)
+        self.store = Signal(store_bits, name=f"{name}_store")
+        self.active = Signal(name=f"{name}_active")
+        self.pending = Signal(lanes, name=f"{name}_pending")
+        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
+        # each lane's bank, registered with its address: the skew's add is then off the
+        # request -> grant -> pending loop (docs/u50.md, logic depth)
+        self.bank = [Signal(bank_bits, name=f"{name}_bank{p}") for p in range(lanes)]
+        nv = Signal(name=f"{name}_next_valid")
+        n_mask = Signal(lanes, name=f"{name}_next_mask")
+        n_store = Signal(store_bits, name=f"{name}_next_store")
+        n_addr = [Signal(addr_bits, name=f"{name}_next_addr{p}") for p in range(lanes)]
+        n_bank = [Signal(bank_bits, name=f"{name}_next_bank{p}") for p in range(lanes)]
+        lane_addr = [Signal(addr_bits, name=f"{name}_lane_addr{p}") for p in range(lanes)]
+        m.d.comb += [lane_addr[p].eq(self.load_base + self.offsets[p]) for p in range(lanes)]
+        lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
+        # (what the served slot holds, what the waiting one holds, what a load brings)
+        fields = [(self.store, n_store, self.load_store)]
+        fields += list(zip(self.addr, n_addr, lane_addr)) + list(zip(self.bank, n_bank, lane_bank))
+        if data:
+            self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
+            self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
+            n_data = [Signal(32, name=f"{name}_next_data{p}") for p in range(lanes)]
+            fields += list(zip(self.data, n_data, self.load_data))
+
         self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
         self.grant = self.beats.grant
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
-        self.nb_log2 = nb_log2
-        _slot_logic(m, self, lanes, slots)
+        self.idle = Signal(name=f"{name}_idle")
+        # The served slot takes a vector when it is idle or finishing (``free``): the load of
+        # this cycle if any, else the waiting one (``load`` implies an empty waiting slot).
+        # What it takes is selected from registers and ``load`` alone; the grants reach these
+        # registers only through ``free``, one 2:1 select (and ``pending & ~grant``).
+        free = Signal(name=f"{name}_free")
+        m.d.comb += [
+            self.finishing.eq(self.active & ((self.pending & ~self.grant) == 0)),
+            self.can_load.eq(~nv),
+            self.idle.eq(~self.active & ~nv),
+            free.eq(~self.active | self.finishing),
+        ]
+        take_mask = Mux(self.load, self.load_mask, Mux(nv, n_mask, 0))
+        m.d.sync += [self.pending.eq(Mux(free, take_mask, self.pending & ~self.grant)),
+                     self.active.eq(~free | self.load | nv),
+                     nv.eq(~free & (nv | self.load))]
+        with m.If(free):
+            m.d.sync += [cur.eq(Mux(self.load, new, wait)) for cur, wait, new in fields]
+        # the waiting slot copies every load (when the served slot takes it, ``next_valid``
+        # stays low and the copy is never used)
+        with m.If(self.load):
+            m.d.sync += [n_mask.eq(self.load_mask)]
+            m.d.sync += [wait.eq(new) for _, wait, new in fields]
+
+    def ports(self):
+        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        return self.beats.ports(self.store)
+
+
+class _ReadClient(_VectorClient):
+    """A :class:`_VectorClient` that reads: when every masked-in lane has been granted,
+    ``out_valid`` pulses two cycles later with ``out_data`` (masked lanes read 0)."""
+
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
+        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, False)
+        width = self.beats.width
 
         # Data return, two cycles after the grant (the stores' inputs are registered, then
         # the RAM's read register): port j's bank, the lanes granted.
@@ -379,10 +375,6 @@ class _ReadClient:
         m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
         m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
 
-    def ports(self):
-        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
-        return self.beats.ports(self.store)
-
     def connect_data(self, m, store_rdata):
         """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
         flat = Array([Array(banks) for banks in store_rdata])
@@ -401,33 +393,12 @@ class _ReadClient:
                 m.d.sync += self.assembled[p].eq(self.out_data[p])
 
 
-class _WriteClient:
-    """A vector of ``lanes`` word writes to one store, completed over one or more cycles,
-    through ``width`` ports (:class:`_Beats`; default one per lane); one more can be loaded
-    while one is served (:func:`_vector_slots`); ``idle``: none."""
+class _WriteClient(_VectorClient):
+    """A :class:`_VectorClient` that writes ``load_data``; ``port_data`` is each port's word."""
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
-        width = lanes if width is None else min(width, lanes)
-        self.name = name
-        self.lanes = lanes
-        self.load = Signal(name=f"{name}_load")
-        self.load_base = Signal(addr_bits, name=f"{name}_load_base")
-        self.load_mask = Signal(lanes, name=f"{name}_load_mask")
-        self.load_store = Signal(store_bits, name=f"{name}_load_store")
-        self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
-        self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
-        slots = _vector_slots(m, self, name, lanes, addr_bits, store_bits, nb_log2, skew,
-                              data=True)
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
-        self.grant = self.beats.grant
+        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, True)
         self.port_data = self.beats.port_values(self.data, 32)
-        self.finishing = Signal(name=f"{name}_finishing")
-        self.can_load = Signal(name=f"{name}_can_load")
-        _slot_logic(m, self, lanes, slots, data=True)
-
-    def ports(self):
-        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
-        return self.beats.ports(self.store)
 
 
 def _arbitrate(m, name, lanes, n_stores, nb_log2):
