@@ -1,12 +1,9 @@
 import os
-import platform
 from pathlib import Path
 
 os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-# the float references' OpenBLAS kernels pinned as `import ttrain` pins them (cli/__init__.py),
-# here too in case a plugin imports numpy first
-if platform.machine().lower() in ("x86_64", "amd64"):
-    os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+import ttrain  # noqa: E402,F401  -- pins the float references' OpenBLAS kernels before the
+#                  tests import numpy (cli/__init__.py), the one place that rule lives
 
 _REPO = Path(__file__).resolve().parents[1]
 
