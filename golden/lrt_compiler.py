@@ -39,9 +39,9 @@ import numpy as np
 from . import lrt
 from .contract import Descriptor, View
 from .interpreter import run
-from .isa import (BITOP_FUNCTIONS, FCMP_PREDICATES, Contract, Elementwise, End, Program,
-                  Random, Reduce, Region, f32_bits)
-from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC
+from .isa import (BITOP_FUNCTIONS, FCMP_PREDICATES, Contract, Elementwise, End, EndLoop, Loop,
+                  Program, Random, Reduce, Region, f32_bits)
+from .lrt_model import A_FRAC, B_FRAC, G_FRAC, W_FRAC, _Geometry
 from .svd import SWEEPS, pivot_schedule
 
 __all__ = ["CompiledLRT", "compile_lrt", "InterpretedLRT", "CompiledSVD", "compile_svd",
@@ -165,13 +165,23 @@ class _Emit:
         self.marks[name] = len(self.ins)
 
     # -- elementwise ------------------------------------------------------------------------
-    def ew(self, op, d, a=None, b=None, imm=0):
+    def ew(self, op, d, a=None, b=None, imm=0, step=(0, 0, 0)):
+        """One elementwise op; ``step`` the LOOP increment select of slots d, a, b."""
         a, b = ((None if x is None else x if (x.rows, x.cols) == (d.rows, d.cols)
                  else x.bcast(d.rows, d.cols)) for x in (a, b))
+        used = 1 + (a is not None) + (b is not None)
         self.ins.append(Elementwise(op, d.rows, d.cols, d.view(),
                                     None if a is None else a.view(),
-                                    None if b is None else b.view(), int(imm)))
+                                    None if b is None else b.view(), int(imm),
+                                    tuple(step)[:used] + (0,) * (3 - used)))
         return d
+
+    def loop(self, count, increments):
+        """Open a LOOP of ``count`` iterations (close it with :meth:`endloop`)."""
+        self.ins.append(Loop(int(count), tuple(increments) + (0,) * (3 - len(increments))))
+
+    def endloop(self):
+        self.ins.append(EndLoop())
 
     def fill(self, d, bits):
         return self.ew("fill", d, imm=bits)
@@ -225,15 +235,15 @@ class _Emit:
         return d
 
     # -- contractions -----------------------------------------------------------------------
-    def mm(self, c, a, b, *, batch=1, bs=(0, 0, 0), acc=False, integer=False):
+    def mm(self, c, a, b, *, batch=1, bs=(0, 0, 0), acc=False, integer=False, step=(0, 0, 0)):
         """``c (+)= a @ b`` (products summed over a's columns in order), ``batch`` copies with
-        batch strides ``bs`` = (c, a, b)."""
+        batch strides ``bs`` = (c, a, b); ``step`` the LOOP increment select of c, a, b."""
         if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols):
             raise ValueError(f"contraction shapes {c.rows}x{c.cols} = {a.rows}x{a.cols} @ "
                              f"{b.rows}x{b.cols}")
         desc = Descriptor(a.rows, b.cols, a.cols, a.view(bs[1]), b.view(bs[2]), c.view(bs[0]),
                           accumulate=acc, batch=batch, integer=integer)
-        self.ins.append(Contract(desc))
+        self.ins.append(Contract(desc, tuple(step)))
         return c
 
     def dot(self, c, x, y):
@@ -242,23 +252,41 @@ class _Emit:
 
 
 class CompiledLRT:
-    """The two programs and their shared memory map; reads and writes the host's data."""
+    """The programs and their shared memory map; reads and writes the host's data.
 
-    def __init__(self, shapes, settings, sample, readout, memory_map, phase_ends, info):
+    ``programs``: ``sample`` (run once per sample) and the read-outs of
+    ``readout_schedule`` (``(name, period, layers)``: run program ``name`` after every
+    ``period``-th sample; ``readout`` for the one-pixel (dense) layers every ``batch``
+    samples, ``readout_conv`` for the convolutional layers every ``conv_batch`` images)."""
+
+    def __init__(self, shapes, settings, sample, readouts, memory_map, phase_ends, info,
+                 geometry, seed_layout):
         self.shapes = [tuple(s) for s in shapes]
         self.settings = settings
         self.sample = sample
-        self.readout = readout
+        self.readouts = {name: prog for name, (prog, _, _) in readouts.items()}
+        self.readout_schedule = [(name, period, list(layers))
+                                 for name, (_, period, layers) in readouts.items()]
+        self.readout = self.readouts["readout"]
         self.memory_map = memory_map
         #: instruction index after each phase of the sample program: forward (logits),
         #: backward (gradients and the bias update), project (Gram-Schmidt, condition check,
-        #: cores), svd (the Jacobi SVD of every core); then the reductions and rotations
+        #: cores), svd (the Jacobi SVD of every core); then the reductions and rotations of the
+        #: one-pixel layers ("dense"), then one LOOP over the output pixels per pixel count of
+        #: the convolutional layers ("conv")
         self.phase_ends = dict(phase_ends)
         self.info = info
+        self.geometry = tuple(geometry)
+        #: (layer, pixel, word of the ``seeds`` region) of every random-sign seed
+        self.seed_layout = list(seed_layout)
+
+    @property
+    def pixels(self):
+        return [g.hout * g.wout for g in self.geometry]
 
     @property
     def programs(self):
-        return {"sample": self.sample, "readout": self.readout}
+        return {"sample": self.sample, **self.readouts}
 
     def _r(self, name):
         return self.memory_map[name]
@@ -309,8 +337,11 @@ class CompiledLRT:
         onehot = np.zeros(classes, np.float32)
         onehot[int(label)] = 1.0
         self.put(image, "onehot", onehot)
-        seeds = [int(lrt.sign_seed(self.settings.seed, l, index)) for l in range(len(self.shapes))]
-        self.put(image, "seeds", np.array(seeds, np.int64))
+        pix = self.pixels
+        seeds = np.zeros(self._r("seeds").size, np.int64)
+        for l, p, word in self.seed_layout:
+            seeds[word] = int(lrt.sign_seed(self.settings.seed, l, index * pix[l] + p))
+        self.put(image, "seeds", seeds)
 
     def weights(self, image):
         return [self.get_int(image, f"w{l}").reshape(s) for l, s in enumerate(self.shapes)]
@@ -333,17 +364,60 @@ class CompiledLRT:
                            np.int64(self.get_f32(image, f"skipped{l}")[0]))
 
 
-def compile_lrt(shapes, settings):
-    """Compile the per-sample and read-out programs of ``settings`` (``rule="lrt"``) for dense
-    layers of ``shapes`` [(n_o, n_i), ...] (every layer but the last with the ReLU/clip)."""
+def _dense(n_o, n_i):
+    """A dense layer as the 1x1 convolution of a 1x1 map of ``n_i`` channels."""
+    return _Geometry(1, 1, n_i, 1, 1, 0, 1, 1, n_o)
+
+
+def _whole_patch(g):
+    """The layer's only patch is its whole input map in (h, w, c) order: no im2col."""
+    return g.pad == 0 and g.k == g.hin == g.win
+
+
+def _check_geometry(shapes, geometry):
+    if geometry is None:
+        geo = [_dense(n_o, n_i) for n_o, n_i in shapes]
+        for l in range(1, len(shapes)):
+            if shapes[l][1] != shapes[l - 1][0]:
+                raise ValueError(f"layer {l} takes {shapes[l][1]} inputs but layer {l - 1} "
+                                 f"gives {shapes[l - 1][0]}")
+        return geo
+    geo = list(geometry)
+    if len(geo) != len(shapes):
+        raise ValueError(f"{len(shapes)} layer shapes but {len(geo)} geometries")
+    for l, (g, sh) in enumerate(zip(geo, shapes)):
+        if tuple(sh) != (g.cout, g.k * g.k * g.cin):
+            raise ValueError(f"layer {l}: shape {tuple(sh)} is not its geometry's (cout, k*k*cin)"
+                             f" = ({g.cout}, {g.k * g.k * g.cin})")
+        if l and (g.hin, g.win, g.cin) != (geo[l - 1].hout, geo[l - 1].wout, geo[l - 1].cout):
+            raise ValueError(f"layer {l} reads a {g.hin}x{g.win}x{g.cin} map but layer {l - 1} "
+                             f"gives {geo[l - 1].hout}x{geo[l - 1].wout}x{geo[l - 1].cout}")
+    if geo[-1].hout * geo[-1].wout != 1:
+        raise ValueError("the last layer must have one output pixel (the logits)")
+    return geo
+
+
+def _groups(pix):
+    """The layers by output-pixel count: the one-pixel layers first (their rankReduces unrolled
+    as the dense MLP's), then one group per larger count (one LOOP over the pixels each)."""
+    out = [(1, [l for l, p in enumerate(pix) if p == 1])]
+    for p in dict.fromkeys(p for p in pix if p > 1):
+        out.append((p, [l for l, q in enumerate(pix) if q == p]))
+    return out
+
+
+def compile_lrt(shapes, settings, geometry=None):
+    """Compile the per-sample and read-out programs of ``settings`` (``rule="lrt"``) for the
+    layers of ``shapes`` [(n_o, n_i), ...] (every layer but the last with the ReLU/clip):
+    dense layers, or with ``geometry`` (a :class:`~ttrain.golden.lrt_model.FixedCNN`'s) the
+    convolutions of a fixed-point CNN, one rankReduce per output pixel."""
     s = settings.check()
     if s.rule != "lrt":
         raise ValueError(f"compile_lrt compiles the lrt rule, not {s.rule!r}")
     shapes = [tuple(int(v) for v in sh) for sh in shapes]
-    for l in range(1, len(shapes)):
-        if shapes[l][1] != shapes[l - 1][0]:
-            raise ValueError(f"layer {l} takes {shapes[l][1]} inputs but layer {l - 1} gives "
-                             f"{shapes[l - 1][0]}")
+    geo = _check_geometry(shapes, geometry)
+    pix = [g.hout * g.wout for g in geo]
+    groups = _groups(pix)
     r, q, nl = s.rank, s.rank + 1, len(shapes)
     mem = _Mem()
     P = {}
@@ -360,9 +434,16 @@ def compile_lrt(shapes, settings):
         for f in ("L", "R"):
             for name in ("bk", "xmv"):
                 P[f"mn{l}{f}.{name}"] = mem.region(f"mn{l}{f}.{name}", "param", 1)
-    X = {"x": mem.region("x", "act", shapes[0][1]),
+    # the sign seeds: per group, pixel-major (word p * layers + j for the group's j-th layer)
+    seed_layout, word = [], 0
+    for p_count, layers in groups:
+        for p in range(p_count):
+            for l in layers:
+                seed_layout.append((l, p, word))
+                word += 1
+    X = {"x": mem.region("x", "act", geo[0].hin * geo[0].win * geo[0].cin),
          "onehot": mem.region("onehot", "act", 1, shapes[-1][0]),
-         "seeds": mem.region("seeds", "act", nl),
+         "seeds": mem.region("seeds", "act", word),
          "logits": mem.region("logits", "act", 1, shapes[-1][0])}
     consts = [0.0, 1.0, -1.0, 255.0, ("bits", _ABS), ("bits", _NEG0), ("bits", 1),
               ("bits", _rq(1, A_FRAC)), ("bits", _rq(1, W_FRAC)), ("bits", _rq(1, 0))]
@@ -376,43 +457,148 @@ def compile_lrt(shapes, settings):
             e.fill(kreg.at(len(consts) + j, 0), f32_bits(v))
         e.kk = _A("scratch", kreg.base + len(consts), 1, q, 0, 1)
         e.seeds = X["seeds"]
+        e.seed_word = {}
+        for l, p, w in seed_layout:
+            if p == 0:
+                e.seed_word[l] = w
 
     sample = _Emit(mem)
     prologue(sample)
-    _emit_sample(sample, mem, P, X, shapes, s)
+    _emit_sample(sample, mem, P, X, geo, s, groups)
     sample_peak = mem.peak
-    mem.release(base_scratch)
-    readout = _Emit(mem)
-    prologue(readout)
-    _emit_readout(readout, mem, P, shapes, s)
+    readouts = {}
+    for name, layers, period in (("readout_conv", [l for l in range(nl) if pix[l] > 1],
+                                  s.conv_batch),
+                                 ("readout", [l for l in range(nl) if pix[l] == 1], s.batch)):
+        if layers:
+            mem.release(base_scratch)
+            e = _Emit(mem)
+            prologue(e)
+            _emit_readout(e, mem, P, shapes, s, layers)
+            readouts[name] = (e, period, layers)
     sizes = mem.sizes()
-    progs = [Program(e.ins + [End()], sizes, dict(mem.map)) for e in (sample, readout)]
-    info = {"sample_instructions": len(progs[0].instructions),
-            "readout_instructions": len(progs[1].instructions),
+    sample_prog = Program(sample.ins + [End()], sizes, dict(mem.map))
+    readouts = {name: (Program(e.ins + [End()], sizes, dict(mem.map)), period, layers)
+                for name, (e, period, layers) in readouts.items()}
+    info = {"sample_instructions": len(sample_prog.instructions),
+            **{f"{name}_instructions": len(prog.instructions)
+               for name, (prog, _, _) in readouts.items()},
             "scratch_peak": mem.peak, "sample_scratch_peak": sample_peak}
-    return CompiledLRT(shapes, s, progs[0], progs[1], dict(mem.map), sample.marks, info)
+    return CompiledLRT(shapes, s, sample_prog, readouts, dict(mem.map), sample.marks, info, geo,
+                       seed_layout)
 
 
 # ------------------------------------------------------------------------------------------
 # the per-sample program
 
 
-def _emit_sample(e, mem, P, X, shapes, s):
-    nl, r, q = len(shapes), s.rank, s.rank + 1
+@dataclass(frozen=True)
+class _Map:
+    """A layer's int input map: ``inner`` its ``hin x (win cin)`` words (row stride ``wp
+    cin``), ``whole`` the array from the padded map's first word, ``flat`` the map as one
+    column when it is contiguous (no padding), else None."""
+    inner: _A
+    whole: _A
+    wp: int
+    flat: object
+
+
+def _input_map(e, mem, l, g, x=None):
+    """Layer ``l``'s input map: the host's ``x`` or a new region (``act{l}``; ``map{l}``
+    zero-filled around the interior when the layer pads); ``x`` is copied into a padded map."""
+    rowlen = g.win * g.cin
+    if g.pad == 0:
+        flat = x if x is not None else mem.region(f"act{l}", "scratch", g.hin * rowlen)
+        inner = _A(flat.store, flat.base, g.hin, rowlen, rowlen)
+        return _Map(inner, inner, g.win, flat)
+    wp, hp = g.win + 2 * g.pad, g.hin + 2 * g.pad
+    whole = mem.region(f"map{l}", "scratch", hp * wp * g.cin)
+    e.fill(whole, 0)
+    inner = _A(whole.store, whole.base + (g.pad * wp + g.pad) * g.cin, g.hin, rowlen, wp * g.cin)
+    if x is not None:
+        e.ew("copy", inner, _A(x.store, x.base, g.hin, rowlen, rowlen))
+    return _Map(inner, whole, wp, None)
+
+
+def _patch_loop(e, g, n_i, wp):
+    """Open the LOOP over the output rows of an im2col or col2im: increment 0 steps the patch
+    rows (one output row of patches), increment 1 the map (``stride`` input rows)."""
+    e.loop(g.hout, (g.wout * n_i, g.stride * wp * g.cin))
+
+
+def _im2col(e, mem, l, g, src):
+    """The int patches (pixels x k k cin, raster order, (ky, kx, c) columns) of ``src``: per
+    output row one copy per kernel offset (a LOOP over the rows)."""
+    n_i = g.k * g.k * g.cin
+    pat = mem.region(f"pat{l}", "scratch", g.hout * g.wout, n_i)
+    _patch_loop(e, g, n_i, src.wp)
+    for ky in range(g.k):
+        for kx in range(g.k):
+            d = _A(pat.store, pat.base + (ky * g.k + kx) * g.cin, g.wout, g.cin, n_i)
+            a = _A(src.whole.store, src.whole.base + (ky * src.wp + kx) * g.cin, g.wout, g.cin,
+                   g.stride * g.cin)
+            e.ew("copy", d, a, step=(1, 2, 0))
+    e.endloop()
+    return pat
+
+
+def _col2im(e, mem, l, g, pg):
+    """The int gradient of layer ``l``'s input map: the exact sum of the patch gradients
+    ``pg`` onto a zeroed, padded map (``iadd`` per output row and kernel offset, a LOOP over
+    the rows); returns its interior (``hin x (win cin)``)."""
+    n_i = g.k * g.k * g.cin
+    wp, hp = g.win + 2 * g.pad, g.hin + 2 * g.pad
+    gm = mem.region(f"gmap{l}", "scratch", hp * wp * g.cin)
+    e.fill(gm, 0)
+    _patch_loop(e, g, n_i, wp)
+    for ky in range(g.k):
+        for kx in range(g.k):
+            d = _A(gm.store, gm.base + (ky * wp + kx) * g.cin, g.wout, g.cin, g.stride * g.cin)
+            b = _A(pg.store, pg.base + (ky * g.k + kx) * g.cin, g.wout, g.cin, n_i)
+            e.ew("iadd", d, d, b, 32, step=(2, 2, 1))
+    e.endloop()
+    return _A(gm.store, gm.base + (g.pad * wp + g.pad) * g.cin, g.hin, g.win * g.cin,
+              wp * g.cin)
+
+
+def _mat(a, rows, cols):
+    """A contiguous region's words as a ``rows x cols`` array."""
+    return _A(a.store, a.base, rows, cols, cols)
+
+
+def _emit_sample(e, mem, P, X, geo, s, groups):
+    nl = len(geo)
     k = e.k
-    # forward: acc = 4 b + W a (integer), hidden a' = clamp(round_half_up(acc >> 7), 0, 255)
-    acts = [X["x"]]
-    accs = []
-    for l, (n_o, n_i) in enumerate(shapes):
-        acc = mem.region(f"acc{l}", "scratch", n_o)
-        e.ew("iadd", acc, P[f"b{l}"], P[f"b{l}"], 32)
-        e.ew("iadd", acc, acc, acc, 32)
-        e.mm(acc, P[f"w{l}"], acts[-1], acc=True, integer=True)
+    shapes = [(g.cout, g.k * g.k * g.cin) for g in geo]
+    pix = [g.hout * g.wout for g in geo]
+    # forward: acc = 4 b + W a (integer, per output pixel), hidden a' = clamp(round_half_up(acc
+    # >> 7), 0, 255) into the next layer's input map
+    inputs = [_input_map(e, mem, 0, geo[0], X["x"])]
+    accs, pats = [], []
+    for l, g in enumerate(geo):
+        n_o, n_i = shapes[l]
+        src = inputs[l]
+        pat = None if _whole_patch(g) else _im2col(e, mem, l, g, src)
+        pats.append(pat)
+        if pix[l] == 1:
+            acc = mem.region(f"acc{l}", "scratch", n_o)
+            e.ew("iadd", acc, P[f"b{l}"], P[f"b{l}"], 32)
+            e.ew("iadd", acc, acc, acc, 32)
+            e.mm(acc, P[f"w{l}"], src.flat if pat is None else pat.T, acc=True, integer=True)
+        else:
+            acc = mem.region(f"acc{l}", "scratch", pix[l], n_o)
+            e.ew("iadd", acc, P[f"b{l}"].T, P[f"b{l}"].T, 32)
+            e.ew("iadd", acc, acc, acc, 32)
+            e.mm(acc, pat, P[f"w{l}"].T, acc=True, integer=True)
         accs.append(acc)
         if l < nl - 1:
-            a = mem.region(f"act{l + 1}", "scratch", n_o)
-            e.ew("requant", a, acc, k(("bits", _rq(1, A_FRAC))), _bounds(0, 255))
-            acts.append(a)
+            nxt = _input_map(e, mem, l + 1, geo[l + 1])
+            if nxt.flat is not None:
+                dst, val = nxt.flat, _mat(acc, pix[l] * n_o, 1)
+            else:
+                dst, val = nxt.inner, _mat(acc, g.hout, g.wout * n_o)
+            e.ew("requant", dst, val, k(("bits", _rq(1, A_FRAC))), _bounds(0, 255))
+            inputs.append(nxt)
     classes = shapes[-1][0]
     z = X["logits"]
     e.ew("i2f", z, accs[-1].T)
@@ -437,39 +623,106 @@ def _emit_sample(e, mem, P, X, shapes, s):
     gs[-1] = g
     for l in range(nl - 1, 0, -1):
         n_o, n_i = shapes[l]
-        back = mem.region(f"g{l - 1}", "scratch", n_i)
-        e.mm(back, P[f"w{l}"].T, gs[l], integer=True)
-        e.ew("requant", back, back, k(("bits", _rq(1, W_FRAC))), _bounds(-128, 127))
-        af = mem.tmp(n_i)
-        m1 = mem.tmp(n_i)
-        e.ew("i2f", af, acts[l])
+        gl = geo[l]
+        n_in = gl.hin * gl.win * gl.cin
+        if pats[l] is None:
+            # the patch gradient is the input map's gradient
+            back = mem.region(f"g{l - 1}", "scratch", n_in)
+            e.mm(back, P[f"w{l}"].T, gs[l], integer=True)
+            e.ew("requant", back, back, k(("bits", _rq(1, W_FRAC))), _bounds(-128, 127))
+        else:
+            pg = mem.region(f"pg{l}", "scratch", pix[l], n_i)
+            if pix[l] == 1:
+                e.mm(pg.T, P[f"w{l}"].T, gs[l], integer=True)
+            else:
+                e.mm(pg, _mat(gs[l], pix[l], n_o), P[f"w{l}"], integer=True)
+            inner = _col2im(e, mem, l, gl, pg)
+            back = mem.region(f"g{l - 1}", "scratch", n_in)
+            e.ew("requant", _mat(back, gl.hin, gl.win * gl.cin), inner,
+                 k(("bits", _rq(1, W_FRAC))), _bounds(-128, 127))
+        # the straight-through mask of layer l - 1's output (0 < a < 255)
+        prev = inputs[l]
+        if prev.flat is not None:
+            bv, act = back, prev.flat
+        else:
+            bv, act = _mat(back, gl.hin, gl.win * gl.cin), prev.inner
+        af = mem.tmp(bv.rows, bv.cols)
+        m1 = mem.tmp(bv.rows, bv.cols)
+        e.ew("i2f", af, act)
         e.cmp("lt", m1, k(0.0), af)
         e.cmp("lt", af, af, k(255.0))
         e.bit("and", m1, m1, af)
-        e.bit("and", back, back, m1)
+        e.bit("and", bv, bv, m1)
         gs[l - 1] = back
-    dzs, avs = [], []
+    # the rankReduce inputs: dz and a as FP32, per layer the first pixel's as columns (a
+    # convolutional group's pixels in one record array, ``rec`` words a pixel, so one LOOP
+    # increment steps every layer of the group); the bias update from the pixels' sum of dz
+    recs = {}
+    for p_count, layers in groups[1:]:
+        offs, rec = {}, 0
+        for l in layers:
+            offs[l] = rec
+            rec += sum(shapes[l])
+        recs[p_count] = (mem.region(f"pix{p_count}", "scratch", p_count, rec), offs, rec)
+    dzs, avs = {}, {}
     for l, (n_o, n_i) in enumerate(shapes):
-        dz = mem.region(f"dz{l}", "scratch", n_o)
-        e.ew("i2f", dz, gs[l])
-        e.ew("scale", dz, dz, imm=f32_bits(2.0 ** -G_FRAC))
-        av = mem.region(f"a{l}", "scratch", n_i)
-        e.ew("i2f", av, acts[l])
-        e.ew("scale", av, av, imm=f32_bits(2.0 ** -A_FRAC))
-        dzs.append(dz)
-        avs.append(av)
+        if pix[l] == 1:
+            dz = mem.region(f"dz{l}", "scratch", n_o)
+            e.ew("i2f", dz, gs[l])
+            e.ew("scale", dz, dz, imm=f32_bits(2.0 ** -G_FRAC))
+            av = mem.region(f"a{l}", "scratch", n_i)
+            e.ew("i2f", av, inputs[l].flat if pats[l] is None else pats[l].T)
+            e.ew("scale", av, av, imm=f32_bits(2.0 ** -A_FRAC))
+            dsum = dz
+        else:
+            R, offs, rec = recs[pix[l]]
+            o = R.base + offs[l]
+            dzv = _A(R.store, o, pix[l], n_o, rec)
+            e.ew("i2f", dzv, _mat(gs[l], pix[l], n_o))
+            e.ew("scale", dzv, dzv, imm=f32_bits(2.0 ** -G_FRAC))
+            avv = _A(R.store, o + n_o, pix[l], n_i, rec)
+            e.ew("i2f", avv, pats[l])
+            e.ew("scale", avv, avv, imm=f32_bits(2.0 ** -A_FRAC))
+            dz, av = _A(R.store, o, n_o, 1, 1), _A(R.store, o + n_o, n_i, 1, 1)
+            dsum = mem.tmp(n_o)        # sum over pixels (exact: multiples of 2^-7 below 2^5)
+            e.red("sum", dsum, dzv.T)
+        dzs[l], avs[l] = dz, av
         # biases: b = sat16(b - f2i(bias_lr dz 2^12)), as b + f2i((-bias_lr dz) 2^12) (exact)
         db = mem.tmp(n_o)
-        e.ew("scale", db, dz, imm=f32_bits(-float(_F32(s.bias_lr))))
+        e.ew("scale", db, dsum, imm=f32_bits(-float(_F32(s.bias_lr))))
         e.ew("scale", db, db, imm=f32_bits(2.0 ** B_FRAC))
         e.ew("f2i", db, db, imm=0)
         e.ew("iadd", P[f"b{l}"], P[f"b{l}"], db, 16)
     e.mark("backward")
+    for gi, (p_count, layers) in enumerate(groups):
+        if not layers:
+            continue
+        if p_count == 1:
+            _emit_rank_reduce(e, mem, P, layers, shapes, dzs, avs, s, "", 0, since=True)
+            e.mark("dense")
+            continue
+        R, offs, rec = recs[p_count]
+        e.loop(p_count, (rec, len(layers)))
+        _emit_rank_reduce(e, mem, P, layers, shapes, dzs, avs, s, f".p{p_count}", 1,
+                          since=False)
+        e.endloop()
+        for l in layers:
+            e.ew("addi", P[f"since{l}"], P[f"since{l}"], imm=f32_bits(1.0))
+        e.mark("conv")
+
+
+def _emit_rank_reduce(e, mem, P, layers, shapes, dzs, avs, s, tag, step, since):
+    """One rankReduce of each of ``layers`` (``golden.lrt.project``, ``core``, the Jacobi SVD
+    of their cores at once, ``reduce_rotate``) on the columns ``dzs[l]``, ``avs[l]``; inside a
+    pixel LOOP (``step`` 1) they and the sign seeds step with the pixel (increments 0, 1)."""
+    r, q, nl = s.rank, s.rank + 1, len(layers)
+    e.seed_step = 2 * step
     # rankReduce, part 1 per layer: Gram-Schmidt, condition check, core
-    cb = mem.region("cores", "scratch", nl * 2 * q, q)        # per layer: A (q rows), V (q rows)
+    cb = mem.region(f"cores{tag}", "scratch", nl * 2 * q, q)    # per layer: A (q rows), V (q rows)
     LS = 2 * q * q
     proj = []
-    for l, (n_o, n_i) in enumerate(shapes):
+    for j, l in enumerate(layers):
+        n_o, n_i = shapes[l]
         QL = mem.region(f"QL{l}", "scratch", n_o, q)
         QR = mem.region(f"QR{l}", "scratch", n_i, q)
         cl = mem.region(f"cl{l}", "scratch", q)
@@ -480,11 +733,11 @@ def _emit_sample(e, mem, P, X, shapes, s):
             _unpack16(e, head, qi, r)
             e.ew("mul", head, head, sc)
             v = Qf.col(r)                                   # the new direction, in place
-            e.ew("copy", v, v0)
-            for j in range(r):
-                e.dot(c.at(j, 0), Qf.col(j), v)
+            e.ew("copy", v, v0, step=(0, step, 0))
+            for jj in range(r):
+                e.dot(c.at(jj, 0), Qf.col(jj), v)
                 t = mem.tmp(v.rows)
-                e.ew("mul", t, c.at(j, 0), Qf.col(j))
+                e.ew("mul", t, c.at(jj, 0), Qf.col(jj))
                 e.ew("sub", v, v, t)
             ss = mem.tmp(1)
             e.dot(ss, v, v)
@@ -497,7 +750,7 @@ def _emit_sample(e, mem, P, X, shapes, s):
         e.ew("mul", t, cl.at(r, 0), cr.at(r, 0))
         e.ew("scale", t, t, imm=f32_bits(float(_F32(s.kappa))))
         e.cmp("lt", skip, t, P[f"cx{l}"].at(0, 0))
-        C = _A("scratch", cb.base + l * LS, q, q, q)
+        C = _A("scratch", cb.base + j * LS, q, q, q)
         e.mm(C, cl, cr.T)
         diag = _A("scratch", C.base, 1, r, 0, q + 1)
         e.ew("add", diag, diag, P[f"cx{l}"])
@@ -505,25 +758,29 @@ def _emit_sample(e, mem, P, X, shapes, s):
         e.fill(Vm, 0)
         e.fill(_A("scratch", Vm.base, 1, q, 0, q + 1), f32_bits(1.0))
         proj.append((QL, QR, skip))
-    e.mark("project")
-    U, sig, V = _emit_jacobi(e, mem, cb, nl, q)
-    e.mark("svd")
-    for l, (n_o, n_i) in enumerate(shapes):
-        QL, QR, skip = proj[l]
-        _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U[l], sig.row(l), V[l], s, n_o, n_i)
-        e.ew("addi", P[f"since{l}"], P[f"since{l}"], imm=f32_bits(1.0))
+    if not tag:
+        e.mark("project")
+    U, sig, V = _emit_jacobi(e, mem, cb, nl, q, tag)
+    if not tag:
+        e.mark("svd")
+    for j, l in enumerate(layers):
+        n_o, n_i = shapes[l]
+        QL, QR, skip = proj[j]
+        _emit_reduce_rotate(e, mem, P, l, QL, QR, skip, U[j], sig.row(j), V[j], s, n_o, n_i)
+        if since:
+            e.ew("addi", P[f"since{l}"], P[f"since{l}"], imm=f32_bits(1.0))
 
 
-def _emit_jacobi(e, mem, cb, nl, q):
+def _emit_jacobi(e, mem, cb, nl, q, tag=""):
     """``golden.svd.jacobi_svd`` of every layer's core (``cb``: per layer A then V = I, q rows
     each). Returns per layer U (q x q) and V views, and sigma (nl x q)."""
     k = e.k
     LS = 2 * q * q
     rounds = pivot_schedule(q)
     npm = max(len(pr) for pr in rounds)
-    G = mem.region("jac.gram", "scratch", nl * npm, 4)           # [layer][pair] 2x2
-    R = mem.region("jac.rot", "scratch", nl * npm, 4)
-    TX = mem.region("jac.tmp", "scratch", npm * nl * 2 * q, 2)  # [pair][layer][row] 2 words
+    G = mem.region("jac.gram" + tag, "scratch", nl * npm, 4)           # [layer][pair] 2x2
+    R = mem.region("jac.rot" + tag, "scratch", nl * npm, 4)
+    TX = mem.region("jac.tmp" + tag, "scratch", npm * nl * 2 * q, 2)  # [pair][layer][row] 2 words
 
     def sc(arr_base, off, npairs):
         """[layer][pair] scalar view into a 4-word-per-pair array."""
@@ -589,7 +846,7 @@ def _emit_jacobi(e, mem, cb, nl, q):
                      _A("scratch", Tk.base, nl * 2 * q, 2, 2, 1))
             mem.release(mark)
     # column norms, sort (odd-even transposition), sigma and U
-    N = mem.region("jac.norms", "scratch", nl, q)
+    N = mem.region("jac.norms" + tag, "scratch", nl, q)
     for l in range(nl):
         col = _A("scratch", cb.base + l * LS, 1, q, 0, q)          # column j as a 1 x q row
         Al = _A("scratch", cb.base + l * LS, q, 1, q, 0)
@@ -597,7 +854,7 @@ def _emit_jacobi(e, mem, cb, nl, q):
                           View("scratch", Al.base, q, 0, 1), View("scratch", N.base + l * q, 0, 0, 1),
                           batch=q)
         e.ins.append(Contract(desc))
-    SW = mem.region("jac.swap", "scratch", nl, q)
+    SW = mem.region("jac.swap" + tag, "scratch", nl, q)
     for pas in range(q):
         lefts = list(range(pas % 2, q - 1, 2))
         if not lefts:
@@ -618,7 +875,7 @@ def _emit_jacobi(e, mem, cb, nl, q):
         mem.release(mark)
     kq = mem.tmp(nl, q)
     zq = mem.tmp(nl, q)
-    sig = mem.region("jac.sigma", "scratch", nl, q)
+    sig = mem.region("jac.sigma" + tag, "scratch", nl, q)
     e.ew("rsqrt", kq, N)
     e.cmp("eq", zq, N, k(0.0))
     e.ew("mul", sig, N, kq)
@@ -763,7 +1020,7 @@ def _emit_okron(e, mem, sig, U, V, cxn, P, l, q):
     sg = mem.tmp(1, q)
     e.fill(sg, _NEG0)
     e.ins.append(Random("raccum", 1, q, sg.view(), k(1.0).bcast(1, q).view(),
-                        _seed_view(e, l)))
+                        _seed_view(e, l), step=(0, 0, e.seed_step)))
     e.sel(sg, ge, sg, k(1.0))
     e.ew("mul", H, H, sg.T.bcast(q, q))                       # D H: row i scaled by d_i
     share = mem.tmp(1)
@@ -777,22 +1034,24 @@ def _emit_okron(e, mem, sig, U, V, cxn, P, l, q):
 
 
 def _seed_view(e, l):
+    """Layer ``l``'s sign seed word (its first pixel's; a pixel LOOP steps it by increment 1)."""
     r = e.seeds
-    return View(r.store, r.base + l, 0, 0)
+    return View(r.store, r.base + e.seed_word[l], 0, 0)
 
 
 # ------------------------------------------------------------------------------------------
 # the read-out program
 
 
-def _emit_readout(e, mem, P, shapes, s, rows=8):
+def _emit_readout(e, mem, P, shapes, s, layers, rows=8):
     """Per layer: the factors (and max-norm), then two passes over ``rows``-row chunks of
     ``G = L R^T``: the first counts the non-zero entries of delta (the 1% rule needs the whole
     count before any write), the second recomputes the chunk (the same contraction, the same
     bits) and writes it. Scratch holds the factors and one chunk, never a weight-sized G."""
     k = e.k
     r = s.rank
-    for l, (n_o, n_i) in enumerate(shapes):
+    for l in layers:
+        n_o, n_i = shapes[l]
         mark = mem.mark()
         root = mem.tmp(1, r)
         e.sqrt(root, P[f"cx{l}"])
@@ -924,7 +1183,7 @@ def lrt_memory(cl):
             words[cls] += reg.size
     sizes = cl.sample.store_sizes
     words["scratch_peak"] = sizes["scratch"]
-    program_words = 16 * max(len(cl.sample.instructions), len(cl.readout.instructions))
+    program_words = 16 * max(len(p.instructions) for p in cl.programs.values())
     r = cl.settings.rank
     layers = []
     for l, (n_o, n_i) in enumerate(cl.shapes):
@@ -1118,9 +1377,9 @@ class InterpretedLRT:
     of :func:`ttrain.golden.lrt_online.run_online`)."""
 
     def __init__(self, model, settings):
-        self.cl = compile_lrt(model.shapes, settings)
+        self.cl = compile_lrt(model.shapes, settings, getattr(model, "geometry", None))
         self.image = self.cl.initial_image(model)
-        self.runs = {"sample": 0, "readout": 0}
+        self.runs = dict.fromkeys(self.cl.programs, 0)
 
     def run(self, name):
         self.image, st = run(self.cl.programs[name], self.image)
@@ -1134,11 +1393,16 @@ class InterpretedLRT:
         self.run("sample")
         return self.cl.get_f32(self.image, "logits").copy()
 
-    def readout(self):
-        """The read-out of every layer; returns the written flags."""
-        self.run("readout")
-        return [bool(self.cl.get_f32(self.image, f"written{l}")[0])
-                for l in range(len(self.cl.shapes))]
+    @property
+    def readout_schedule(self):
+        """``(program, period, layers)`` of every read-out (``CompiledLRT.readout_schedule``)."""
+        return self.cl.readout_schedule
+
+    def readout(self, name="readout"):
+        """Read-out program ``name``; returns the written flag of each of its layers."""
+        self.run(name)
+        layers = next(ls for n, _, ls in self.cl.readout_schedule if n == name)
+        return [bool(self.cl.get_f32(self.image, f"written{l}")[0]) for l in layers]
 
     def weights(self):
         return self.cl.weights(self.image)

@@ -123,16 +123,15 @@ def run_online(model, stream, settings, *, progress=None, stepper=None):
     trains on the compiled programs instead of this module's NumPy
     (:class:`ttrain.golden.lrt_compiler.InterpretedLRT`, or the chip's
     :class:`ttrain.platforms.host.lrt_chip.ChipLRT`): ``sample(x, label, index) -> logits``,
-    ``readout() -> written flags``, ``weights()``, ``biases()``, ``counters()``,
-    ``skipped()``, ``close()``. The loop is the same; the numbers are bit-identical."""
+    ``readout_schedule`` (``(name, period, layers)``: after every ``period``-th sample
+    ``readout(name)`` gives the written flags of ``layers``), ``weights()``, ``biases()``,
+    ``counters()``, ``skipped()``, ``close()``. The loop is the same; the numbers are
+    bit-identical, for the dense and the convolutional models."""
     s = settings.check()
     pix = list(model.pixels)
     if stepper is not None:
         if s.rule != "lrt":
             raise ValueError(f"the compiled online programs run the lrt rule, not {s.rule!r}")
-        if max(pix) > 1:
-            raise ValueError("the compiled online programs cover dense layers (digits-mlp); "
-                             "a convolutional model runs on the golden model only")
         return _run_stepper(model, stream, s, stepper(model.copy(), s), progress)
     t0 = time.process_time()
     x_test = quantize_input(stream.test_images)
@@ -283,10 +282,11 @@ def _run_stepper(model, stream, s, chip, progress):
         for l in range(n_layers):
             bias_counters[l].record(old_b[l], new_b[l])
         old_b = new_b
-        if (i + 1) % s.batch == 0:
-            for l, written in enumerate(chip.readout()):
-                attempts[l] += 1
-                writes[l] += int(written)
+        for name, period, layers in chip.readout_schedule:
+            if (i + 1) % period == 0:
+                for l, written in zip(layers, chip.readout(name)):
+                    attempts[l] += 1
+                    writes[l] += int(written)
         if progress is not None and (i + 1) % 500 == 0:
             progress(i + 1, correct / (i + 1))
     chip.close()
