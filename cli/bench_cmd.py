@@ -135,8 +135,8 @@ def _lrt_step(args):
         print(json.dumps(rep, indent=1))
         return 0
     print(f"{rep['config']}, {rep['run']} (rank {rep['settings']['rank']}): "
-          f"{rep['instructions']['sample']} + {rep['instructions']['readout']} instructions, "
-          f"{rep['lanes']} lanes")
+          + " + ".join(f"{v} ({k.replace('_', ' ')})" for k, v in rep["instructions"].items())
+          + f" instructions, {rep['lanes']} lanes")
     for e in rep["entries"]:
         if "phase_cycles" in e:
             how = ", ".join(f"{k} {v:,}" for k, v in e["phase_cycles"].items())
@@ -145,15 +145,17 @@ def _lrt_step(args):
             how = "verified rerun: the passes skipped"
         print(f"sample {e['sample']}: {e['cycles']:,} cycles ({how}); {e['macs']:,} MACs, "
               f"utilization {e['utilization']:.1%}; bit-exact")
-    r = rep["readout"]
-    print(f"read-out of {r['layers']} layers: {r['cycles']:,} cycles, {r['macs']:,} MACs; "
-          f"bit-exact")
+    for name, r in rep["readouts"].items():
+        print(f"{name.replace('_', ' ')} of layers {', '.join(map(str, r['layers']))} (every "
+              f"{r['every_samples']} samples): {r['cycles']:,} cycles, {r['macs']:,} MACs; "
+              "bit-exact")
     sm = rep["stream"]
     steady = ("" if len(rep["entries"]) > 1
               else " (one sample: its passes counted; --steps 2 gives the verified rerun)")
+    reads = ", ".join(f"{v} {k.replace('_', ' ')}s" for k, v in sm["readouts"].items())
     print(f"{rep['us_per_sample_at_300MHz']:.0f} us per sample at 300 MHz{steady}; the "
-          f"digits-drift stream ({sm['samples']:,} samples, {sm['readouts']} read-outs, the "
-          f"sample program reloaded after each): {sm['seconds_at_300MHz']:.2f} s at 300 MHz")
+          f"digits-drift stream ({sm['samples']:,} samples, {reads}, the sample program "
+          f"reloaded after each): {sm['seconds_at_300MHz']:.2f} s at 300 MHz")
     return 0
 
 

@@ -271,31 +271,29 @@ def lrt_plan_report(config, *, rank=None):
     from dataclasses import replace
     from .golden import lrt_model, lrt_online
     from .golden.lrt_compiler import compile_lrt, lrt_memory
-    if config not in lrt_model.MLP_PRESETS:
-        extra = (" (one rankReduce per output pixel: its online runs are golden only, "
-                 "`ttrain train --config digits-lrt-cnn --rule lrt --data digits-drift`)"
-                 if config in lrt_model.LRT_PRESETS else "")
-        raise ValueError(f"--rule lrt plans the compiled programs of the fixed-point MLP "
-                         f"presets ({', '.join(lrt_model.MLP_PRESETS)}), not {config}{extra}")
+    if config not in lrt_model.LRT_PRESETS:
+        raise ValueError(f"--rule lrt plans the compiled programs of the fixed-point LRT "
+                         f"presets ({', '.join(lrt_model.LRT_PRESETS)}), not {config}")
     st = lrt_online.BENCHMARK_RUNS["lrt unbiased/max"]
     if rank is not None:
         if isinstance(rank, bool) or rank < 1:
             raise ValueError(f"--rank must be at least 1, not {rank}")
         st = replace(st, rank=rank)
-    cfg = lrt_model.MLP_CONFIG
-    shapes = [(64, cfg.input_shape[0] * cfg.input_shape[1]), (cfg.classes, 64)]
-    cl = compile_lrt(shapes, st)
+    cfg = lrt_model.LRT_PRESETS[config]
+    geometry = lrt_model.geometry_of(cfg)
+    cl = compile_lrt([(g.cout, g.k * g.k * g.cin) for g in geometry], st, geometry)
     return {"config": config, "note": cfg.note, "rule": "lrt", "variant": st.variant,
             "norm": st.norm, "rank": st.rank, "instructions": {
-                "sample": len(cl.sample.instructions), "readout": len(cl.readout.instructions)},
+                name: len(p.instructions) for name, p in cl.programs.items()},
             **lrt_memory(cl)}
 
 
 def format_lrt_report(rep):
     kb = 1024
     out = [f"{rep['config']} ({rep['note']}); compiled LRT programs ({rep['variant']}, "
-           f"{rep['norm']} norm, rank {rep['rank']}): {rep['instructions']['sample']} + "
-           f"{rep['instructions']['readout']} instructions",
+           f"{rep['norm']} norm, rank {rep['rank']}): "
+           + " + ".join(f"{v} ({k.replace('_', ' ')})" for k, v in rep["instructions"].items())
+           + " instructions",
            f"on chip {rep['total_bytes'] / kb:,.1f} KB in the stores + "
            f"{rep['program_bytes'] / kb:,.1f} KB of instruction memory; by class (KB): "
            + ", ".join(f"{k} {v / kb:,.2f}" for k, v in rep["bytes"].items()), "",

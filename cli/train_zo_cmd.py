@@ -115,11 +115,6 @@ def _check_online(args):
     if args.seed >= 1 << 32:
         raise ValueError(f"--seed must be below 2**32 for the online runs, got {args.seed}")
     chip = args.engine in ("interpreter", "rtl")
-    from ttrain.golden.lrt_model import MLP_PRESETS
-    if chip and args.config not in MLP_PRESETS:
-        raise ValueError(f"--engine {args.engine} runs the compiled low-rank training programs, "
-                         f"which cover the dense {', '.join(MLP_PRESETS)}; {args.config} (one "
-                         "rankReduce per output pixel) runs on --engine golden only")
     if chip and args.rule != "lrt":
         raise ValueError(f"--engine {args.engine} runs the compiled low-rank training programs "
                          f"(--rule lrt); the {_online_label(args)} baseline runs on --engine "
@@ -132,6 +127,7 @@ def _check_online(args):
             raise ValueError(f"{_flag(flag)} does not apply to the online runs on digits-drift "
                              "(one pass over the stream)")
     from ttrain.golden.lrt import VARIANTS
+    from ttrain.golden.lrt_model import MLP_PRESETS
     from ttrain.golden.lrt_online import NORMS
     if args.variant is not None and args.variant not in VARIANTS:
         raise ValueError(f"--variant {args.variant!r} is not a low-rank variant; choose "
@@ -259,9 +255,10 @@ def run_mlp(args):
     r = lrt_online.run_online(fixed, stream, st, stepper=stepper)
     if args.engine == "rtl" and chips and chips[0].cycles["sample"]:
         c = chips[0].cycles
+        reads = [f"{sum(v) / len(v):,.0f} per {name.replace('_', ' ')}"
+                 for name, v in c.items() if name != "sample" and v]
         print(f"chip cycles: {sum(c['sample']) / len(c['sample']):,.0f} per sample, "
-              + (f"{sum(c['readout']) / len(c['readout']):,.0f} per read-out" if c["readout"]
-                 else "no read-out verified"))
+              + (", ".join(reads) if reads else "no read-out verified"))
     w = r["writes"]
     print(f"online accuracy {100 * r['online_acc']:.1f}%  final accuracy "
           f"{100 * r['final_acc']:.1f}% (before training {100 * r['before_acc']:.1f}%)")

@@ -177,6 +177,24 @@ def check_program(program, store_sizes, *, max_dim=None, max_split=None):
     return ERR_NONE, None, ""
 
 
+_CHECKED = {}
+
+
+def _check_cached(instrs, sizes, max_dim, max_split):
+    """:func:`check_program`, remembered per program and store sizes: a host that runs one
+    program per sample repeats the same check pass (its result depends on nothing else)."""
+    try:
+        key = (tuple(instrs), tuple(sorted(sizes.items())), max_dim, max_split)
+        hash(key)
+    except TypeError:                               # an unhashable field: check every time
+        return check_program(instrs, sizes, max_dim=max_dim, max_split=max_split)
+    if key not in _CHECKED:
+        if len(_CHECKED) >= 64:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[key] = check_program(instrs, sizes, max_dim=max_dim, max_split=max_split)
+    return _CHECKED[key]
+
+
 def run(program, image, *, raise_errors=False, trace=None, max_dim=None, max_split=None):
     """Run a program on a memory image, bit-exactly.
 
@@ -221,7 +239,7 @@ def run(program, image, *, raise_errors=False, trace=None, max_dim=None, max_spl
         if raise_errors:
             raise
         return work, stats
-    code, pc, msg = check_program(instrs, sizes, max_dim=max_dim, max_split=max_split)
+    code, pc, msg = _check_cached(instrs, sizes, max_dim, max_split)
     if code:
         stats.error, stats.error_pc, stats.message = code, pc, msg
         if raise_errors:

@@ -52,7 +52,7 @@ from .svd import fp32_recip_fast
 __all__ = ["W_FRAC", "B_FRAC", "A_FRAC", "G_FRAC", "MLP_CONFIG", "MLP_PRESETS", "FixedMLP",
            "quantize_input", "quantize_mlp", "pretrained_mlp", "mlp_from_float", "CNN_CONFIG",
            "LRT_PRESETS", "FixedCNN", "cnn_from_float", "quantize_cnn", "pretrained",
-           "quantize_fixed"]
+           "quantize_fixed", "random_fixed_cnn", "geometry_of"]
 
 W_FRAC, B_FRAC, A_FRAC, G_FRAC = 7, 12, 7, 7
 _ACC_FRAC = W_FRAC + A_FRAC            # 14
@@ -76,8 +76,8 @@ CNN_CONFIG = CNNConfig(
             Conv(32, k=4, stride=1, pad=0), GlobalPool(), Linear(10)),
     note="fixed-point CNN for the 8x8 digits (low-rank training, the paper's conv experiments: "
          "one rankReduce per output pixel, effective batch 10 images for the conv layers)")
-#: Every model of the online runs (``--rule lrt`` / ``sgd`` on digits-drift). The compiled chip
-#: programs cover :data:`MLP_PRESETS` only.
+#: Every model of the online runs (``--rule lrt`` / ``sgd`` on digits-drift); the compiled chip
+#: programs (``golden/lrt_compiler.py``) cover all of them.
 LRT_PRESETS = {**MLP_PRESETS, CNN_CONFIG.name: CNN_CONFIG}
 
 
@@ -239,6 +239,12 @@ class _Geometry:
         return xp[:, p:p + self.hin, p:p + self.win, :]
 
 
+def geometry_of(cfg):
+    """The layer geometries of a fixed-point LRT model config (a dense layer is a 1x1 map's
+    1x1 convolution; ``digits-mlp``'s two layers are that)."""
+    return _geometries(cfg)
+
+
 def _geometries(cfg):
     geo, h, w, c = [], *cfg.input_shape
     for n in cfg.nodes:
@@ -320,6 +326,18 @@ class FixedCNN:
             back = back.reshape(n, prev.pixels, prev.cout)
             g.insert(0, np.where((a > 0) & (a < 255), back, 0))
         return g
+
+
+def random_fixed_cnn(cfg, seed=0, weight_range=16, bias_range=256):
+    """A :class:`FixedCNN` of ``cfg``'s layers (plain convolutions, a global pool of a 1x1 map,
+    dense layers) with seeded uniform random int8 weights in ``[-weight_range,
+    weight_range]`` and int16 biases in ``[-bias_range, bias_range]``: shapes other than the
+    presets' for the compiled programs' tests."""
+    geo = _geometries(cfg)
+    rng = np.random.default_rng([int(seed), 0x1C7])
+    return FixedCNN([rng.integers(-weight_range, weight_range + 1, (g.cout, g.k * g.k * g.cin))
+                     for g in geo],
+                    [rng.integers(-bias_range, bias_range + 1, g.cout) for g in geo], geo)
 
 
 def cnn_from_float(model, shifts):

@@ -35,12 +35,9 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
     from ..golden.lrt_model import quantize_input
     from ..platforms.hw import hw_config
     from ..platforms.sim.top import TopSession, build_top, interpret_traced, pad_image, run_top
-    if config not in lrt_model.MLP_PRESETS:
-        extra = (" (one rankReduce per output pixel: its online runs are golden only, "
-                 "`ttrain train --config digits-lrt-cnn --rule lrt --data digits-drift`)"
-                 if config in lrt_model.LRT_PRESETS else "")
-        raise ValueError(f"--rule lrt benchmarks the compiled programs of the fixed-point MLP "
-                         f"presets ({', '.join(lrt_model.MLP_PRESETS)}), not {config}{extra}")
+    if config not in lrt_model.LRT_PRESETS:
+        raise ValueError(f"--rule lrt benchmarks the compiled programs of the fixed-point LRT "
+                         f"presets ({', '.join(lrt_model.LRT_PRESETS)}), not {config}")
     if (variant, norm) not in LRT_BENCH_RUNS:
         raise ValueError(f"unknown LRT variant/norm {variant}/{norm}; choose biased or unbiased "
                          "and none or max")
@@ -50,11 +47,16 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
     label = LRT_BENCH_RUNS[(variant, norm)]
     st = replace(lrt_online.BENCHMARK_RUNS[label], lr=lrt_online.DEFAULT_LR[label])
     t0 = time.time()
-    model = lrt_model.pretrained_mlp(0)[0]
-    cl = compile_lrt(model.shapes, st)
+    model = lrt_model.pretrained(config, 0)[0]
+    cl = compile_lrt(model.shapes, st, getattr(model, "geometry", None))
+    conv = max(cl.pixels) > 1
+    # a convolutional model's sample program ends with its pixel LOOPs: cut after the one-pixel
+    # layers' reductions ("dense") too, the rest is the LOOPs ("conv_pixels")
+    phases = PHASES + (("dense",) if conv else ())
+    rest = "conv_pixels" if conv else "reduce_rotate"
     ins = cl.sample.instructions
     progs = {k: Program(ins[:cl.phase_ends[k]] + [End()], cl.sample.store_sizes, cl.memory_map)
-             for k in PHASES}
+             for k in phases}
     progs["sample"] = cl.sample
     hw = hw_config(cl.programs, config=f"{config}-lrt", lanes=lanes, slots=slots)
     sizes = hw.stores
@@ -71,7 +73,7 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
         # sample 0 also runs cut after each phase (its split); later samples run the sample
         # program only, still loaded and verified: the static and check passes are skipped,
         # as on a stream (docs/sequencer.md)
-        for k in (PHASES if i == 0 else ()) + ("sample",):
+        for k in (phases if i == 0 else ()) + ("sample",):
             want, res, golden = interpret_traced(progs[k], image)
             if res.error:
                 raise RuntimeError(f"the golden interpreter stopped the {k} program: "
@@ -86,55 +88,69 @@ def bench_lrt(config="digits-mlp", *, variant="unbiased", norm="max", samples=2,
         golden_s += time.time() - g0
         stats.append(per)
         image = want
-    want, rres, golden = interpret_traced(cl.readout, image)
-    if rres.error:
-        raise RuntimeError(f"the golden interpreter stopped the read-out: {rres.message}")
-    sess.program(cl.readout.words())
-    sess.run("readout", expect=want, golden=golden)
+    reads = {}
+    for name, period, layers in cl.readout_schedule:
+        want, rres, golden = interpret_traced(cl.readouts[name], image)
+        if rres.error:
+            raise RuntimeError(f"the golden interpreter stopped the {name} program: "
+                               f"{rres.message}")
+        sess.program(cl.readouts[name].words())
+        sess.run(name, expect=want, golden=golden)
+        reads[name] = (rres, want, period, layers)
+        image = want
     depth = sess.rom_depth()
-    say(f"{config} {label}: {len(ins)} + {len(cl.readout.instructions)} instructions, stores "
-        f"{dict(sizes)}; building the accelerator ({lanes} lanes)")
+    say(f"{config} {label}: " + " + ".join(f"{len(p.instructions)} ({k})"
+                                           for k, p in cl.programs.items())
+        + f" instructions, stores {dict(sizes)}; building the accelerator ({lanes} lanes)")
     build = build_top(hw, f"ttrain_lrt_{config.replace('-', '_')}_l{lanes}_s{slots}",
                       rom_depth=depth)
     build_s = time.time() - t0 - golden_s
-    say(f"running {samples} sample(s), the first also cut after each phase, and one read-out")
+    say(f"running {samples} sample(s), the first also cut after each phase, and each read-out "
+        "once")
     s0 = time.time()
     out = run_top(build, sess, test_dir=Path(workdir or tempfile.mkdtemp(prefix="lrt-bench-")),
                   timeout=4 * 3600)
     sim_s = time.time() - s0
     entries = []
-    cuts = {k: r["cycles"] for k, r in zip(PHASES, out)}
+    cuts = {k: r["cycles"] for k, r in zip(phases, out)}
     for i in range(samples):
-        cycles = out[len(PHASES) + i]["cycles"]
+        cycles = out[len(phases) + i]["cycles"]
         entry = {"sample": i, "cycles": cycles, "verified_rerun": i > 0}
         if i == 0:                       # the cuts split the first (passes included) run
             split, prev = {}, 0
-            for k in PHASES:
+            for k in phases:
                 split[k] = cuts[k] - prev
                 prev = cuts[k]
-            split["reduce_rotate"] = cycles - prev
+            split[rest] = cycles - prev
             entry["phase_cycles"] = split
         macs = int(stats[i]["sample"].macs)
         entries.append({**entry, "macs": macs, "ideal_cycles": -(-macs // lanes),
                         "utilization": -(-macs // lanes) / cycles,
                         "instructions_executed": int(stats[i]["sample"].instructions),
                         "bit_exact": True})
-    rc = out[-1]["cycles"]
     per_sample = entries[-1]["cycles"]
     # the static and check passes of the sample program, paid again after every read-out
     # (the host reloads it); unknown (0) with one sample
     passes = entries[0]["cycles"] - per_sample
-    n, b = len(stream), st.batch
-    stream_cycles = n * per_sample + (n // b) * (rc + passes)
+    n = len(stream)
+    readouts = {}
+    for (name, (rres, want, period, layers)), r in zip(reads.items(), out[-len(reads):]):
+        readouts[name] = {"cycles": r["cycles"], "macs": int(rres.macs), "layers": layers,
+                          "every_samples": period, "per_stream": n // period,
+                          "written": [bool(cl.get_f32(want, f"written{l}")[0]) for l in layers],
+                          "bit_exact": True}
+    reloads = n // min(p for _, p, _ in cl.readout_schedule)
+    stream_cycles = n * per_sample + reloads * passes + sum(
+        v["per_stream"] * v["cycles"] for v in readouts.values())
     report = {"config": config, "run": label, "settings": asdict(st), "lanes": lanes,
-              "slots": slots, "instructions": {"sample": len(ins),
-                                               "readout": len(cl.readout.instructions)},
+              "slots": slots, "pixels": cl.pixels,
+              "instructions": {k: len(p.instructions) for k, p in cl.programs.items()},
               "store_sizes": dict(sizes), "entries": entries,
-              "readout": {"cycles": rc, "macs": int(rres.macs), "layers": len(cl.shapes),
-                          "written": [bool(cl.get_f32(want, f"written{l}")[0])
-                                      for l in range(len(cl.shapes))], "bit_exact": True},
+              "readout": readouts["readout"], "readouts": readouts,
               "sample_passes_cycles": passes,
-              "stream": {"samples": n, "readouts": n // b, "cycles": stream_cycles,
+              "stream": {"samples": n, "readouts": {k: v["per_stream"] for k, v in
+                                                    readouts.items()},
+                         "cycles": stream_cycles,
                          "seconds_at_300MHz": stream_cycles / (_MHZ * 1e6)},
               "us_per_sample_at_300MHz": per_sample / _MHZ,
               "seconds": {"build": round(build_s, 1), "simulation": round(sim_s, 1),

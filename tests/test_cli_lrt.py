@@ -120,8 +120,6 @@ def test_conv_preset_online_lrt_and_sgd_print_per_layer_pixels_and_the_authors_c
 
 
 @pytest.mark.parametrize("argv, needle", [
-    ([*CONV, "--rule", "lrt", "--engine", "interpreter"], "digits-lrt-cnn (one rankReduce per "
-                                                           "output pixel) runs on --engine golden"),
     ([*BASE, "--rule", "lrt", "--conv-batch", "5"], "--conv-batch sets the read-out of "
                                                     "convolutions; digits-mlp has dense layers"),
     ([*CONV, "--rule", "lrt", "--conv-batch", "0"], "--conv-batch must be"),
@@ -150,6 +148,31 @@ def test_compiled_programs_on_the_interpreter_print_the_golden_numbers(tmp_path,
     assert sum(L["weight_writes"] for L in recs[0]["layers"]) > 0
 
 
+def test_conv_preset_on_the_compiled_programs_prints_the_golden_numbers(tmp_path, capsys):
+    """``--engine interpreter`` with digits-lrt-cnn: the compiled programs (pixel LOOPs, the
+    conv read-out every --conv-batch images) give the golden loop's record."""
+    argv = [*CONV[:-1], "2", "--rule", "lrt", "--conv-batch", "2"]
+    recs = []
+    for engine in ("golden", "interpreter"):
+        out = tmp_path / f"{engine}.json"
+        assert main([*argv, "--engine", engine, "--json", str(out)]) == 0
+        rec = json.loads(out.read_text())
+        rec.pop("cpu_s")
+        recs.append(rec)
+    assert "golden/lrt_compiler.py" in capsys.readouterr().out
+    assert recs[0] == recs[1] and [L["readouts"] for L in recs[0]["layers"]] == [1, 1, 0, 0]
+
+
+def test_plan_lrt_conv_preset_reports_every_layer_against_the_bound(capsys):
+    assert main(["plan", "--config", "digits-lrt-cnn", "--rule", "lrt", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert set(rep["instructions"]) == {"sample", "readout_conv", "readout"}
+    assert [L["shape"] for L in rep["layers"]] == [[8, 9], [16, 72], [32, 256], [10, 32]]
+    for L in rep["layers"]:
+        assert 2 * L["bases_words"] >= L["bound_16bit_words"]
+        assert L["aux_bytes_as_compiled"] < L["sgd_accumulator_bytes"]
+
+
 def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(capsys):
     """``ttrain plan --rule lrt``: the compiled programs' memory map by class; each layer's
     accumulator against the r (n_i + n_o) 16-bit-word bound (as compiled: two 16-bit entries
@@ -173,9 +196,7 @@ def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(ca
 
 @pytest.mark.parametrize("argv, needle", [
     (["plan", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt plans the compiled "
-                                                          "programs of the fixed-point MLP"),
-    (["plan", "--config", "digits-lrt-cnn", "--rule", "lrt"], "its online runs are golden "
-                                                              "only"),
+                                                          "programs of the fixed-point LRT"),
     (["plan", "--config", "digits-mlp", "--rule", "lrt", "--rank", "0"], "--rank must be at "
                                                                          "least 1"),
     (["plan", "--config", "paper-l1", "--rank", "2"], "--rank does not apply to --rule sgd"),
@@ -190,7 +211,8 @@ def test_plan_lrt_json_reports_weights_and_auxiliary_memory_against_the_bound(ca
     (["plan", "--config", "paper-l1", "--sparse-layers", "1"], "--sparse-layers does not apply "
                                                                "to --rule sgd"),
     (["bench", "step", "--config", "digits-cnn", "--rule", "lrt"], "--rule lrt benchmarks the "
-                                                                   "compiled programs of the"),
+                                                                   "compiled programs of the "
+                                                                   "fixed-point LRT presets"),
     (["bench", "step", "--rule", "lrt", "--queries", "3"], "--queries does not apply to --rule "
                                                            "lrt"),
     (["bench", "step", "--rule", "zo", "--variant", "biased"], "--variant applies to --rule "

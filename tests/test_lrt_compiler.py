@@ -1,7 +1,8 @@
 """Low-rank training compiled into the per-sample and read-out programs
 (golden/lrt_compiler.py), run on the golden interpreter: every state word after every sample
 equals golden.lrt's rankReduce, and whole online runs equal golden.lrt_online.run_online's
-(accuracies, weights, biases, writes per cell, skipped samples) for the four variants."""
+(accuracies, weights, biases, writes per cell, skipped samples) for the four variants, for the
+dense digits-mlp and for convolutional models (one rankReduce per output pixel)."""
 
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ from ttrain.golden.isa import ERR_FIELD, Elementwise, End, encode_program
 from ttrain.golden.contract import View
 from ttrain.golden.lrt_compiler import InterpretedLRT, compile_lrt
 from ttrain.golden.lrt_model import A_FRAC, G_FRAC, quantize_input
+from ttrain.golden.qnn import CNNConfig, Conv, GlobalPool, Linear
 from ttrain.golden.quant import i2f
 from ttrain.golden.svd import jacobi_svd
 
@@ -90,11 +92,57 @@ def test_online_runs_on_the_compiled_programs_equal_the_golden_loop(label, lr, r
         assert np.array_equal(x, y)
 
 
+#: Two pixel groups (9 and 4 output pixels, one LOOP each), a strided padded convolution, an
+#: unpadded one that still gathers patches, one over the whole map and a dense read-out.
+SMALL_CNN = CNNConfig(
+    name="lrt-cnn-test", input_shape=(8, 8, 1), classes=10,
+    layers=(Conv(4, k=3, stride=3, pad=1), Conv(4, k=2, stride=1, pad=0),
+            Conv(8, k=2, stride=1, pad=0), GlobalPool(), Linear(10)), note="test")
+
+
+def test_conv_online_runs_on_the_compiled_programs_equal_the_golden_loop():
+    """im2col and col2im as LOOPs, the per-pixel rankReduce LOOPs with their per-pixel sign
+    seeds (the unbiased reduction), the bias update from the pixels' sum, max-norm and the two
+    read-out programs (conv layers every 2 images, dense every 4): the whole run equals the
+    golden loop's, every read-out writing and the condition check skipping pixels."""
+    s = replace(lrt_online.BENCHMARK_RUNS["lrt unbiased/max"], lr=0.01, conv_batch=2, batch=4)
+    stream = drift.make_stream(1, segments=2, segment_len=4, ramp=2)
+    model = lrt_model.random_fixed_cnn(SMALL_CNN, 0, weight_range=40)
+    assert model.pixels == [9, 4, 1, 1]
+    a = lrt_online.run_online(model.copy(), stream, s)
+    b = lrt_online.run_online(model.copy(), stream, s, stepper=InterpretedLRT)
+    a.pop("cpu_s"), b.pop("cpu_s")
+    assert a == b
+    assert [(L["readouts"], L["weight_writes"]) for L in a["layers"]] == [(4, 4), (4, 4),
+                                                                           (2, 2), (2, 2)]
+    assert a["layers"][0]["skipped"] > 0 and a["layers"][1]["skipped"] > 0
+
+
+def test_conv_preset_samples_on_the_compiled_programs_equal_the_golden_loop():
+    """The pre-trained digits-lrt-cnn (its two 16-pixel conv layers in one LOOP) over two
+    samples and a conv read-out."""
+    s = replace(lrt_online.BENCHMARK_RUNS["lrt unbiased/max"], lr=0.01, conv_batch=2)
+    stream = drift.make_stream(0, segments=1, segment_len=2, ramp=1)
+    model = lrt_model.pretrained("digits-lrt-cnn", 0)[0]
+    a = lrt_online.run_online(model.copy(), stream, s)
+    b = lrt_online.run_online(model.copy(), stream, s, stepper=InterpretedLRT)
+    a.pop("cpu_s"), b.pop("cpu_s")
+    assert a == b and [L["readouts"] for L in a["layers"]] == [1, 1, 0, 0]
+
+
 def test_compile_rejects_other_rules_and_mismatched_layers():
     with pytest.raises(ValueError, match="compiles the lrt rule, not 'sgd'"):
         compile_lrt([(10, 64)], lrt_online.OnlineSettings("sgd"))
     with pytest.raises(ValueError, match="layer 1 takes 32 inputs but layer 0 gives 64"):
         compile_lrt([(64, 64), (10, 32)], lrt_online.OnlineSettings())
+    geo = list(lrt_model.random_fixed_cnn(SMALL_CNN).geometry)
+    shapes = [(g.cout, g.k * g.k * g.cin) for g in geo]
+    with pytest.raises(ValueError, match=r"layer 1: shape \(4, 17\) is not its geometry's"):
+        compile_lrt([shapes[0], (4, 17)] + shapes[2:], lrt_online.OnlineSettings(), geo)
+    with pytest.raises(ValueError, match="layer 1 reads a 2x2x4 map but layer 0 gives 3x3x4"):
+        compile_lrt(shapes[:1] + shapes[2:], lrt_online.OnlineSettings(), geo[:1] + geo[2:])
+    with pytest.raises(ValueError, match="the last layer must have one output pixel"):
+        compile_lrt(shapes[:2], lrt_online.OnlineSettings(), geo[:2])
     with pytest.raises(ValueError, match="compiled online programs run the lrt rule"):
         lrt_online.run_online(_model(), drift.make_stream(0, segments=1, segment_len=4, ramp=2),
                               lrt_online.OnlineSettings("sgd"), stepper=InterpretedLRT)

@@ -12,6 +12,7 @@ every run, every store word after the last run of each session of ``per_session`
 mismatch raises.
 """
 
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -41,9 +42,9 @@ class ChipLRT(InterpretedLRT):
         self.say = progress or (lambda m: None)
         self.build = self.sess = self.loaded = None
         self.pending = 0
-        self.verified = {"sample": 0, "readout": 0}
-        self.queued = {"sample": 0, "readout": 0}
-        self.cycles = {"sample": [], "readout": []}
+        self.verified = dict.fromkeys(self.cl.programs, 0)
+        self.queued = dict.fromkeys(self.cl.programs, 0)
+        self.cycles = {name: [] for name in self.cl.programs}
         self.sim_seconds = 0.0
         self._words = {name: p.words() for name, p in self.cl.programs.items()}
 
@@ -54,8 +55,8 @@ class ChipLRT(InterpretedLRT):
         need = 3 * hw.total_words + 2 * self.per_session * per_run + \
             4 * sum(len(w) for w in self._words.values()) + 4096
         n = {k: len(p.instructions) for k, p in self.cl.programs.items()}
-        self.say(f"building the accelerator for the LRT programs ({n['sample']} + "
-                 f"{n['readout']} instructions, {self.lanes} lanes)")
+        self.say(f"building the accelerator for the LRT programs ("
+                 + " + ".join(str(v) for v in n.values()) + f" instructions, {self.lanes} lanes)")
         self.build = build_top(hw, f"ttrain_lrt_chip_l{self.lanes}_{hw.total_words}",
                                rom_depth=1 << need.bit_length())
 
@@ -64,7 +65,7 @@ class ChipLRT(InterpretedLRT):
         self.sess.write_image(image)
         self.loaded = None
         self.pending = 0
-        self.queued = {"sample": 0, "readout": 0}
+        self.queued = dict.fromkeys(self.cl.programs, 0)
 
     def run(self, name):
         image_in = self.image
@@ -98,14 +99,15 @@ class ChipLRT(InterpretedLRT):
         res = run_top(self.build, self.sess, test_dir=self.workdir, timeout=4 * 3600)
         self.sim_seconds += time.time() - t0
         for r in res:
-            kind = "sample" if r["name"].startswith("sample") else "readout"
-            if not r["name"].startswith("final"):
-                self.cycles[kind].append(int(r["cycles"]))
+            name = re.sub(r"\d+$", "", r["name"])
+            if name in self.cycles:
+                self.cycles[name].append(int(r["cycles"]))
         for k in self.verified:
             self.verified[k] += self.queued[k]
-        self.say(f"chip: {self.verified['sample']} samples and {self.verified['readout']} "
-                 "read-outs bit-exact (the parameter store after every run, every store word "
-                 "at the end of each session)")
+        reads = sum(v for k, v in self.verified.items() if k != "sample")
+        self.say(f"chip: {self.verified['sample']} samples and {reads} read-outs bit-exact (the "
+                 "parameter store after every run, every store word at the end of each "
+                 "session)")
         self.sess = None
 
     def close(self):
