@@ -129,6 +129,31 @@ def lrt_models():
     return model, out
 
 
+#: LRT of a small convolutional model on the chip: two 4-pixel conv layers in one pixel LOOP (a
+#: strided, padded 3x3 and a 1x1 that still gathers its patches), a whole-map conv and the
+#: dense read-out; random weights (seed 0) and a rate such that after two samples both
+#: read-out programs write every layer and the condition check skips pixels of both conv
+#: layers.
+LRT_CNN_LAYERS = (("conv", 4, 3, 4, 1), ("conv", 4, 1, 1, 0), ("conv", 8, 2, 1, 0))
+LRT_CNN_BATCH = 2
+
+
+@functools.lru_cache(maxsize=None)
+def lrt_cnn():
+    """(model, settings, compiled programs) of the small convolutional LRT model."""
+    from dataclasses import replace
+    from ttrain.golden import lrt_model, lrt_online
+    from ttrain.golden.lrt_compiler import compile_lrt
+    from ttrain.golden.qnn import CNNConfig, Conv, GlobalPool, Linear
+    cfg = CNNConfig(name="lrt-cnn-chip", input_shape=(8, 8, 1), classes=10, note="chip test",
+                    layers=tuple(Conv(c, k=k, stride=st, pad=pd) for _, c, k, st, pd
+                                 in LRT_CNN_LAYERS) + (GlobalPool(), Linear(10)))
+    model = lrt_model.random_fixed_cnn(cfg, 0, weight_range=40)
+    st = replace(lrt_online.BENCHMARK_RUNS["lrt unbiased/max"], lr=0.03,
+                 conv_batch=LRT_CNN_BATCH, batch=LRT_CNN_BATCH)
+    return model, st, compile_lrt(model.shapes, st, model.geometry)
+
+
 #: The Jacobi SVD program alone: this many 5 x 5 matrices (random, ill-conditioned, rank
 #: deficient; tests/test_lrt_verilator.py).
 SVD_COUNT = 8
@@ -153,7 +178,9 @@ def sbn_program():
 
 def lrt_programs():
     return {**{f"{name}_{kind}": prog for name, (_, cl) in lrt_models()[1].items()
-               for kind, prog in cl.programs.items()}, "lrt_svd": svd_program().program,
+               for kind, prog in cl.programs.items()},
+            **{f"lrt_cnn_{kind}": prog for kind, prog in lrt_cnn()[2].programs.items()},
+            "lrt_svd": svd_program().program,
             "lrt_sbn": sbn_program().program}
 
 

@@ -11,8 +11,8 @@ from ttrain.golden import drift, interpreter
 from ttrain.golden.lrt_model import quantize_input
 from ttrain.platforms.sim.top import TopSession, pad_image, run_top
 
-from shared_top import (LRT_BATCH, SBN_BATCH, SVD_COUNT, lrt_models, sbn_program,
-                        shared_top, svd_program)
+from shared_top import (LRT_BATCH, LRT_CNN_BATCH, SBN_BATCH, SVD_COUNT, lrt_cnn, lrt_models,
+                        sbn_program, shared_top, svd_program)
 
 
 @pytest.fixture(scope="module")
@@ -20,21 +20,30 @@ def top():
     return shared_top()
 
 
-def _play(top, tmp_path, name, samples, readout_every):
-    """Stream ``samples`` samples, a read-out after every ``readout_every``-th: the host writes
-    only the sample (pixels, one-hot label, sign seeds) between runs and swaps the program
-    for each read-out. The logits of every sample (the prediction) and the parameter store
-    (weights, biases, counters, accumulators) after every run, and every store word after
-    every read-out and the last sample, are compared with the interpreter's."""
-    model, compiled = lrt_models()
-    st, cl = compiled[name]
+def _play(top, tmp_path, name, samples, readout_every, compiled=None):
+    """Stream ``samples`` samples, a read-out after every ``readout_every``-th (``compiled``:
+    ``(model, programs)``, default the digits-mlp programs ``name``; a convolutional model's
+    two read-out programs run by their schedule): the host writes only the sample (pixels,
+    one-hot label, sign seeds) between runs and swaps the program for each read-out. The
+    logits of every sample (the prediction) and the parameter store (weights, biases,
+    counters, accumulators) after every run, and every store word after every read-out and the
+    last sample, are compared with the interpreter's."""
+    if compiled is None:
+        model, programs = lrt_models()
+        cl = programs[name][1]
+        schedule = [("readout", readout_every, list(range(len(cl.shapes))))]
+    else:
+        model, cl = compiled
+        schedule = cl.readout_schedule
     sizes = top.config["store_sizes"]
-    stream = drift.make_stream(2, segments=2, segment_len=samples // 2, ramp=samples // 4)
+    stream = drift.make_stream(2, segments=2, segment_len=samples // 2,
+                               ramp=max(1, samples // 4))
     xs = quantize_input(stream.images)
     image = pad_image(cl.initial_image(model), sizes)
     sess = TopSession()
     sess.write_image(image)
-    sample_words, readout_words = cl.sample.words(), cl.readout.words()
+    words = {k: p.words() for k, p in cl.programs.items()}
+    sample_words = words["sample"]
     sess.program(sample_words)
     lg = cl.memory_map["logits"]
     runs, written = [], []
@@ -49,20 +58,25 @@ def _play(top, tmp_path, name, samples, readout_every):
                  expect_at=[("param", 0, image["param"]),
                             (lg.store, lg.base, image[lg.store][lg.base:lg.base + lg.size])])
         runs.append("sample")
-        if (i + 1) % readout_every == 0:
-            sess.program(readout_words)
-            image, res = interpreter.run(cl.readout, image)
+        done = False
+        for prog, every, layers in schedule:
+            if (i + 1) % every:
+                continue
+            sess.program(words[prog])
+            image, res = interpreter.run(cl.programs[prog], image)
             assert res.error == 0, res.message
-            sess.run(f"{name}_readout{i}", expect=image)
+            sess.run(f"{name}_{prog}{i}", expect=image)
             runs.append("readout")
-            written.append([int(cl.get_f32(image, f"written{l}")[0]) for l in range(2)])
+            written.append([int(cl.get_f32(image, f"written{l}")[0]) for l in layers])
+            done = True
+        if done:
             sess.program(sample_words)
     res = run_top(top, sess, test_dir=tmp_path, timeout=1200)
     assert [r["error_code"] for r in res] == [0] * len(runs)
     cyc = {k: sorted({r["cycles"] for r, kind in zip(res, runs) if kind == k})
            for k in set(runs)}
     print(f"{name}: cycles per sample {cyc['sample']}, per read-out {cyc['readout']}")
-    skipped = [int(cl.get_f32(image, f"skipped{l}")[0]) for l in range(2)]
+    skipped = [int(cl.get_f32(image, f"skipped{l}")[0]) for l in range(len(cl.shapes))]
     return cl, image, written, skipped
 
 
@@ -81,6 +95,21 @@ def test_biased_reduction_bit_exact_on_the_chip(top, tmp_path):
     """The biased (top-r) reduction without norm, read out every third sample."""
     cl, image, written, skipped = _play(top, tmp_path, "lrt_biased", 6, LRT_BATCH)
     assert written == [[1, 1], [1, 1]]
+
+
+def test_convolutional_model_samples_and_both_readouts_bit_exact_on_the_chip(top, tmp_path):
+    """A small CNN (tests/shared_top.py: two 4-pixel conv layers, one pixel LOOP of their
+    rankReduces): im2col and col2im LOOPs, per-pixel sign seeds and skips, the conv and the
+    dense read-out programs, both writing every layer; every store word compared after each
+    read-out and the last sample."""
+    model, _, cl = lrt_cnn()
+    assert cl.pixels == [4, 4, 1, 1]
+    assert [(n, p) for n, p, _ in cl.readout_schedule] == [("readout_conv", LRT_CNN_BATCH),
+                                                          ("readout", LRT_CNN_BATCH)]
+    cl, image, written, skipped = _play(top, tmp_path, "lrt_cnn", LRT_CNN_BATCH, None,
+                                        compiled=(model, cl))
+    assert written == [[1, 1], [1, 1]]
+    assert skipped[0] > 0 and skipped[1] > 0, skipped
 
 
 def test_jacobi_svd_program_on_random_and_ill_conditioned_matrices(top, tmp_path):
