@@ -59,6 +59,10 @@ def format_report(rep):
                        f"{cap[k]:,}")
         out.append(f"  longest register-to-register path: {logic['logic_levels']} logic "
                    f"levels (LUT/MUXF/CARRY; timing proxy)")
+        for k, f in (logic.get("fit") or {}).items():
+            terms = " + ".join(f"{c:g} {n}" if n != "1" else f"{c:g}"
+                               for n, c in f["terms"].items())
+            out.append(f"  fit {k}: {terms}; residuals at the points {f['residuals']}")
         out.append("  note: Yosys does not pack pipeline registers into DSP48E2s, so FF/LUT "
                    "around the multipliers are pessimistic")
         t = rep["total"]
@@ -75,7 +79,8 @@ def _run(args):
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if not args.json else None
     rep = build_report(args.config, lanes=args.lanes, banks=args.banks,
                        synth="none" if args.no_synth else args.synth, cache_dir=args.cache_dir,
-                       timeout=args.synth_timeout, log=log, sizes_from=args.sizes)
+                       timeout=args.synth_timeout, log=log, sizes_from=args.sizes,
+                       vector_width=args.vector_width)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:
@@ -103,10 +108,15 @@ def register(sub):
     p.add_argument("--sizes", choices=list(SIZE_SOURCES), default="compiler",
                    help="store sizes from the compiled training-step program (default) or "
                         "from the memory plan")
-    p.add_argument("--synth", choices=["auto", "full", "scaled", "none"], default="auto",
+    p.add_argument("--vector-width", type=int, default=None, metavar="V",
+                   help="vector and update units' lanes (power of two up to --lanes; with "
+                        "--synth full or fit; default = lanes)")
+    p.add_argument("--synth", choices=["auto", "full", "scaled", "fit", "none"], default="auto",
                    help="logic estimate: full synthesis of the top, scaled (1- and 2-lane "
-                        "tops extrapolated to --lanes), none, or auto (full up to 2 lanes, "
-                        "else scaled; default)")
+                        "tops extrapolated linearly to --lanes: LUTs a lower bound), fit (2-, "
+                        "4- and 8-lane tops with lane groups fitted, LUT quadratic: the "
+                        "estimate for wide engines; ~30 min of Yosys the first time, cached), "
+                        "none, or auto (full up to 2 lanes, else scaled; default)")
     p.add_argument("--no-synth", action="store_true",
                    help="memory map only (same as --synth none)")
     p.add_argument("--cache-dir", default="build/resources", metavar="DIR",

@@ -20,7 +20,9 @@ logic
     keyed by a hash of the RTL sources, the parameters and the tool versions. A top of more
     than 2 lanes is not synthesized whole by default (far beyond 5 minutes on a 2-core
     machine): the 1- and 2-lane tops are, and the counts are extrapolated linearly in the
-    lanes (``--synth scaled``; ``--synth full`` forces the whole top).
+    lanes (``--synth scaled``; ``--synth full`` forces the whole top). For wide engines
+    ``--synth fit`` synthesizes the 2-, 4- and 8-lane tops with lane groups (and the 4-lane one
+    with one-lane vector units) and fits DSP/FF linear and LUT quadratic in the lanes.
 """
 
 import hashlib
@@ -35,9 +37,8 @@ from pathlib import Path
 from .hw import preset_hw_config
 from .memory import SIZE_SOURCES, check_banks, fit_memory, _capacity
 
-__all__ = ["synth_estimate", "scaled_estimate", "synth_component", "logic_depth",
-           "deep_registers",
-           "build_report"]
+__all__ = ["synth_estimate", "scaled_estimate", "fit_estimate", "fit_counts", "FIT_POINTS",
+           "synth_component", "logic_depth", "deep_registers", "build_report"]
 
 #: Cell types that are one logic level on a register-to-register path.
 _COMB_PREFIXES = ("LUT", "MUXF", "CARRY", "INV")
@@ -255,7 +256,8 @@ def _summarize(cells):
 
 
 def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, special=False,
-                   cache_dir="build/resources", timeout=1800, log=None):
+                   cache_dir="build/resources", timeout=1800, log=None, max_split=None,
+                   vector_width=None):
     """Synthesize the accelerator top with Yosys (stores as black boxes); return the counts.
 
     Parameters
@@ -268,6 +270,9 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
     special : bool
         Include the special-function unit (as the preset's hardware configuration does when
         its training step uses special ops).
+    max_split, vector_width : int or None
+        The engine's lane groups and the vector/update units' lanes (``Accelerator``'s; None:
+        its defaults).
     cache_dir : str or Path
         Folder for the build and the cached result (keyed by :func:`_source_hash`).
     timeout : float
@@ -295,7 +300,10 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
         store_sizes = {s: banks * _SYNTH_STORE_ROWS for s in STORE_IDS}
     store_sizes = {s: int(store_sizes[s]) for s in STORE_IDS}
     params = {"lanes": lanes, "banks": banks, "imem_depth": imem_depth,
-              "store_sizes": store_sizes, **({"special": True} if special else {})}
+              "store_sizes": store_sizes, **({"special": True} if special else {}),
+              **({"max_split": max_split} if max_split else {}),
+              **({"vector_width": vector_width} if vector_width else {})}
+    units = {k: params[k] for k in ("max_split", "vector_width") if k in params}
     key = _source_hash(params)
     cache = Path(cache_dir)
     result_file = cache / f"synth-{key}.json"
@@ -311,7 +319,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
     top = Accelerator(store_sizes=store_sizes,
                       lanes=lanes, banks=banks, imem_depth=imem_depth,
                       store_impl="verilog", store_style="block", special=bool(special),
-                      special_impl="amaranth")
+                      special_impl="amaranth", **units)
     out = _synthesize(top, cache / f"synth-{key}", timeout=timeout, log=log)
     out.update(params=params, key=key)
     result_file.write_text(json.dumps(out, indent=1) + "\n")
@@ -412,17 +420,86 @@ def scaled_estimate(config, *, lanes, from_lanes=(1, 2), cache_dir="build/resour
     return out
 
 
+#: ``(lanes, vector lanes)`` of the tops :func:`fit_estimate` synthesizes (``max_split`` = lanes,
+#: banks = lanes): the 4-lane top also with one-lane vector and update units, so the fit can
+#: tell the engine's lanes from the vector lanes.
+FIT_POINTS = ((2, 2), (4, 4), (8, 8), (4, 1))
+#: The fitted terms: DSPs and FFs are linear in the engine lanes P and the vector lanes V (one
+#: multiplier set and one register file per lane); LUTs have a P**2 term (the arbitration: every
+#: store port against every bank); RAMs do not scale (the instruction memory).
+FIT_TERMS = {"dsp48e2": ("1", "P", "V"), "ff": ("1", "P", "V"), "carry": ("1", "P", "V"),
+             "lut": ("1", "P", "P^2", "V")}
+
+
+def _term(name, P, V):
+    return {"1": 1.0, "P": float(P), "P^2": float(P) ** 2, "V": float(V)}[name]
+
+
+def fit_counts(runs, lanes, vector_width, terms=FIT_TERMS):
+    """Least-squares fit of each count of ``runs`` (``[(P, V, counts)]``) over ``terms``;
+    returns ``{count: (prediction at (lanes, vector_width), coefficients, residuals)}``."""
+    import numpy as np
+    out = {}
+    for key, names in terms.items():
+        A = np.array([[_term(n, P, V) for n in names] for P, V, _ in runs])
+        y = np.array([float(r[key]) for _, _, r in runs])
+        if np.linalg.matrix_rank(A) < len(names):
+            raise ValueError(f"the fit points {[(P, V) for P, V, _ in runs]} cannot separate "
+                             f"the terms {names} of {key}")
+        coef = np.linalg.lstsq(A, y, rcond=None)[0]
+        pred = float(np.dot([_term(n, lanes, vector_width) for n in names], coef))
+        out[key] = (max(0, round(pred)), dict(zip(names, (round(float(c), 2) for c in coef))),
+                    [round(float(v), 1) for v in y - A @ coef])
+    return out
+
+
+def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
+                 cache_dir="build/resources", timeout=1800, log=None, synth=None):
+    """Estimate the logic of a ``lanes``-lane top with ``vector_width`` vector lanes (default
+    = lanes) from syntheses of the tops at ``points`` (:data:`FIT_POINTS`: each the preset's
+    hardware configuration at that many lanes, banks = lanes, ``max_split`` = lanes), each count
+    fitted over :data:`FIT_TERMS` and extrapolated. An estimate: the fit is measured at a few
+    lanes and extrapolated far beyond; the residuals at the points are reported with it. RAMs
+    and the logic depth are the synthesized tops' largest (neither is fitted)."""
+    synth = synth_estimate if synth is None else synth
+    V = lanes if vector_width is None else vector_width
+    runs = []
+    for P, Vp in points:
+        hw = preset_hw_config(config, lanes=P)
+        r = synth(store_sizes=hw.stores, lanes=P, banks=P, imem_depth=hw.imem_depth,
+                  special=hw.special, cache_dir=cache_dir, timeout=timeout, log=log,
+                  max_split=P, vector_width=Vp)
+        runs.append((P, Vp, r))
+    fit = fit_counts(runs, lanes, V)
+    out = {k: v[0] for k, v in fit.items()}
+    for k in ("ramb36", "ramb18", "uram288"):
+        out[k] = max(r[k] for _, _, r in runs)
+    deeper = max((r for _, _, r in runs), key=lambda r: r["logic_levels"])
+    out.update({"store_banks": 4 * lanes, "cells": None, "vector_width": V,
+                "logic_levels": deeper["logic_levels"], "critical_path": deeper["critical_path"],
+                "fit": {k: {"terms": v[1], "residuals": v[2]} for k, v in fit.items()},
+                "fit_points": [{"lanes": P, "vector_width": Vp,
+                                **{k: r[k] for k in _SCALED + ("logic_levels",)}}
+                               for P, Vp, r in runs],
+                "cached": all(r.get("cached") for _, _, r in runs),
+                "seconds": {"convert": sum(r["seconds"]["convert"] for _, _, r in runs),
+                            "synth": sum(r["seconds"]["synth"] for _, _, r in runs)}})
+    return out
+
+
 def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
-                 timeout=1800, log=None, sizes_from="compiler"):
+                 timeout=1800, log=None, sizes_from="compiler", vector_width=None):
     """Return the resource report of preset ``config`` (JSON-ready dict); see module doc.
 
     ``sizes_from``: ``"compiler"`` (the whole-model program's memory map, default) or
     ``"plan"`` (``ttrain plan``'s on-chip bytes, the planner's lower-level estimate).
 
     ``synth``: ``"full"`` (synthesize the ``lanes``-lane top), ``"scaled"`` (synthesize 1 and
-    2 lanes and extrapolate, :func:`scaled_estimate`), ``"auto"`` (full up to 2 lanes, else
-    scaled: a full 8-lane top takes far longer than the 5 minutes allowed here) or ``"none"``
-    (memory map only; ``False`` too).
+    2 lanes and extrapolate, :func:`scaled_estimate`), ``"fit"`` (the tops of
+    :data:`FIT_POINTS`, fitted: :func:`fit_estimate`, the estimate for wide engines),
+    ``"auto"`` (full up to 2 lanes, else scaled: a full 8-lane top takes far longer than the 5
+    minutes allowed here) or ``"none"`` (memory map only; ``False`` too). ``vector_width``:
+    the vector and update units' lanes (``full`` and ``fit``; default = lanes).
     """
     if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
             or lanes & (lanes - 1):
@@ -430,10 +507,18 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     banks = lanes if banks is None else banks
     check_banks(banks)
     synth = "none" if synth is False else ("auto" if synth is True else synth)
-    if synth not in ("auto", "full", "scaled", "none"):
-        raise ValueError(f"--synth must be auto, full, scaled or none, not {synth!r}")
+    if synth not in ("auto", "full", "scaled", "fit", "none"):
+        raise ValueError(f"--synth must be auto, full, scaled, fit or none, not {synth!r}")
     if synth == "auto":
         synth = "full" if lanes <= 2 else "scaled"
+    if vector_width is not None:
+        if isinstance(vector_width, bool) or not isinstance(vector_width, int) \
+                or vector_width < 1 or vector_width & (vector_width - 1) or vector_width > lanes:
+            raise ValueError(f"--vector-width must be a power of two up to --lanes ({lanes}), "
+                             f"not {vector_width!r}")
+        if synth not in ("full", "fit"):
+            raise ValueError("--vector-width applies to --synth full or fit (the tops "
+                             "synthesized with narrower vector units)")
     if synth == "scaled" and banks != lanes:
         raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
                          "for another --banks")
@@ -451,8 +536,21 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
         hw = preset_hw_config(config, lanes=lanes, banks=banks)    # units and imem
         logic = synth_estimate(store_sizes=sizes, lanes=lanes, banks=banks,
                                imem_depth=hw.imem_depth, special=hw.special,
-                               cache_dir=cache_dir, timeout=timeout, log=log)
+                               cache_dir=cache_dir, timeout=timeout, log=log,
+                               vector_width=vector_width)
         logic["method"] = f"full synthesis of the {lanes}-lane top"
+    elif synth == "fit":
+        if banks != lanes:
+            raise ValueError("--synth fit extrapolates tops with banks = lanes; use --synth "
+                             "full for another --banks")
+        logic = fit_estimate(config, lanes=lanes, vector_width=vector_width,
+                             cache_dir=cache_dir, timeout=timeout, log=log)
+        pts = ", ".join(f"{P}/{V}" for P, V in FIT_POINTS)
+        logic["method"] = (f"syntheses of the tops at lanes/vector lanes {pts} (max_split = "
+                           f"lanes) fitted (DSP, FF: a + b P + c V; LUT: + d P^2, the "
+                           f"arbitration) and extrapolated to {lanes} lanes, "
+                           f"{logic['vector_width']} vector lanes; RAMs and logic depth "
+                           f"measured at the largest top, not extrapolated")
     elif synth == "scaled":
         logic = scaled_estimate(config, lanes=lanes, cache_dir=cache_dir, timeout=timeout,
                                 log=log)

@@ -256,3 +256,52 @@ def test_scaled_estimate_extrapolates_linearly(monkeypatch):
         rc.scaled_estimate("tiny", lanes=8, from_lanes=(2, 1))
     with pytest.raises(ValueError, match="banks = lanes"):
         rc.build_report("tiny", lanes=8, banks=4, synth="scaled")
+
+
+def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
+    """``--synth fit``: the tops of FIT_POINTS (max_split = lanes, the 4-lane one also with
+    one-lane vector units), DSP/FF fitted over 1, P, V and LUT also over P^2; counts of that
+    form are recovered exactly (zero residuals) and extrapolated."""
+    import ttrain.platforms.resources as rc
+    seen = []
+
+    def fake(*, store_sizes, lanes, banks, max_split=None, vector_width=None, **kw):
+        seen.append((lanes, banks, max_split, vector_width))
+        P, V = lanes, vector_width
+        out = {"dsp48e2": 46 + 6 * P + 21 * V, "ff": 7000 + 2800 * P + 5400 * V,
+               "carry": 100 + 10 * P, "lut": 9000 + 900 * P + 1500 * P * P + 9000 * V,
+               "ramb36": 2, "ramb18": 4 if P == 8 else 3, "uram288": 0,
+               "logic_levels": 10 + P, "critical_path": ["LUT6"] * (10 + P), "cached": True,
+               "seconds": {"convert": 1.0, "synth": 2.0}}
+        return out
+    monkeypatch.setattr(rc, "synth_estimate", fake)
+    est = rc.fit_estimate("tiny", lanes=256, vector_width=64)
+    assert seen == [(P, P, P, V) for P, V in rc.FIT_POINTS]
+    assert est["dsp48e2"] == 46 + 6 * 256 + 21 * 64
+    assert est["ff"] == 7000 + 2800 * 256 + 5400 * 64
+    assert est["lut"] == 9000 + 900 * 256 + 1500 * 256 ** 2 + 9000 * 64
+    assert all(abs(r) < 1e-6 for f in est["fit"].values() for r in f["residuals"])
+    assert est["ramb18"] == 4 and est["logic_levels"] == 18 and est["vector_width"] == 64
+    rep = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64)
+    assert "fitted" in rep["logic"]["method"] and rep["fits"] is False     # LUT far over
+    assert rc.fit_estimate("tiny", lanes=16)["vector_width"] == 16        # default = lanes
+    with pytest.raises(ValueError, match="cannot separate"):
+        rc.fit_counts([(2, 2, {"dsp48e2": 1}), (4, 4, {"dsp48e2": 2})], 8, 8,
+                      terms={"dsp48e2": ("1", "P", "V")})
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--lanes", "8", "--vector-width", "3", "--synth", "fit"], "--vector-width must be a "
+                                                                  "power of two up to --lanes"),
+    (["--lanes", "8", "--vector-width", "16", "--synth", "fit"], "up to --lanes (8)"),
+    (["--lanes", "8", "--vector-width", "2", "--synth", "scaled"], "--vector-width applies to "
+                                                                     "--synth full or fit"),
+    (["--lanes", "8", "--banks", "4", "--synth", "fit"], "--synth fit extrapolates tops with "
+                                                         "banks = lanes"),
+])
+def test_cli_fit_arguments_are_checked(argv, needle, capsys, monkeypatch):
+    import ttrain.platforms.resources as rc
+    monkeypatch.setattr(rc, "synth_estimate", lambda **kw: pytest.fail("no synthesis"))
+    assert main(["resources", "--config", "tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
