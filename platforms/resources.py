@@ -38,6 +38,7 @@ from .hw import preset_hw_config
 from .memory import SIZE_SOURCES, check_banks, fit_memory, _capacity
 
 __all__ = ["synth_estimate", "scaled_estimate", "fit_estimate", "fit_counts", "FIT_POINTS",
+           "special_estimate",
            "synth_component", "logic_depth", "deep_registers", "build_report"]
 
 #: Cell types that are one logic level on a register-to-register path.
@@ -453,37 +454,74 @@ def fit_counts(runs, lanes, vector_width, terms=FIT_TERMS):
     return out
 
 
+def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None):
+    """Yosys counts of the special-function unit alone (``SpecialFunctionUnit()``: one unit
+    whatever the lanes), cached like :func:`synth_estimate`."""
+    log = log or (lambda msg: None)
+    key = _source_hash({"unit": "special"})
+    cache = Path(cache_dir)
+    result_file = cache / f"synth-special-{key}.json"
+    if result_file.is_file():
+        out = json.loads(result_file.read_text())
+        out["cached"] = True
+        log(f"Yosys estimate of the special-function unit: reusing {result_file}")
+        return out
+    _yosys_command()
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from ..rtl.special import SpecialFunctionUnit
+    log("converting the special-function unit to RTLIL ...")
+    out = _synthesize(SpecialFunctionUnit(), cache / f"synth-special-{key}", timeout=timeout,
+                      log=log)
+    out["key"] = key
+    result_file.write_text(json.dumps(out, indent=1) + "\n")
+    out["cached"] = False
+    return out
+
+
 def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
-                 cache_dir="build/resources", timeout=1800, log=None, synth=None):
+                 cache_dir="build/resources", timeout=3600, log=None, synth=None,
+                 special=None):
     """Estimate the logic of a ``lanes``-lane top with ``vector_width`` vector lanes (default
-    = lanes) from syntheses of the tops at ``points`` (:data:`FIT_POINTS`: each the preset's
-    hardware configuration at that many lanes, banks = lanes, ``max_split`` = lanes), each count
-    fitted over :data:`FIT_TERMS` and extrapolated. An estimate: the fit is measured at a few
-    lanes and extrapolated far beyond; the residuals at the points are reported with it. RAMs
-    and the logic depth are the synthesized tops' largest (neither is fitted)."""
+    = lanes) from syntheses of the tops at ``points`` (:data:`FIT_POINTS`: the preset's store
+    sizes and instruction memory at that many lanes, banks = lanes, ``max_split`` = lanes,
+    without the special-function unit), each count fitted over :data:`FIT_TERMS` and
+    extrapolated; the special-function unit (one per top whatever the lanes), when the preset
+    uses it, is synthesized alone and added. An estimate: the fit is measured at a few lanes and
+    extrapolated far beyond; the residuals at the points are reported with it. RAMs and the
+    logic depth are the synthesized parts' largest (neither is fitted)."""
     synth = synth_estimate if synth is None else synth
+    special = special_estimate if special is None else special
     V = lanes if vector_width is None else vector_width
     runs = []
     for P, Vp in points:
         hw = preset_hw_config(config, lanes=P)
         r = synth(store_sizes=hw.stores, lanes=P, banks=P, imem_depth=hw.imem_depth,
-                  special=hw.special, cache_dir=cache_dir, timeout=timeout, log=log,
+                  special=False, cache_dir=cache_dir, timeout=timeout, log=log,
                   max_split=P, vector_width=Vp)
         runs.append((P, Vp, r))
     fit = fit_counts(runs, lanes, V)
     out = {k: v[0] for k, v in fit.items()}
     for k in ("ramb36", "ramb18", "uram288"):
         out[k] = max(r[k] for _, _, r in runs)
-    deeper = max((r for _, _, r in runs), key=lambda r: r["logic_levels"])
+    parts = [r for _, _, r in runs]
+    sf = None
+    if preset_hw_config(config, lanes=points[0][0]).special:
+        sf = special(cache_dir=cache_dir, timeout=timeout, log=log)
+        for k in ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288"):
+            out[k] += sf[k]
+        parts.append(sf)
+    deeper = max(parts, key=lambda r: r["logic_levels"])
     out.update({"store_banks": 4 * lanes, "cells": None, "vector_width": V,
                 "logic_levels": deeper["logic_levels"], "critical_path": deeper["critical_path"],
                 "fit": {k: {"terms": v[1], "residuals": v[2]} for k, v in fit.items()},
                 "fit_points": [{"lanes": P, "vector_width": Vp,
                                 **{k: r[k] for k in _SCALED + ("logic_levels",)}}
                                for P, Vp, r in runs],
-                "cached": all(r.get("cached") for _, _, r in runs),
-                "seconds": {"convert": sum(r["seconds"]["convert"] for _, _, r in runs),
-                            "synth": sum(r["seconds"]["synth"] for _, _, r in runs)}})
+                "special_unit": None if sf is None else
+                {k: sf[k] for k in _SCALED + ("logic_levels",)},
+                "cached": all(r.get("cached") for r in parts),
+                "seconds": {"convert": sum(r["seconds"]["convert"] for r in parts),
+                            "synth": sum(r["seconds"]["synth"] for r in parts)}})
     return out
 
 
@@ -549,8 +587,11 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
         logic["method"] = (f"syntheses of the tops at lanes/vector lanes {pts} (max_split = "
                            f"lanes) fitted (DSP, FF: a + b P + c V; LUT: + d P^2, the "
                            f"arbitration) and extrapolated to {lanes} lanes, "
-                           f"{logic['vector_width']} vector lanes; RAMs and logic depth "
-                           f"measured at the largest top, not extrapolated")
+                           f"{logic['vector_width']} vector lanes"
+                           + ("; the special-function unit synthesized alone and added"
+                              if logic["special_unit"] else "")
+                           + "; RAMs and logic depth the synthesized parts' largest, not "
+                           "extrapolated")
     elif synth == "scaled":
         logic = scaled_estimate(config, lanes=lanes, cache_dir=cache_dir, timeout=timeout,
                                 log=log)

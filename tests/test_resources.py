@@ -274,14 +274,19 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
                "logic_levels": 10 + P, "critical_path": ["LUT6"] * (10 + P), "cached": True,
                "seconds": {"convert": 1.0, "synth": 2.0}}
         return out
+    sf = {"lut": 50_000, "ff": 30_000, "dsp48e2": 100, "carry": 7, "ramb36": 0, "ramb18": 1,
+          "uram288": 0, "logic_levels": 20, "critical_path": ["LUT6"] * 20, "cached": True,
+          "seconds": {"convert": 1.0, "synth": 5.0}}
     monkeypatch.setattr(rc, "synth_estimate", fake)
-    est = rc.fit_estimate("tiny", lanes=256, vector_width=64)
+    monkeypatch.setattr(rc, "special_estimate", lambda **kw: sf)
+    est = rc.fit_estimate("tiny", lanes=256, vector_width=64)      # tiny uses special ops
     assert seen == [(P, P, P, V) for P, V in rc.FIT_POINTS]
-    assert est["dsp48e2"] == 46 + 6 * 256 + 21 * 64
-    assert est["ff"] == 7000 + 2800 * 256 + 5400 * 64
-    assert est["lut"] == 9000 + 900 * 256 + 1500 * 256 ** 2 + 9000 * 64
+    assert est["dsp48e2"] == 46 + 6 * 256 + 21 * 64 + 100           # the special unit once
+    assert est["ff"] == 7000 + 2800 * 256 + 5400 * 64 + 30_000
+    assert est["lut"] == 9000 + 900 * 256 + 1500 * 256 ** 2 + 9000 * 64 + 50_000
     assert all(abs(r) < 1e-6 for f in est["fit"].values() for r in f["residuals"])
-    assert est["ramb18"] == 4 and est["logic_levels"] == 18 and est["vector_width"] == 64
+    assert est["ramb18"] == 4 + 1 and est["logic_levels"] == 20 and est["vector_width"] == 64
+    assert est["special_unit"]["dsp48e2"] == 100
     rep = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64)
     assert "fitted" in rep["logic"]["method"] and rep["fits"] is False     # LUT far over
     assert rc.fit_estimate("tiny", lanes=16)["vector_width"] == 16        # default = lanes
