@@ -262,6 +262,173 @@ class _Beats:
                 for j in range(W)]
 
 
+def _rotate(values, amount, up):
+    """``values`` (a list, one per bank or position) rotated by the signal ``amount``: with
+    ``up``, element ``i`` moves to ``(i + amount) % n``, else to ``(i - amount) % n``. A
+    logarithmic shifter: one 2:1 select per element and bit of ``amount``."""
+    n = len(values)
+    out = list(values)
+    for k in range(len(amount)):
+        sh = (1 << k) % n
+        if not sh:
+            continue
+        src = [(i - sh) % n if up else (i + sh) % n for i in range(n)]
+        out = [Mux(amount[k], out[src[i]], out[i]) for i in range(n)]
+    return out
+
+
+class _RowPorts:
+    """The arbiter entry of a row client: ``lanes <= banks`` consecutive words ``base ..
+    base + lanes - 1`` of one store (the host port, the vector and update units' ports).
+
+    Such a vector touches each bank at most once (with ``skew``, a full ``banks``-word beat
+    that crosses a row puts its first and last lanes in one bank; the first is served first),
+    so it needs no per-lane bank decode or address: its claim on the banks is the pending
+    lanes rotated by the base's bank, each bank's row is the base's row or the next one, and
+    its write data and read data are rotated the same way. One entry of ``log2(banks)``
+    rotation stages per client instead of ``lanes`` entries each decoding a bank and joining
+    the arbiter's prefix OR (the quadratic part of the arbiter, docs/wide-engine.md). It is
+    granted exactly what its lanes would be as separate entries in lane order, so no cycle
+    count changes.
+
+    Positions: lane ``w`` sits at position ``w`` (unskewed) or ``w + [w >= c]`` (skewed), ``c
+    = banks - base % banks`` being the first lane in the next row; position ``j`` is bank
+    ``(j + rot) % banks`` with ``rot = base % banks`` (+ the row's skew). A skewed full beat's
+    last lane lands on position ``banks``, i.e. position 0, behind lane 0.
+    """
+
+    def __init__(self, m, name, lanes, addr_bits, nb_log2, skew, load_base):
+        NB = 1 << nb_log2
+        self.name, self.lanes, self.nb_log2, self.skew = name, lanes, nb_log2, skew
+        rbits = addr_bits - nb_log2
+        self.row0 = Signal(rbits, name=f"{name}_row0")
+        self.row1 = Signal(rbits, name=f"{name}_row1")
+        self.rot = Signal(nb_log2, name=f"{name}_rot")
+        self.cross = Signal(nb_log2 + 1, name=f"{name}_cross")
+        low, hi = load_base[:nb_log2], load_base[nb_log2:]
+        new = [hi, (hi + 1)[:rbits], (low + hi[:nb_log2])[:nb_log2] if skew else low,
+               NB - low]
+        self.fields = []
+        for reg, value in zip((self.row0, self.row1, self.rot, self.cross), new):
+            wait = Signal.like(reg, name=f"{name}_next_{reg.name[len(name) + 1:]}")
+            loaded = Signal.like(reg, name=f"{name}_load_{reg.name[len(name) + 1:]}")
+            m.d.comb += loaded.eq(value)
+            self.fields.append((reg, wait, loaded))
+        self.grant = Signal(lanes, name=f"{name}_grant")
+
+    def _lane_at(self, j):
+        """The lane at position ``j`` as ``[(condition, lane)]`` (first true wins; none: no
+        lane)."""
+        L, NB, c = self.lanes, 1 << self.nb_log2, self.cross
+        if not self.skew:
+            return [(Const(1, 1), j)] if j < L else []
+        out = []
+        if j < L:
+            out.append((j < c, j) if j else (Const(1, 1), 0))
+        if 0 < j <= L:
+            out.append((j > c, j - 1))
+        return out
+
+    def connect(self, m, pending, store, data):
+        """Build the claim, the per-bank rows and write data, and the lane grants' inputs."""
+        name, NB, L = self.name, 1 << self.nb_log2, self.lanes
+        self.pending, self.store = pending, store
+        # a skewed full beat crossing a row: the last lane waits for lane 0's bank
+        self.wrap = Signal(name=f"{name}_wrap")
+        wrap_on = self.skew and L == NB
+        m.d.comb += self.wrap.eq((self.cross != NB) if wrap_on else 0)
+        wrap_sel = self.wrap & ~pending[0] & pending[L - 1]
+
+        def at(j, values, zero):
+            opts = self._lane_at(j)
+            v = zero
+            for cond, lane in reversed(opts):
+                v = Mux(cond, values[lane], v)
+            return v
+        pv, rowbit, pdata = [], [], []
+        for j in range(NB):
+            pv_j = Signal(name=f"{name}_pv{j}")
+            rb_j = Signal(name=f"{name}_prow{j}")
+            m.d.comb += pv_j.eq(at(j, pending, 0))
+            if j == 0:                   # cross >= 1: position 0 is lane 0, in the base's row
+                m.d.comb += rb_j.eq(0)
+            elif self.skew:
+                m.d.comb += rb_j.eq(j > self.cross)
+            else:
+                m.d.comb += rb_j.eq(j >= self.cross)
+            if j == 0 and wrap_on:
+                pv0 = Signal(name=f"{name}_pv0w")
+                m.d.comb += pv0.eq(pv_j | wrap_sel)
+                pv_j = pv0
+                rb0 = Signal(name=f"{name}_prow0w")
+                m.d.comb += rb0.eq(wrap_sel)
+                rb_j = rb0
+            pv.append(pv_j)
+            rowbit.append(rb_j)
+            if data is not None:
+                dj = at(j, data, Const(0, 32))
+                if j == 0 and wrap_on:
+                    dj = Mux(wrap_sel, data[L - 1], dj)
+                pdata.append(dj)
+        hb = _rotate(pv, self.rot, up=True)
+        self.bank_rowbit = _rotate(rowbit, self.rot, up=True)
+        self.bank_data = _rotate(pdata, self.rot, up=True) if data is not None else None
+        self.bank_claim = [Signal(name=f"{name}_claim{b}") for b in range(NB)]
+        m.d.comb += [self.bank_claim[b].eq(hb[b]) for b in range(NB)]
+
+    def hot(self, m, n_stores):
+        """The (store, bank) pairs this entry claims (``n_stores x banks`` bits)."""
+        NB = 1 << self.nb_log2
+        hot = Signal(n_stores * NB, name=f"{self.name}_hot")
+        m.d.comb += hot.eq(Cat(*[b & (self.store == s) for s in range(n_stores)
+                                 for b in self.bank_claim]))
+        return hot
+
+    def drive_grant(self, m, taken, n_stores):
+        """Grant the pending lanes whose bank ``taken`` (the higher-priority entries'
+        claims, ``n_stores x banks`` bits, or ``None``) leaves free."""
+        name, NB, L = self.name, 1 << self.nb_log2, self.lanes
+        if taken is None:
+            free_pos = [Const(1, 1)] * NB
+        else:
+            blocked = Signal(NB, name=f"{name}_blocked")
+            sel = Const(0, NB)
+            for s in reversed(range(n_stores)):
+                sel = Mux(self.store == s, taken[s * NB:(s + 1) * NB], sel)
+            m.d.comb += blocked.eq(sel)
+            free_pos = [~v for v in _rotate([blocked[b] for b in range(NB)], self.rot,
+                                            up=False)]
+        grants = []
+        for w in range(L):
+            if self.skew and w:
+                nxt = free_pos[(w + 1) % NB]
+                g = self.pending[w] & Mux(w >= self.cross, nxt, free_pos[w])
+                if w == L - 1 and L == NB:
+                    g = g & ~(self.wrap & self.pending[0])
+            else:
+                g = self.pending[w] & free_pos[w]
+            grants.append(g)
+        m.d.comb += self.grant.eq(Cat(*grants))
+
+    def bank_value(self, b, rbits_total, nb_log2):
+        """The word address (its row bits; the bank bits zero) of this entry at bank ``b``."""
+        row = Mux(self.bank_rowbit[b], self.row1, self.row0)
+        return Cat(Const(0, nb_log2), row)
+
+    def lane_words(self, m, words, rot_d, cross_d):
+        """Per lane, its word out of ``words`` (one per bank, as read two cycles after the
+        grant with that cycle's ``rot_d`` / ``cross_d``)."""
+        NB, L = 1 << self.nb_log2, self.lanes
+        pos = _rotate(words, rot_d, up=False)
+        out = []
+        for w in range(L):
+            if self.skew and w:
+                out.append(Mux(w >= cross_d, pos[(w + 1) % NB], pos[w]))
+            else:
+                out.append(pos[w])
+        return out
+
+
 class _VectorClient:
     """A vector of ``lanes`` word accesses to one store, completed over one or more cycles
     (the common part of :class:`_ReadClient` and :class:`_WriteClient`).
@@ -281,42 +448,60 @@ class _VectorClient:
     loaded. ``idle``: no vector served or waiting.
     """
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, data):
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, data,
+                 row=False):
         width = lanes if width is None else min(width, lanes)
+        row = bool(row) and nb_log2 > 0 and lanes <= (1 << nb_log2)
         self.name = name
         self.lanes = lanes
+        self.row = row
         self.load = Signal(name=f"{name}_load")
         self.load_base = Signal(addr_bits, name=f"{name}_load_base")
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
         self.load_store = Signal(store_bits, name=f"{name}_load_store")
-        self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
         bank_bits = max(1, nb_log2)
         self.store = Signal(store_bits, name=f"{name}_store")
         self.active = Signal(name=f"{name}_active")
         self.pending = Signal(lanes, name=f"{name}_pending")
-        self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
-        # each lane's bank, registered with its address: the skew's add is then off the
-        # request -> grant -> pending loop (docs/u50.md, logic depth)
-        self.bank = [Signal(bank_bits, name=f"{name}_bank{p}") for p in range(lanes)]
         nv = Signal(name=f"{name}_next_valid")
         n_mask = Signal(lanes, name=f"{name}_next_mask")
         n_store = Signal(store_bits, name=f"{name}_next_store")
-        n_addr = [Signal(addr_bits, name=f"{name}_next_addr{p}") for p in range(lanes)]
-        n_bank = [Signal(bank_bits, name=f"{name}_next_bank{p}") for p in range(lanes)]
-        lane_addr = [Signal(addr_bits, name=f"{name}_lane_addr{p}") for p in range(lanes)]
-        m.d.comb += [lane_addr[p].eq(self.load_base + self.offsets[p]) for p in range(lanes)]
-        lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
         # (what the served slot holds, what the waiting one holds, what a load brings)
         fields = [(self.store, n_store, self.load_store)]
-        fields += list(zip(self.addr, n_addr, lane_addr)) + list(zip(self.bank, n_bank, lane_bank))
+        if row:
+            # a row client: lane w is word base + w; only the base's row, the next row, the
+            # rotation and the crossing lane are held (_RowPorts)
+            self.rowports = _RowPorts(m, name, lanes, addr_bits, nb_log2, skew,
+                                      self.load_base)
+            fields += self.rowports.fields
+            self.offsets = None
+        else:
+            self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
+            self.addr = [Signal(addr_bits, name=f"{name}_addr{p}") for p in range(lanes)]
+            # each lane's bank, registered with its address: the skew's add is then off the
+            # request -> grant -> pending loop (docs/u50.md, logic depth)
+            self.bank = [Signal(bank_bits, name=f"{name}_bank{p}") for p in range(lanes)]
+            n_addr = [Signal(addr_bits, name=f"{name}_next_addr{p}") for p in range(lanes)]
+            n_bank = [Signal(bank_bits, name=f"{name}_next_bank{p}") for p in range(lanes)]
+            lane_addr = [Signal(addr_bits, name=f"{name}_lane_addr{p}") for p in range(lanes)]
+            m.d.comb += [lane_addr[p].eq(self.load_base + self.offsets[p])
+                         for p in range(lanes)]
+            lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
+            fields += list(zip(self.addr, n_addr, lane_addr))
+            fields += list(zip(self.bank, n_bank, lane_bank))
         if data:
             self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
             self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
             n_data = [Signal(32, name=f"{name}_next_data{p}") for p in range(lanes)]
             fields += list(zip(self.data, n_data, self.load_data))
 
-        self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
-        self.grant = self.beats.grant
+        if row:
+            self.beats = None
+            self.rowports.connect(m, self.pending, self.store, self.data if data else None)
+            self.grant = self.rowports.grant
+        else:
+            self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
+            self.grant = self.beats.grant
         self.finishing = Signal(name=f"{name}_finishing")
         self.can_load = Signal(name=f"{name}_can_load")
         self.idle = Signal(name=f"{name}_idle")
@@ -344,7 +529,10 @@ class _VectorClient:
             m.d.sync += [wait.eq(new) for _, wait, new in fields]
 
     def ports(self):
-        """``(req, store, bank, addr, grant)`` of every port, for :func:`_arbitrate`."""
+        """The arbiter entries of this client, for :func:`_arbitrate`: ``(req, store, bank,
+        addr, grant)`` of every port, or the one :class:`_RowPorts` of a row client."""
+        if self.row:
+            return [self.rowports]
         return self.beats.ports(self.store)
 
 
@@ -352,9 +540,11 @@ class _ReadClient(_VectorClient):
     """A :class:`_VectorClient` that reads: when every masked-in lane has been granted,
     ``out_valid`` pulses two cycles later with ``out_data`` (masked lanes read 0)."""
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
-        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, False)
-        width = self.beats.width
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False,
+                 row=False):
+        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, False,
+                         row)
+        width = 0 if self.row else self.beats.width
 
         # Data return, two cycles after the grant (the stores' inputs are registered, then
         # the RAM's read register): port j's bank, the lanes granted.
@@ -372,20 +562,38 @@ class _ReadClient(_VectorClient):
                      store_1.eq(self.store),
                      self.grant_d.eq(grant_1), self.out_valid.eq(valid_1),
                      self.store_d.eq(store_1)]
-        m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
-        m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
+        if self.row:                 # the rotation of the granted beat, two cycles on
+            rp = self.rowports
+            rot_1, cross_1 = Signal.like(rp.rot), Signal.like(rp.cross)
+            self.rot_d, self.cross_d = Signal.like(rp.rot), Signal.like(rp.cross)
+            m.d.sync += [rot_1.eq(rp.rot), cross_1.eq(rp.cross),
+                         self.rot_d.eq(rot_1), self.cross_d.eq(cross_1)]
+        else:
+            m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
+            m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
 
     def connect_data(self, m, store_rdata):
         """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
         flat = Array([Array(banks) for banks in store_rdata])
-        W = self.beats.width
-        words = []
-        for j in range(W):
-            word = Signal(32, name=f"{self.name}_rd{j}")
-            m.d.comb += word.eq(flat[self.store_d][self.bank_d[j]])
-            words.append(word)
+        if self.row:
+            # each bank's word of the store read, rotated back to the lanes
+            nb = len(store_rdata[0])
+            bank_words = []
+            for b in range(nb):
+                word = Signal(32, name=f"{self.name}_rd{b}")
+                m.d.comb += word.eq(Array([banks[b] for banks in store_rdata])[self.store_d])
+                bank_words.append(word)
+            lane_words = self.rowports.lane_words(m, bank_words, self.rot_d, self.cross_d)
+        else:
+            W = self.beats.width
+            words = []
+            for j in range(W):
+                word = Signal(32, name=f"{self.name}_rd{j}")
+                m.d.comb += word.eq(flat[self.store_d][self.bank_d[j]])
+                words.append(word)
+            lane_words = [words[p % W] for p in range(self.lanes)]
         for p in range(self.lanes):
-            m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], words[p % W],
+            m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], lane_words[p],
                                                 self.assembled[p]))
             with m.If(self.out_valid):
                 m.d.sync += self.assembled[p].eq(0)
@@ -396,24 +604,33 @@ class _ReadClient(_VectorClient):
 class _WriteClient(_VectorClient):
     """A :class:`_VectorClient` that writes ``load_data``; ``port_data`` is each port's word."""
 
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False):
-        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, True)
-        self.port_data = self.beats.port_values(self.data, 32)
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False,
+                 row=False):
+        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, True, row)
+        self.port_data = None if self.row else self.beats.port_values(self.data, 32)
 
 
-def _arbitrate(m, name, lanes, n_stores, nb_log2):
+def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
     """Grant each (store, bank) to the first requesting lane of ``lanes``.
 
-    ``lanes`` is a list of ``(req, store, bank, addr, grant)`` in priority order; ``grant`` is
-    driven here. Returns ``sel[s][b]``: the ``(hit, addr)`` pair of every lane, in priority
-    order, ``hit`` high when the lane requests (s, b); the first lane with ``hit`` high is the
-    one granted there (:func:`_first` selects it without the grants).
+    ``lanes`` is a list of arbiter entries in priority order: ``(req, store, bank, addr,
+    grant)`` of one port (``grant`` is driven here), or a :class:`_RowPorts` (a row client's
+    lanes, granted here as if they were separate entries in lane order). ``data``: per entry,
+    its write word (a port) or ``None`` (a row entry, whose words are per bank). Returns
+    ``sel[s][b]``: per entry in priority order a ``(hit, addr)`` pair, or with ``data`` a
+    ``(hit, addr, word)`` triple, ``hit`` high when the entry requests (s, b); the first
+    entry with ``hit`` high is the one granted there (:func:`_first` selects it without the
+    grants). A row entry's ``addr`` has the row of its word at that bank and zero bank bits.
     """
     nb = 1 << nb_log2
     n_sb = n_stores * nb
     sel = [[[] for _ in range(nb)] for _ in range(n_stores)]
     hots = []
-    for i, (req, store, bank, addr, grant) in enumerate(lanes):
+    for i, entry in enumerate(lanes):
+        if isinstance(entry, _RowPorts):
+            hots.append(entry.hot(m, n_stores))
+            continue
+        req, store, bank, addr, grant = entry
         hot = Signal(n_sb, name=f"{name}_hot{i}")
         key = Cat(bank, store) if nb_log2 else store
         # a decoder, not a shift of 1 by the key: Yosys maps the shift as a 5-stage barrel
@@ -429,15 +646,28 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2):
     # (store, bank) pairs taken by the higher-priority lanes: a parallel prefix OR
     # (log levels, blocked; see _prefix_or), not a chain through every lane (docs/u50.md)
     incl = _prefix_or(m, f"{name}_prefix", hots)
-    for i, (req, store, bank, addr, grant) in enumerate(lanes):
+    for i, entry in enumerate(lanes):
         hot = hots[i]
+        if isinstance(entry, _RowPorts):
+            entry.drive_grant(m, incl[i - 1] if i else None, n_stores)
+            for s in range(n_stores):
+                for b in range(nb):
+                    pair = (hot[s * nb + b], entry.bank_value(b, None, nb_log2))
+                    if data is not None:
+                        pair += (entry.bank_data[b],)
+                    sel[s][b].append(pair)
+            continue
+        req, store, bank, addr, grant = entry
         if i:
             m.d.comb += grant.eq(req & ((hot & incl[i - 1]) == 0))
         else:
             m.d.comb += grant.eq(req)
         for s in range(n_stores):
             for b in range(nb):
-                sel[s][b].append((hot[s * nb + b], addr))
+                pair = (hot[s * nb + b], addr)
+                if data is not None:
+                    pair += (data[i],)
+                sel[s][b].append(pair)
     return sel
 
 
@@ -594,6 +824,12 @@ class ContractionEngine(wiring.Component):
         width of the units behind them (the vector and update units), which need not grow
         with the engine (docs/wide-engine.md: at 256 lanes their lanes would be most of the
         chip's DSPs). Lane ``w`` of a beat is word ``addr + w`` as before.
+    row_ports : bool
+        Serve the host port and the store ports as row clients (default): one arbiter entry
+        per client whose bank claims, rows and data are the beat rotated by its base's bank,
+        instead of one entry per lane each decoding its bank. The same grants and cycles; the
+        arbiter's entries no longer grow with those clients' widths. ``False`` builds the
+        per-lane entries (kept to measure the difference).
 
     Members
     -------
@@ -617,7 +853,7 @@ class ContractionEngine(wiring.Component):
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
-                 fetch_words=None, bank_skew=False, port_width=None):
+                 fetch_words=None, bank_skew=False, port_width=None, row_ports=True):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -655,6 +891,7 @@ class ContractionEngine(wiring.Component):
             raise ValueError(f"port_width must be a power of two in 1..banks ({banks}), not "
                              f"{port_width!r}")
         self._port_width = port_width
+        self._row_ports = bool(row_ports)
         self._fetch_words = fetch_words
         self._bank_skew = bool(bank_skew)
         self._max_split = max_split
@@ -838,19 +1075,23 @@ class ContractionEngine(wiring.Component):
                                                         # per lane group)
         rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK)  # B vectors (P words along a row)
         rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK)  # old C vectors (accumulate)
-        rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK)    # host read
-        wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK)      # C results
-        wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK)   # host write
+        RW = self._row_ports
+        rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK, RW)    # host read
+        wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK)          # C results
+        wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK, RW)   # host write
 
         PW = self._port_width
-        prs = [_ReadClient(m, f"p{i}r", PW, AW, SB, lnb, None, SK) for i in range(self._ports)]
-        pws = [_WriteClient(m, f"p{i}w", PW, AW, SB, lnb, None, SK) for i in range(self._ports)]
+        prs = [_ReadClient(m, f"p{i}r", PW, AW, SB, lnb, None, SK, RW)
+               for i in range(self._ports)]
+        pws = [_WriteClient(m, f"p{i}w", PW, AW, SB, lnb, None, SK, RW)
+               for i in range(self._ports)]
 
         rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
                           n_stores, lnb)
         wclients = [wh, wc] + pws
-        wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb)
-        wdata_lanes = [dd for cl in wclients for dd in cl.port_data]
+        wdata = sum(([None] if cl.row else list(cl.port_data) for cl in wclients), [])
+        wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb,
+                          data=wdata)
         # The stores' inputs are registered: the arbitration and the address select end in
         # a register, not in the RAMs' address pins (docs/u50.md, logic depth). Reads and
         # writes are both one cycle later, so a read granted after a write still sees it.
@@ -861,8 +1102,8 @@ class ContractionEngine(wiring.Component):
             for b in range(NB):
                 r_any, r_row = _first([(h, a[lnb:][:rbits]) for h, a in rsel[s][b]], rbits)
                 m.d.sync += [st.r_en[b].eq(r_any), st.r_addr[b].eq(r_row)]
-                w_any, w_word = _first([(h, Cat(a[lnb:][:rbits], dd)) for (h, a), dd in
-                                        zip(wsel[s][b], wdata_lanes)], rbits + 32)
+                w_any, w_word = _first([(h, Cat(a[lnb:][:rbits], dd))
+                                        for h, a, dd in wsel[s][b]], rbits + 32)
                 m.d.sync += [st.w_en[b].eq(w_any), st.w_addr[b].eq(w_word[:rbits]),
                              st.w_data[b].eq(w_word[rbits:])]
         rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
@@ -890,7 +1131,8 @@ class ContractionEngine(wiring.Component):
         for cl in (rh, wh):
             m.d.comb += [cl.load_base.eq(hreq.addr), cl.load_mask.eq(h_mask),
                          cl.load_store.eq(hreq.store)]
-            m.d.comb += [cl.offsets[w].eq(w) for w in range(NB)]
+            if cl.offsets is not None:
+                m.d.comb += [cl.offsets[w].eq(w) for w in range(NB)]
         m.d.comb += [wh.load_data[w].eq(hreq.data[w]) for w in range(NB)]
         m.d.comb += [rh.load.eq(self.host_i.valid & h_ok & ~hreq.write),
                      wh.load.eq(self.host_i.valid & h_ok & hreq.write)]
@@ -934,8 +1176,9 @@ class ContractionEngine(wiring.Component):
                 presp.r_en.eq(port.rd_data.ready),
                 r_take.eq(port.rd.valid & port.rd.ready),
             ]
-            m.d.comb += [pr.offsets[w].eq(w) for w in range(PW)]
-            m.d.comb += [pw.offsets[w].eq(w) for w in range(PW)]
+            for cl in (pr, pw):
+                if cl.offsets is not None:
+                    m.d.comb += [cl.offsets[w].eq(w) for w in range(PW)]
             m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(PW)]
             m.d.sync += pcredit.eq(pcredit - r_take + (presp.r_rdy & port.rd_data.ready))
 

@@ -102,6 +102,10 @@ class Accelerator(wiring.Component):
         two, at most ``banks``; ``None``: ``banks``). Narrower units cost fewer DSPs and LUTs
         and take ``banks / vector_width`` times the beats per row of an elementwise op; they
         compute the same words.
+    row_ports : bool
+        The engine's host and store ports as row clients (default) or as per-lane arbiter
+        entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_ports``; the same
+        cycles, kept to measure the arbiter's cost).
 
     Members
     -------
@@ -129,7 +133,8 @@ class Accelerator(wiring.Component):
     def __init__(self, *, store_sizes, lanes=8, banks=None, slots=None, dim_bits=16,
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
-                 fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None):
+                 fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
+                 row_ports=True):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -174,7 +179,8 @@ class Accelerator(wiring.Component):
         self._engine = ContractionEngine(lanes=lanes, stores=specs, banks=banks, slots=slots,
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
                                          fetch_words=fetch_words, bank_skew=bank_skew,
-                                         port_width=vector_width, **units)
+                                         port_width=vector_width, row_ports=row_ports,
+                                         **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)

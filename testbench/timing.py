@@ -63,7 +63,7 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
-def _top(lanes=2, fetch_words=None, vector_width=None):
+def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True):
     """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
     preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
     netlist, where ABC maps some paths deeper than in the unit alone, and the paths between
@@ -74,6 +74,8 @@ def _top(lanes=2, fetch_words=None, vector_width=None):
     kw = {"fetch_words": fetch_words} if fetch_words else {}
     if vector_width:
         kw["vector_width"] = vector_width
+    if not row_ports:
+        kw["row_ports"] = False
     return Accelerator(store_sizes=hw.stores, lanes=lanes, banks=lanes, max_split=lanes,
                        imem_depth=hw.imem_depth, store_impl="verilog", store_style="block",
                        special=False, **kw)
@@ -139,6 +141,9 @@ UNITS = {
                                "(the 8-lane top's arbitration at half the ports)"),
     "top-4-v1": (lambda: _top(4, vector_width=1),
                  "top-4 with one-lane vector and update units (vector_width 1)"),
+    "top-4-lanes": (lambda: _top(4, row_ports=False),
+                    "top-4 with the host and store ports as per-lane arbiter entries "
+                    "(row_ports False: the arbiter before row clients)"),
     "top-8": (lambda: _top(8), "Accelerator, 8 lanes (the default), max_split 8, tiny stores, "
                                "no special unit (Yosys 16-42 min here)"),
     "top-8-w8": (lambda: _top(8, fetch_words=8),

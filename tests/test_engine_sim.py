@@ -151,6 +151,104 @@ def test_arbiter_grants_first_requester_per_bank():
                     assert addr == 100 + taken[(s, b)]
 
 
+@pytest.mark.parametrize("skew", [False, True], ids=["plain", "skew"])
+def test_row_entries_grant_as_their_lanes(skew):
+    """A row client's one arbiter entry (``_RowPorts``: the host port, the store ports) is
+    granted exactly what its lanes would be as separate entries in lane order, between
+    per-lane entries of higher and lower priority, and ``_first`` at each bank picks its row
+    and write word there: random bases (row-aligned or not, so skewed full beats that cross a
+    row), masks and stores; beats as wide as the banks and narrower."""
+    from amaranth.hdl import Cat, Module, Signal
+    from ttrain.rtl.engine import _RowPorts, _arbitrate, _first
+    nb_log2, n_stores, AW = 3, 2, 10
+    NB = 1 << nb_log2
+    m = Module()
+    # per-lane entries: 3 before the rows, 3 after
+    lane_sig = [(Signal(name=f"req{i}"), Signal(1, name=f"store{i}"),
+                 Signal(nb_log2, name=f"bank{i}"), Signal(AW, name=f"addr{i}"),
+                 Signal(name=f"grant{i}")) for i in range(6)]
+    rows = []
+    for r, L in enumerate((NB, NB // 2)):
+        base = Signal(AW, name=f"base{r}")
+        rp = _RowPorts(m, f"row{r}", L, AW, nb_log2, skew, base)
+        for reg, _wait, loaded in rp.fields:
+            m.d.comb += reg.eq(loaded)
+        pending, store = Signal(L, name=f"pend{r}"), Signal(1, name=f"rstore{r}")
+        data = [Signal(32, name=f"data{r}_{w}") for w in range(L)]
+        rp.connect(m, pending, store, data)
+        rows.append((rp, base, pending, store, data))
+    entries = lane_sig[:3] + [rows[0][0], rows[1][0]] + lane_sig[3:]
+    words = [Signal(32, name=f"w{i}") for i in range(6)]
+    wdata = words[:3] + [None, None] + words[3:]
+    sel = _arbitrate(m, "arb", entries, n_stores, nb_log2, data=wdata)
+    first = [[_first([(h, Cat(a[nb_log2:], d)) for h, a, d in sel[s][b]], AW - nb_log2 + 32)
+              for b in range(NB)] for s in range(n_stores)]
+    rng = np.random.default_rng(11 + skew)
+
+    def bank(a):
+        lo, hi = a % NB, a // NB
+        return (lo + hi) % NB if skew else lo
+
+    cases = []
+    for _ in range(60):
+        lanes = [(bool(rng.random() < 0.4), int(rng.integers(0, 2)), int(rng.integers(0, NB)))
+                 for _ in range(6)]
+        rws = []
+        for L in (NB, NB // 2):
+            b0 = int(rng.integers(0, 64)) * (NB if rng.random() < 0.2 else 1) % 512
+            rws.append((b0, int(rng.integers(0, 1 << L)), int(rng.integers(0, 2)),
+                        [int(rng.integers(0, 1 << 32)) for _ in range(L)]))
+        cases.append((lanes, rws))
+    seen = []
+
+    async def tb(ctx):
+        for lanes, rws in cases:
+            for i, (req, st, bk) in enumerate(lanes):
+                r_, s_, b_, a_, _ = lane_sig[i]
+                ctx.set(r_, int(req)); ctx.set(s_, st); ctx.set(b_, bk)
+                ctx.set(a_, (bk + NB * (100 + i)) if not skew else NB * (100 + i))
+                ctx.set(words[i], 1000 + i)
+            for (rp, base, pending, store, data), (b0, mask, st, dat) in zip(rows, rws):
+                ctx.set(base, b0); ctx.set(pending, mask); ctx.set(store, st)
+                for w, v in enumerate(dat):
+                    ctx.set(data[w], v)
+            seen.append(([ctx.get(g) for *_, g in lane_sig],
+                         [ctx.get(rp.grant) for rp, *_ in rows],
+                         [[(ctx.get(h), ctx.get(v)) for h, v in row] for row in first]))
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    for (lanes, rws), (g_lanes, g_rows, got_first) in zip(cases, seen):
+        # the reference: every lane of every entry separately, in priority order
+        flat = [("lane", i, req, (st, bk), 100 + i, 1000 + i)
+                for i, (req, st, bk) in enumerate(lanes[:3])]
+        for r, (b0, mask, st, dat) in enumerate(rws):
+            for w in range(len(dat)):
+                a = b0 + w
+                flat.append(("row", (r, w), bool(mask >> w & 1), (st, bank(a)), a // NB,
+                             dat[w]))
+        flat += [("lane", i, req, (st, bk), 100 + i, 1000 + i)
+                 for i, (req, st, bk) in list(enumerate(lanes))[3:]]
+        taken, want_lane, want_row = {}, [0] * 6, [0, 0]
+        for kind, who, req, key, row, word in flat:
+            ok = req and key not in taken
+            if req:
+                taken.setdefault(key, (row, word))
+            if kind == "lane":
+                want_lane[who] = int(ok)
+            elif ok:
+                want_row[who[0]] |= 1 << who[1]
+        assert g_lanes == want_lane
+        assert g_rows == want_row
+        for s_ in range(n_stores):
+            for b in range(NB):
+                hit, value = got_first[s_][b]
+                assert hit == int((s_, b) in taken)
+                if hit:
+                    row, word = taken[(s_, b)]
+                    assert value == row | (word << (AW - nb_log2)), (s_, b)
+
 # ---- engine ---------------------------------------------------------------------------------
 
 def test_engine_parameters_rejected():
