@@ -1661,7 +1661,8 @@ def _vector_cycles(addrs, active, width, banks, skew=False):
 
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
-                  fetch_words=None, banks=None, bank_skew=False):
+                  fetch_words=None, banks=None, bank_skew=False, row_fetch=None,
+                  k_stage=None):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
     model the compiler maps programs with.
 
@@ -1683,7 +1684,20 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     (``accumulate``) and the last tile's results past its last k-step. The engine
     (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one definition;
     conflicts of other k-steps and tiles can add stalls on top.
+
+    ``row_fetch = F`` (with ``banks``; a design-study machine, **not built**: the wide
+    engine's row-path fetchers, docs/wide-engine.md): a vector whose lane groups each read
+    consecutive words (unit stride along the group's lanes, or one lane per group) is
+    presented whole, one row entry per group, and costs its most requested bank; any other
+    vector goes through ``F`` per-lane ports in beats (``fetch_words`` is then ignored).
+    With ``k_stage = K`` too, an A or B vector strided along its lanes but unit-stride along
+    k is read ``K`` k-steps at a time, each lane's ``K`` consecutive words as one row entry
+    into a per-lane buffer: a k-step costs ``1/K`` of that block's most requested bank; and
+    a tile's C rows strided along the lanes but unit-stride down the rows (``C^T`` layouts)
+    are buffered and written as the tile's columns, ``h`` consecutive words a lane.
     """
+    if row_fetch is not None and banks is None:
+        raise ValueError("engine_cycles: row_fetch needs banks")
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
     hp = max(h, add_latency + 1)
@@ -1698,21 +1712,45 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     s = min(desc.split, -(-desc.k // kc))        # lane groups with a part of k (the rest masked)
     w = fetch_words or lanes
     wa = slots * desc.split if fetch_words is None else min(w, slots * desc.split)
+    if row_fetch is not None:
+        w = wa = None                            # chosen per vector below
+    stage = min(k_stage or 1, kc)
+
+    def operand(addrs, active, lane_unit, k_unit, width_):
+        """(cycles, words per bank) of one k-step's vector of an operand."""
+        if row_fetch is None:
+            return _vector_cycles(addrs, active, width_, banks, bank_skew)
+        if lane_unit:                            # one row entry per lane group
+            return _vector_cycles(addrs, active, addrs.size, banks, bank_skew)
+        if stage > 1 and k_unit:                 # ``stage`` k-steps along k, per-lane buffers
+            seg = (addrs[:, None] + np.arange(stage)[None, :]).ravel()
+            cyc, hits = _vector_cycles(seg, np.repeat(active, stage), seg.size, banks,
+                                       bank_skew)
+            return -(-cyc // stage), -(-hits // stage)
+        return _vector_cycles(addrs, active, row_fetch, banks, bank_skew)
     j = np.arange(slots * desc.split)            # A lane j: row t of group g
     g_a, t_a = j // slots, j % slots
-    cyc_a, hits_a = _vector_cycles(a.base + t_a * a.row_stride + g_a * kc * a.col_stride,
-                                   (t_a < h) & (g_a < s), wa, banks, bank_skew)
+    cyc_a, hits_a = operand(a.base + t_a * a.row_stride + g_a * kc * a.col_stride,
+                            (t_a < h) & (g_a < s), h == 1 or a.row_stride == 1,
+                            a.col_stride == 1, wa)
     p = np.arange(lanes)                         # B lane p: column q of group g
     g_b, q_b = p // pg, p % pg
 
     def fetch(cols):                             # the A and B vectors of a k-step
-        cyc_b, hits_b = _vector_cycles(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
-                                       (q_b < cols) & (g_b < s), w, banks, bank_skew)
+        cyc_b, hits_b = operand(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
+                                (q_b < cols) & (g_b < s), cols == 1 or b.col_stride == 1,
+                                b.row_stride == 1, w)
         both = 0 if banks is None or a.store != b.store else int((hits_a + hits_b).max())
         return max(cyc_a, cyc_b, both)
 
     def rows(cols):                              # the C rows of a tile: h vectors
-        return h * _vector_cycles(c.base + p * c.col_stride, p < cols, w, banks, bank_skew)[0]
+        lane_unit = cols == 1 or c.col_stride == 1
+        if row_fetch is not None and k_stage and not lane_unit and c.row_stride == 1:
+            # the tile's h rows buffered and written as columns: h consecutive words a lane
+            seg = (c.base + p * c.col_stride)[:, None] + np.arange(h)[None, :]
+            return _vector_cycles(seg.ravel(), np.repeat(p < cols, h), seg.size, banks,
+                                  bank_skew)[0]
+        return h * operand(c.base + p * c.col_stride, p < cols, lane_unit, False, w)[0]
 
     def tile(cols):
         return max(kc * max(hp, fetch(cols)), rows(cols))
@@ -1742,7 +1780,7 @@ def best_split(desc, lanes, slots, max_split, **machine):
 
 
 def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                 banks=None, bank_skew=False):
+                 banks=None, bank_skew=False, row_fetch=None, k_stage=None):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1751,6 +1789,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
     best = None
     for d, st in cands:
         machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
+        if row_fetch is not None:
+            machine.update(row_fetch=row_fetch, k_stage=k_stage)
         d = best_split(d, lanes, slots, max_split, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         if best is None or cyc < best[0]:

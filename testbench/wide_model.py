@@ -34,8 +34,13 @@ and the bank conflicts (within 2% of Verilator on the paper layer's TT step at 6
 It is a model for choosing the design, not a measurement: cycle counts of the RTL come from
 ``ttrain bench step``.
 
+``--row-fetch F [--k-stage K]`` (with ``--banks``) make the machine row a design study of
+fetchers that are not built: one row entry per lane group for unit-stride vectors, ``F``
+per-lane ports otherwise, and with ``K`` strided operands staged along k (``engine_cycles``'s
+``row_fetch``/``k_stage``).
+
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
-[--banks NB] [--json]``
+[--banks NB] [--bank-skew] [--row-fetch F [--k-stage K]] [--json]``
 """
 
 import argparse
@@ -150,7 +155,7 @@ def step_descriptors(config):
 
 
 def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=False,
-                   slots=SLOTS):
+                   slots=SLOTS, row_fetch=None, k_stage=None, detail=None):
     """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
     lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
     costed by golden's cycle model. Returns ``(cycles, MACs)``."""
@@ -164,14 +169,19 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
     total = macs = 0
     for (desc, step), n in counts.items():
         machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
+        if row_fetch is not None:
+            machine.update(row_fetch=row_fetch, k_stage=k_stage)
         d, _ = map_contract(desc, step, lanes, slots, lanes, **machine)
-        total += n * engine_cycles(d, lanes, slots, **machine)
+        cyc = engine_cycles(d, lanes, slots, **machine)
+        total += n * cyc
         macs += n * desc.macs
+        if detail is not None:
+            detail.append((n, d, cyc))
     return total, macs
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
-          bank_skew=False):
+          bank_skew=False, row_fetch=None, k_stage=None):
     descs, vec, nvec = step_descriptors(config)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
@@ -185,8 +195,11 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
                     "cycles": c, "utilization": ideal / c}
         if fetch_words is not None or banks is not None:
             c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
-                                  banks=banks, bank_skew=bank_skew)
-            label = f"machine (W {fetch_words}, {banks} banks{', skewed' if bank_skew else ''})"
+                                  banks=banks, bank_skew=bank_skew, row_fetch=row_fetch,
+                                  k_stage=k_stage)
+            how = (f"W {fetch_words}" if row_fetch is None else
+                   f"row entries, {row_fetch}-port fallback, k-stage {k_stage or 1}")
+            label = f"machine ({how}, {banks} banks{', skewed' if bank_skew else ''})"
             entry["mappings"][label] = {
                 "cycles": c, "utilization": ideal / c}
         losses = defaultdict(lambda: [0, 0, 0])
@@ -219,9 +232,20 @@ def main(argv=None):
                    help="add the machine row: NB banks per store (power of two)")
     p.add_argument("--bank-skew", action="store_true",
                    help="machine row: rows skewed across the banks (rtl engine bank_skew)")
+    p.add_argument("--row-fetch", type=int, default=None, metavar="F",
+                   help="machine row, a design study (not built): row-entry fetchers, one "
+                        "entry per lane group, F per-lane ports for strided vectors")
+    p.add_argument("--k-stage", type=int, default=None, metavar="K",
+                   help="with --row-fetch: strided A/B vectors read K k-steps at a time "
+                        "along k into per-lane buffers, C^T tiles written as columns")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks)):
+    if a.row_fetch is not None and a.banks is None:
+        p.error("--row-fetch needs --banks NB (the row entries' cost is their banks)")
+    if a.k_stage is not None and a.row_fetch is None:
+        p.error("--k-stage needs --row-fetch F")
+    for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks),
+                    ("--row-fetch", a.row_fetch), ("--k-stage", a.k_stage)):
         if v is not None and (v < 1 or v & (v - 1)):
             p.error(f"{flag} must be a positive power of two, not {v}")
     try:
@@ -231,7 +255,7 @@ def main(argv=None):
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
     rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
-                bank_skew=a.bank_skew)
+                bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage)
     if a.json:
         print(json.dumps(rep, indent=1))
         return 0

@@ -109,3 +109,44 @@ def test_machine_row_is_the_engine_row_without_beats_and_banks():
     with pytest.raises(SystemExit) as exc:
         main(["--config", "tiny", "--banks", "12"])
     assert exc.value.code == 2
+
+
+def test_row_fetch_study_machine():
+    """The row-path study machine (engine_cycles row_fetch/k_stage, not built): a vector that
+    is unit-stride along every lane group costs what one whole beat of it costs; strided ones
+    go through the F fallback ports (fewer ports, more cycles); staging along k buys back the
+    strided core-gradient operands; C^T tiles written as columns; bad flags exit 2."""
+    from ttrain.golden.isa import engine_cycles
+    from ttrain.testbench.wide_model import main, machine_cycles
+    s = "s"
+    # unit stride everywhere: A is one row (h = 1), B and C rows contiguous
+    d = Descriptor(1, 64, 40, View(s, 0, 40, 1), View(s, 4096, 64, 1), View(s, 8192, 64, 1))
+    whole = engine_cycles(d, 64, 16, fetch_words=64, banks=64, bank_skew=True)
+    for f in (1, 4):
+        assert engine_cycles(d, 64, 16, banks=64, bank_skew=True, row_fetch=f) == whole
+    # a core gradient: both operands k-contiguous (A row stride k, B column stride k)
+    k = 96
+    g = Descriptor(16, 64, k, View(s, 0, k, 1), View(s, 4096, 1, k), View(s, 16384, 64, 1))
+    cyc = {f: engine_cycles(g, 64, 16, banks=64, bank_skew=True, row_fetch=f)
+           for f in (1, 2, 4)}
+    assert cyc[1] > cyc[2] > cyc[4]
+    # staged along k, one port is as good as the 64 per-lane ports (the k-step bound)
+    staged = engine_cycles(g, 64, 16, banks=64, bank_skew=True, row_fetch=1, k_stage=4)
+    assert staged == engine_cycles(g, 64, 16, banks=64, bank_skew=True, fetch_words=64)
+    assert staged < cyc[4]
+    # C^T: the results strided along the lanes, unit stride down the rows
+    t = Descriptor(16, 64, 8, View(s, 0, 8, 1), View(s, 4096, 64, 1), View(s, 16384, 1, 16))
+    assert engine_cycles(t, 64, 16, banks=64, row_fetch=1, k_stage=4) \
+        < engine_cycles(t, 64, 16, banks=64, row_fetch=1)
+    with pytest.raises(ValueError, match="row_fetch needs banks"):
+        engine_cycles(g, 64, 16, row_fetch=1)
+    # the whole tiny step: staging never loses to the same fallback without it
+    a = machine_cycles("tiny", 32, banks=32, bank_skew=True, row_fetch=1)[0]
+    b = machine_cycles("tiny", 32, banks=32, bank_skew=True, row_fetch=1, k_stage=4)[0]
+    assert b <= a
+    for argv in (["--config", "tiny", "--row-fetch", "4"],
+                 ["--config", "tiny", "--k-stage", "4"],
+                 ["--config", "tiny", "--banks", "8", "--row-fetch", "3"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
