@@ -166,6 +166,9 @@ def _step(args):
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
+    if args.rule != "sgd" and args.order != "auto":
+        raise ValueError(f"--order applies to --rule sgd only (the {args.rule} programs have "
+                         f"no TT layers): drop it")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -173,6 +176,13 @@ def _step(args):
     for flag in ("variant", "norm"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag} applies to --rule lrt only")
+    if args.rule == "sgd" and args.order != "auto":
+        from ttrain.golden.config import get_config
+        from ttrain.golden.model_compiler import compile_model
+        try:                      # an order the compiler cannot emit: a clear error up front
+            compile_model(get_config(args.config or "paper-l1"), order=args.order)
+        except ValueError as e:
+            raise ValueError(f"--order {args.order}: {e}") from None
     for flag in ("zo_run", "batch", "queries"):
         if getattr(args, flag) is not None:
             raise ValueError(f"--{flag.replace('_', '-')} applies to --rule zo only")
@@ -194,10 +204,12 @@ def _step(args):
                      positions=args.positions, buckets=args.buckets,
                      lengths_from=args.lengths_from, max_split=_max_split(args),
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
-                     vector_width=_vector_width(args), **_top_args(args))
+                     vector_width=_vector_width(args), order=args.order, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
+    if rep.get("order"):
+        print("TT contraction orders: " + ", ".join(f"{k} {v}" for k, v in rep["order"].items()))
     for e in rep["entries"]:
         upd = (f"update {e['update_cycles']:,}" if "update_cycles" in e else
                f"the fused updates inside it, update unit busy {e['update_busy_cycles']:,}")
@@ -329,6 +341,11 @@ def register(sub):
     st.add_argument("--lengths-from", metavar="DIR",
                     help="--buckets: the data directory whose train lengths give the epoch "
                          "(default ../shared/data/atis when present, else the generated set)")
+    st.add_argument("--order", default="auto",
+                    choices=("auto", "bidirectional", "left_to_right", "dp_best", "best"),
+                    help="--rule sgd: the TT layers' contraction order of the compiled step "
+                         "(default auto: the compiler's choice; dp_best: the planner's "
+                         "fewest-MAC order in every TT layer)")
     add_sim_debug_flags(st)
     st.set_defaults(func=with_sim_debug(_step))
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")

@@ -70,7 +70,7 @@ def _bucket_epoch(cfg, bk, entries, lengths, source):
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
-               bank_skew=False, buckets=None, lengths_from=None):
+               bank_skew=False, buckets=None, lengths_from=None, order="auto"):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -95,6 +95,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     from a sentence-length distribution, each sentence on the shortest bucket that holds it:
     ATIS's train split (``lengths_from``, default ``../shared/data/atis`` when present;
     sentences cut at ``seq_len``), else the generated data set's (the report says which).
+
+    ``order``: the TT layers' contraction order of the compiled step (``compile_model``'s
+    ``order``: ``"auto"`` by default, or one of :data:`ttrain.golden.compiler.ORDERS` for
+    every TT layer); another order is another program (its own rounding, stores and
+    build), checked against the interpreter like any.
     """
     from dataclasses import replace
     import json
@@ -119,11 +124,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         from ..golden.buckets import Buckets, parse_buckets
         lengths, lengths_source = epoch_lengths(cfg, lengths_from)
         blist = parse_buckets(buckets, cfg, lengths) if isinstance(buckets, str) else buckets
-        bk = Buckets(cfg, blist, map_program=engine_map)
+        bk = Buckets(cfg, blist, map_program=engine_map, order=order)
         full = cm = bk.full
     else:
-        full = compile_model(cfg)
-        cm = full if positions is None else compile_model(cfg, positions=positions)
+        full = compile_model(cfg, order=order)
+        cm = full if positions is None else compile_model(cfg, positions=positions,
+                                                          order=full.order)
         if engine_map is not None:
             full = replace(full, program=engine_map(full.program))
             cm = full if positions is None else replace(cm, program=engine_map(cm.program))
@@ -174,6 +180,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "vector_width": hw.vector_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
+              "order": dict(full.order),
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)

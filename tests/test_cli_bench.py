@@ -60,3 +60,24 @@ def test_bench_step_max_split_is_checked():
         assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--vector-width",
                      bad]) == 2
     assert main(["hw", "--config", "tiny", "--vector-width", "16"]) == 2
+
+
+def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsys):
+    """--order reaches bench_step (default auto); the zo/lrt programs have no TT layers."""
+    from ttrain.testbench import bench_step
+    seen = {}
+
+    def fake(*a, **k):
+        seen.update(k)
+        return _report({"step": 0, "cycles": 100, "forward_cycles": 30, "backward_cycles": 70,
+                        "engine_cycles": 60, "ideal_cycles": 40, "macs": 160,
+                        "utilization": 0.4, "loss": 1.5, "update_busy_cycles": 9})
+    monkeypatch.setattr(bench_step, "bench_step", fake)
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "4"]) == 0
+    assert seen["order"] == "auto"
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "4", "--order", "dp_best"]) == 0
+    assert seen["order"] == "dp_best"
+    capsys.readouterr()
+    for rule in ("zo", "lrt"):
+        assert main(["bench", "step", "--rule", rule, "--order", "dp_best"]) == 2
+        assert "--order applies to --rule sgd only" in capsys.readouterr().err
