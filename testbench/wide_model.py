@@ -40,7 +40,7 @@ per-lane ports otherwise, and with ``K`` strided operands staged along k (``engi
 ``row_fetch``/``k_stage``).
 
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
-[--banks NB] [--bank-skew] [--row-fetch F [--k-stage K]] [--json]``
+[--banks NB] [--bank-skew] [--row-fetch F [--k-stage K]] [--positions P] [--order O] [--json]``
 """
 
 import argparse
@@ -132,14 +132,19 @@ def cycles(desc, P, mapping, overlap=False):
     return _FN[mapping](*desc, P, ov)
 
 
-def step_descriptors(config):
-    """``(descriptors, vector elements, vector instructions)`` of the compiled training step of
-    ``config`` (loops unrolled)."""
+def _program(config, compile_kw=None):
     from ..golden import config as C
+    from ..golden.model_compiler import compile_model
+    return compile_model(C.get_config(config), **(compile_kw or {})).program
+
+
+def step_descriptors(config, compile_kw=None):
+    """``(descriptors, vector elements, vector instructions)`` of the compiled training step of
+    ``config`` (loops unrolled; ``compile_kw``: :func:`compile_model` options such as
+    ``positions`` and ``order``)."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, Elementwise, Gather, Reduce, Update
-    from ..golden.model_compiler import compile_model
-    prog = compile_model(C.get_config(config)).program
+    prog = _program(config, compile_kw)
     descs, vec, nvec = [], 0, 0
     for _, ins in dynamic_stream(prog.instructions):
         if isinstance(ins, Contract):
@@ -155,15 +160,13 @@ def step_descriptors(config):
 
 
 def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=False,
-                   slots=SLOTS, row_fetch=None, k_stage=None, detail=None):
+                   slots=SLOTS, row_fetch=None, k_stage=None, detail=None, compile_kw=None):
     """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
     lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
     costed by golden's cycle model. Returns ``(cycles, MACs)``."""
-    from ..golden import config as C
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, engine_cycles, map_contract
-    from ..golden.model_compiler import compile_model
-    prog = compile_model(C.get_config(config)).program
+    prog = _program(config, compile_kw)
     counts = Counter((ins.desc, ins.step) for _, ins in dynamic_stream(prog.instructions)
                      if isinstance(ins, Contract))
     total = macs = 0
@@ -181,8 +184,8 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
-          bank_skew=False, row_fetch=None, k_stage=None):
-    descs, vec, nvec = step_descriptors(config)
+          bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None):
+    descs, vec, nvec = step_descriptors(config, compile_kw)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
     for P in lanes:
@@ -196,7 +199,7 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
         if fetch_words is not None or banks is not None:
             c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
                                   banks=banks, bank_skew=bank_skew, row_fetch=row_fetch,
-                                  k_stage=k_stage)
+                                  k_stage=k_stage, compile_kw=compile_kw)
             how = (f"W {fetch_words}" if row_fetch is None else
                    f"row entries, {row_fetch}-port fallback, k-stage {k_stage or 1}")
             label = f"machine ({how}, {banks} banks{', skewed' if bank_skew else ''})"
@@ -238,6 +241,11 @@ def main(argv=None):
     p.add_argument("--k-stage", type=int, default=None, metavar="K",
                    help="with --row-fetch: strided A/B vectors read K k-steps at a time "
                         "along k into per-lane buffers, C^T tiles written as columns")
+    p.add_argument("--positions", type=int, default=None, metavar="P",
+                   help="the step compiled for P grid positions (a length bucket)")
+    p.add_argument("--order", default="auto",
+                   choices=("auto", "bidirectional", "left_to_right", "dp_best", "best"),
+                   help="the TT layers' contraction order of the compiled step")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.row_fetch is not None and a.banks is None:
@@ -254,8 +262,13 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
-    rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
-                bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage)
+    kw = {"order": a.order, **({} if a.positions is None else {"positions": a.positions})}
+    try:
+        rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
+                    bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage,
+                    compile_kw=kw)
+    except (KeyError, ValueError) as e:
+        p.error(str(e).strip("'\""))
     if a.json:
         print(json.dumps(rep, indent=1))
         return 0

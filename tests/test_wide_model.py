@@ -150,3 +150,19 @@ def test_row_fetch_study_machine():
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
+
+
+def test_machine_row_of_a_bucket_and_an_order():
+    """--positions and --order model the program the compiler emits for them: a shorter
+    bucket has fewer MACs and cycles; a bad bucket or config exits 2."""
+    from ttrain.testbench.wide_model import machine_cycles, main
+    full, macs = machine_cycles("tiny", 8)
+    short, smacs = machine_cycles("tiny", 8, compile_kw={"positions": 4})
+    assert smacs < macs and short < full
+    _, dmacs = machine_cycles("tiny", 8, compile_kw={"order": "dp_best"})
+    assert dmacs > 0
+    for argv in (["--config", "tiny", "--lanes", "8", "--positions", "99"],
+                 ["--config", "nope", "--lanes", "8"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
