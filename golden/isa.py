@@ -1662,7 +1662,7 @@ def _vector_cycles(addrs, active, width, banks, skew=False):
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
                   fetch_words=None, banks=None, bank_skew=False, row_fetch=None,
-                  k_stage=None):
+                  k_stage=None, row_operands=False):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
     model the compiler maps programs with.
 
@@ -1684,6 +1684,11 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     (``accumulate``) and the last tile's results past its last k-step. The engine
     (``rtl/engine.py: issue_cycles``) and :meth:`Program.for_engine` use this one definition;
     conflicts of other k-steps and tiles can add stalls on top.
+
+    ``row_operands`` (the engine's ``row_operands``, built): the B and old-C fetchers and the
+    C writer present a vector whose lanes are consecutive words (column stride 1) as row
+    entries, the whole vector in one beat (its most requested bank), and any other vector
+    through the ``fetch_words`` ports as before; A always goes through its ports.
 
     ``row_fetch = F`` (with ``banks``; a design-study machine, **not built**: the wide
     engine's row-path fetchers, docs/wide-engine.md): a vector whose lane groups each read
@@ -1716,10 +1721,12 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
         w = wa = None                            # chosen per vector below
     stage = min(k_stage or 1, kc)
 
-    def operand(addrs, active, lane_unit, k_unit, width_):
-        """(cycles, words per bank) of one k-step's vector of an operand."""
+    def operand(addrs, active, lane_unit, k_unit, width_, row=False):
+        """(cycles, words per bank) of one k-step's vector of an operand (``row``: the
+        vector's consecutive words go as row entries, ``row_operands``)."""
         if row_fetch is None:
-            return _vector_cycles(addrs, active, width_, banks, bank_skew)
+            return _vector_cycles(addrs, active, addrs.size if row else width_, banks,
+                                  bank_skew)
         if lane_unit:                            # one row entry per lane group
             return _vector_cycles(addrs, active, addrs.size, banks, bank_skew)
         if stage > 1 and k_unit:                 # ``stage`` k-steps along k, per-lane buffers
@@ -1739,7 +1746,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     def fetch(cols):                             # the A and B vectors of a k-step
         cyc_b, hits_b = operand(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
                                 (q_b < cols) & (g_b < s), cols == 1 or b.col_stride == 1,
-                                b.row_stride == 1, w)
+                                b.row_stride == 1, w, row_operands and b.col_stride == 1)
         both = 0 if banks is None or a.store != b.store else int((hits_a + hits_b).max())
         return max(cyc_a, cyc_b, both)
 
@@ -1750,7 +1757,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
             seg = (c.base + p * c.col_stride)[:, None] + np.arange(h)[None, :]
             return _vector_cycles(seg.ravel(), np.repeat(p < cols, h), seg.size, banks,
                                   bank_skew)[0]
-        return h * operand(c.base + p * c.col_stride, p < cols, lane_unit, False, w)[0]
+        return h * operand(c.base + p * c.col_stride, p < cols, lane_unit, False, w,
+                           row_operands and c.col_stride == 1)[0]
 
     def tile(cols):
         return max(kc * max(hp, fetch(cols)), rows(cols))
@@ -1780,7 +1788,8 @@ def best_split(desc, lanes, slots, max_split, **machine):
 
 
 def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                 banks=None, bank_skew=False, row_fetch=None, k_stage=None):
+                 banks=None, bank_skew=False, row_fetch=None, k_stage=None,
+                 row_operands=False):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1791,6 +1800,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
         machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
         if row_fetch is not None:
             machine.update(row_fetch=row_fetch, k_stage=k_stage)
+        if row_operands:
+            machine["row_operands"] = True
         d = best_split(d, lanes, slots, max_split, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         if best is None or cyc < best[0]:
@@ -1832,7 +1843,7 @@ class Program:
         return encode_program(self.instructions)
 
     def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                   banks=None, bank_skew=False):
+                   banks=None, bank_skew=False, row_operands=False):
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
@@ -1844,7 +1855,7 @@ class Program:
             if isinstance(ins, Contract):
                 d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
                                      orient=orient, fetch_words=fetch_words, banks=banks,
-                                     bank_skew=bank_skew)
+                                     bank_skew=bank_skew, row_operands=row_operands)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

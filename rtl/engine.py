@@ -449,9 +449,10 @@ class _VectorClient:
     """
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, data,
-                 row=False):
+                 row=False, segments=0):
         width = lanes if width is None else min(width, lanes)
         row = bool(row) and nb_log2 > 0 and lanes <= (1 << nb_log2)
+        segments = 0 if row or not nb_log2 else segments
         self.name = name
         self.lanes = lanes
         self.row = row
@@ -489,6 +490,18 @@ class _VectorClient:
             lane_bank = [_bank_of(a, nb_log2, skew) for a in lane_addr]
             fields += list(zip(self.addr, n_addr, lane_addr))
             fields += list(zip(self.bank, n_bank, lane_bank))
+        # row operands: with ``rowmode`` (a vector of consecutive words), the lanes go to
+        # the arbiter as ``segments`` row entries of ``lanes / segments`` lanes each (base:
+        # the segment's first lane's address), else through the beats
+        self.segs = []
+        self.rowmode = Signal(name=f"{name}_rowmode")
+        if segments:
+            ls = lanes // segments
+            for f in range(segments):
+                rp = _RowPorts(m, f"{name}_s{f}", ls, addr_bits, nb_log2, skew,
+                               lane_addr[f * ls])
+                fields += rp.fields
+                self.segs.append(rp)
         if data:
             self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
             self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
@@ -499,6 +512,18 @@ class _VectorClient:
             self.beats = None
             self.rowports.connect(m, self.pending, self.store, self.data if data else None)
             self.grant = self.rowports.grant
+        elif self.segs:
+            ls = lanes // len(self.segs)
+            pend_b = Signal(lanes, name=f"{name}_pending_beats")
+            pend_r = Signal(lanes, name=f"{name}_pending_rows")
+            m.d.comb += [pend_b.eq(Mux(self.rowmode, 0, self.pending)),
+                         pend_r.eq(Mux(self.rowmode, self.pending, 0))]
+            self.beats = _Beats(m, name, lanes, width, pend_b, self.addr, self.bank)
+            for f, rp in enumerate(self.segs):
+                rp.connect(m, pend_r[f * ls:(f + 1) * ls], self.store,
+                           self.data[f * ls:(f + 1) * ls] if data else None)
+            self.grant = Signal(lanes, name=f"{name}_grant_all")
+            m.d.comb += self.grant.eq(self.beats.grant | Cat(*[rp.grant for rp in self.segs]))
         else:
             self.beats = _Beats(m, name, lanes, width, self.pending, self.addr, self.bank)
             self.grant = self.beats.grant
@@ -533,7 +558,14 @@ class _VectorClient:
         addr, grant)`` of every port, or the one :class:`_RowPorts` of a row client."""
         if self.row:
             return [self.rowports]
-        return self.beats.ports(self.store)
+        return list(self.segs) + self.beats.ports(self.store)
+
+    def entry_data(self):
+        """A writer's write word per arbiter entry of :meth:`ports` (``None``: a row entry,
+        whose words are per bank)."""
+        if self.row:
+            return [None]
+        return [None] * len(self.segs) + list(self.port_data)
 
 
 class _ReadClient(_VectorClient):
@@ -541,9 +573,9 @@ class _ReadClient(_VectorClient):
     ``out_valid`` pulses two cycles later with ``out_data`` (masked lanes read 0)."""
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False,
-                 row=False):
+                 row=False, segments=0):
         super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, False,
-                         row)
+                         row, segments)
         width = 0 if self.row else self.beats.width
 
         # Data return, two cycles after the grant (the stores' inputs are registered, then
@@ -571,6 +603,12 @@ class _ReadClient(_VectorClient):
         else:
             m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
             m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
+        self.seg_d = []
+        for rp in self.segs:             # each row entry's rotation, two cycles on
+            r1, c1 = Signal.like(rp.rot), Signal.like(rp.cross)
+            rd, cd = Signal.like(rp.rot), Signal.like(rp.cross)
+            m.d.sync += [r1.eq(rp.rot), c1.eq(rp.cross), rd.eq(r1), cd.eq(c1)]
+            self.seg_d.append((rd, cd))
 
     def connect_data(self, m, store_rdata):
         """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
@@ -592,6 +630,17 @@ class _ReadClient(_VectorClient):
                 m.d.comb += word.eq(flat[self.store_d][self.bank_d[j]])
                 words.append(word)
             lane_words = [words[p % W] for p in range(self.lanes)]
+            if self.segs:                # row entries: the store's banks, rotated per entry
+                nb = len(store_rdata[0])
+                bank_words = []
+                for b in range(nb):
+                    word = Signal(32, name=f"{self.name}_rdb{b}")
+                    m.d.comb += word.eq(Array([banks[b] for banks in store_rdata])[self.store_d])
+                    bank_words.append(word)
+                rows = []
+                for rp, (rd, cd) in zip(self.segs, self.seg_d):
+                    rows += rp.lane_words(m, bank_words, rd, cd)
+                lane_words = [Mux(self.rowmode, r, w) for r, w in zip(rows, lane_words)]
         for p in range(self.lanes):
             m.d.comb += self.out_data[p].eq(Mux(self.grant_d[p], lane_words[p],
                                                 self.assembled[p]))
@@ -605,8 +654,9 @@ class _WriteClient(_VectorClient):
     """A :class:`_VectorClient` that writes ``load_data``; ``port_data`` is each port's word."""
 
     def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, width=None, skew=False,
-                 row=False):
-        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, True, row)
+                 row=False, segments=0):
+        super().__init__(m, name, lanes, addr_bits, store_bits, nb_log2, width, skew, True, row,
+                         segments)
         self.port_data = None if self.row else self.beats.port_values(self.data, 32)
 
 
@@ -853,7 +903,8 @@ class ContractionEngine(wiring.Component):
 
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
-                 fetch_words=None, bank_skew=False, port_width=None, row_ports=True):
+                 fetch_words=None, bank_skew=False, port_width=None, row_ports=True,
+                 row_operands=False):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -892,6 +943,7 @@ class ContractionEngine(wiring.Component):
                              f"{port_width!r}")
         self._port_width = port_width
         self._row_ports = bool(row_ports)
+        self._row_operands = bool(row_operands) and banks > 1
         self._fetch_words = fetch_words
         self._bank_skew = bool(bank_skew)
         self._max_split = max_split
@@ -943,6 +995,9 @@ class ContractionEngine(wiring.Component):
     add_unit = property(lambda self: self._add_unit,
                         doc="FP32 adder class of the lanes and the fold tree.")
     bank_skew = property(lambda self: self._bank_skew, doc="Rows skewed across the banks.")
+    row_operands = property(lambda self: self._row_operands,
+                            doc="B, old-C and C vectors of consecutive words go to the "
+                                "arbiter as row entries (one per lane group).")
     fetch_words = property(lambda self: self._fetch_words,
                            doc="Words per cycle each operand fetcher and the C writer move "
                                "(``None``: a whole vector).")
@@ -1019,7 +1074,8 @@ class ContractionEngine(wiring.Component):
         the fold tree's adder latencies of a split, the first k-step's bank conflicts)."""
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
                              add_latency=self._add_latency, fetch_words=self._fetch_words,
-                             banks=self._banks, bank_skew=self._bank_skew)
+                             banks=self._banks, bank_skew=self._bank_skew,
+                             row_operands=self._row_operands)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -1033,7 +1089,7 @@ class ContractionEngine(wiring.Component):
         return best_split(desc, self._lanes, self._slots, self._max_split,
                           mul_latency=self._mul_latency, add_latency=self._add_latency,
                           fetch_words=self._fetch_words, banks=self._banks,
-                          bank_skew=self._bank_skew)
+                          bank_skew=self._bank_skew, row_operands=self._row_operands)
 
     @property
     def overhead_cycles(self):
@@ -1073,11 +1129,16 @@ class ContractionEngine(wiring.Component):
         SK = self._bank_skew
         ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW, SK)  # A vectors (S words down a column
                                                         # per lane group)
-        rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK)  # B vectors (P words along a row)
-        rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK)  # old C vectors (accumulate)
+        # row operands: B in one row entry per lane group (at most ``banks`` lanes each),
+        # old C and the C results in entries of ``banks`` lanes
+        seg_b = max(G, P // NB) if self._row_operands else 0
+        seg_c = max(1, P // NB) if self._row_operands else 0
+        rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK, segments=seg_b)  # B vectors (P words
+                                                                            # along a row)
+        rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # old C (accumulate)
         RW = self._row_ports
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK, RW)    # host read
-        wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK)          # C results
+        wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # C results
         wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK, RW)   # host write
 
         PW = self._port_width
@@ -1089,7 +1150,7 @@ class ContractionEngine(wiring.Component):
         rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
                           n_stores, lnb)
         wclients = [wh, wc] + pws
-        wdata = sum(([None] if cl.row else list(cl.port_data) for cl in wclients), [])
+        wdata = sum((cl.entry_data() for cl in wclients), [])
         wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb,
                           data=wdata)
         # The stores' inputs are registered: the arbitration and the address select end in
@@ -1300,6 +1361,9 @@ class ContractionEngine(wiring.Component):
             r = Signal(width, name=name)
             m.d.sync += r.eq(value)
             return r
+        m.d.comb += [rb.rowmode.eq(held(d.b.col_stride == 1, 1, "fb_rowmode_r")),
+                     rc.rowmode.eq(held(d.c.col_stride == 1, 1, "fc_rowmode_r")),
+                     wc.rowmode.eq(rc.rowmode)]
         batch_l = held(d.batch - 1, DB, "batch_last")
         mtiles_l = held(mtiles - 1, DB, "mtiles_last")
         ntiles_l = held(ntiles - 1, DB, "ntiles_last")

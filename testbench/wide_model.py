@@ -40,7 +40,7 @@ per-lane ports otherwise, and with ``K`` strided operands staged along k (``engi
 ``row_fetch``/``k_stage``).
 
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
-[--banks NB] [--bank-skew] [--row-fetch F [--k-stage K]] [--positions P] [--order O] [--json]``
+[--banks NB] [--bank-skew] [--row-operands | --row-fetch F [--k-stage K]] [--positions P] [--order O] [--json]``
 """
 
 import argparse
@@ -160,7 +160,8 @@ def step_descriptors(config, compile_kw=None):
 
 
 def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=False,
-                   slots=SLOTS, row_fetch=None, k_stage=None, detail=None, compile_kw=None):
+                   slots=SLOTS, row_fetch=None, k_stage=None, detail=None, compile_kw=None,
+                   row_operands=False):
     """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
     lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
     costed by golden's cycle model. Returns ``(cycles, MACs)``."""
@@ -174,6 +175,8 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
         machine = {"fetch_words": fetch_words, "banks": banks, "bank_skew": bank_skew}
         if row_fetch is not None:
             machine.update(row_fetch=row_fetch, k_stage=k_stage)
+        if row_operands:
+            machine["row_operands"] = True
         d, _ = map_contract(desc, step, lanes, slots, lanes, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         total += n * cyc
@@ -184,7 +187,7 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
-          bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None):
+          bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None, row_operands=False):
     descs, vec, nvec = step_descriptors(config, compile_kw)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
@@ -199,8 +202,10 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
         if fetch_words is not None or banks is not None:
             c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
                                   banks=banks, bank_skew=bank_skew, row_fetch=row_fetch,
-                                  k_stage=k_stage, compile_kw=compile_kw)
-            how = (f"W {fetch_words}" if row_fetch is None else
+                                  k_stage=k_stage, compile_kw=compile_kw,
+                                  row_operands=row_operands)
+            how = (f"W {fetch_words}{' + row operands' if row_operands else ''}"
+                   if row_fetch is None else
                    f"row entries, {row_fetch}-port fallback, k-stage {k_stage or 1}")
             label = f"machine ({how}, {banks} banks{', skewed' if bank_skew else ''})"
             entry["mappings"][label] = {
@@ -241,6 +246,9 @@ def main(argv=None):
     p.add_argument("--k-stage", type=int, default=None, metavar="K",
                    help="with --row-fetch: strided A/B vectors read K k-steps at a time "
                         "along k into per-lane buffers, C^T tiles written as columns")
+    p.add_argument("--row-operands", action="store_true",
+                   help="machine row: unit-stride B/C vectors as row entries (the engine's "
+                        "row_operands, built), the others through the --fetch-words ports")
     p.add_argument("--positions", type=int, default=None, metavar="P",
                    help="the step compiled for P grid positions (a length bucket)")
     p.add_argument("--order", default="auto",
@@ -250,6 +258,9 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.row_fetch is not None and a.banks is None:
         p.error("--row-fetch needs --banks NB (the row entries' cost is their banks)")
+    if a.row_operands and (a.banks is None or a.row_fetch is not None):
+        p.error("--row-operands needs --banks NB and no --row-fetch (it is the built engine's "
+                "option; --row-fetch is the study machine)")
     if a.k_stage is not None and a.row_fetch is None:
         p.error("--k-stage needs --row-fetch F")
     for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks),
@@ -266,7 +277,7 @@ def main(argv=None):
     try:
         rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
                     bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage,
-                    compile_kw=kw)
+                    compile_kw=kw, row_operands=a.row_operands)
     except (KeyError, ValueError) as e:
         p.error(str(e).strip("'\""))
     if a.json:

@@ -46,7 +46,7 @@ def test_engine_verilator_random_and_errors(engine_build, tmp_path):
 #: build is ~100 s here (the 4-lane one without shared units takes longer).
 WIDE = {
     "lanes": 32, "max_split": 8, "fetch_words": 8, "banks": 16, "slots": 8,
-    "bank_skew": True, "shared_units": True,
+    "bank_skew": True, "row_operands": True, "shared_units": True,
     "stores": [["f", 4096, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 2048, "block", "memory"]],
     "seed": 2027,
@@ -58,7 +58,8 @@ WIDE = {
 
 def test_engine_verilator_wide_random_and_errors(tmp_path):
     """Random descriptors (splits 1-8, FP32 and integer, strides, accumulate, batches) with
-    random host stalls on the 32-lane engine, every store word against golden after each;
+    random host stalls on the 32-lane engine (8-word beats, 16 skewed banks, row operands:
+    unit-stride B/C vectors as row entries), every store word against golden after each;
     illegal descriptors change nothing."""
     build = build_engine(make_engine(WIDE), "ttrain_engine_l32_wide")
     run_cocotb(build, "tb_engine", test_dir=tmp_path, module_dirs=[TESTBENCH_DIR],
