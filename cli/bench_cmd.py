@@ -62,7 +62,7 @@ def _engine(args):
         raise ValueError(f"--banks must be a positive power of two, not {nb}")
     report = bench_engine(args.out, lanes=args.lanes, slots=args.slots, rank_sets=ranks,
                           max_split=_max_split(args), fetch_words=fw, banks=nb,
-                          bank_skew=args.bank_skew)
+                          bank_skew=args.bank_skew, row_operands=args.row_operands)
     _print_report(report, args.json)
     return 0
 
@@ -161,8 +161,10 @@ def _lrt_step(args):
 
 def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
-                               or args.bank_skew or args.vector_width is not None):
-        raise ValueError(f"--max-split, --fetch-words, --bank-skew and --vector-width apply "
+                               or args.bank_skew or args.vector_width is not None
+                               or args.row_operands):
+        raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands and "
+                         f"--vector-width apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
@@ -204,7 +206,8 @@ def _step(args):
                      positions=args.positions, buckets=args.buckets,
                      lengths_from=args.lengths_from, max_split=_max_split(args),
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
-                     vector_width=_vector_width(args), order=args.order, **_top_args(args))
+                     vector_width=_vector_width(args), order=args.order,
+                     row_operands=args.row_operands, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -276,6 +279,9 @@ def register(sub):
                         "two up to --lanes; default: a whole vector per beat)")
     e.add_argument("--banks", type=int, default=None, metavar="NB",
                    help="banks per store (power of two; default --lanes)")
+    e.add_argument("--row-operands", action="store_true",
+                   help="unit-stride B/C vectors as row entries (one per lane group), the "
+                        "rest through the --fetch-words ports; the mapping's model counts it")
     e.add_argument("--bank-skew", action="store_true",
                    help="word a in bank (a + a // banks) %% banks: rows skewed across the banks")
     from .debug_cmd import add_sim_debug_flags, with_sim_debug
@@ -327,6 +333,9 @@ def register(sub):
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")
+    st.add_argument("--row-operands", action="store_true",
+                    help="--rule sgd: the engine's unit-stride B/C vectors as row entries "
+                         "(HwConfig.row_operands); the mapping's model counts it")
     st.add_argument("--bank-skew", action="store_true",
                     help="--rule sgd: word a in bank (a + a // banks) %% banks in every store "
                          "(rows skewed across the banks); the mapping's cycle model counts it")

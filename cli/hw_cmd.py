@@ -15,7 +15,8 @@ def format_hw(hw):
              f"  runs        {progs}",
              f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
-             + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else ""),
+             + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else "")
+             + (", row operands" if hw.row_operands else ""),
              f"  vector      {hw.vector_lanes} lanes (vector and update units)",
              f"  stores      {hw.banks} banks each"
              + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
@@ -40,7 +41,7 @@ def _run(args):
     check_int("--slots", args.slots, 2, 256)
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
                           imem_depth=args.imem_depth, bank_skew=args.bank_skew,
-                          vector_width=args.vector_width)
+                          vector_width=args.vector_width, row_operands=args.row_operands)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -70,5 +71,8 @@ def register(sub):
     p.add_argument("--vector-width", type=int, default=None, metavar="W",
                    help="lanes of the vector and update units (power of two up to the banks; "
                         "default the banks)")
+    p.add_argument("--row-operands", action="store_true",
+                   help="the engine's unit-stride B/C vectors as row entries (one per lane "
+                        "group) instead of through the operand ports")
     p.add_argument("--json", action="store_true", help="print hw.json")
     p.set_defaults(func=_run)

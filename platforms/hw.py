@@ -121,6 +121,10 @@ class HwConfig:
     vector_width : int
         Lanes of the vector and update units (their store ports' beat width; 0 = ``banks``,
         the default). :attr:`vector_lanes` is the resolved value.
+    row_operands : bool
+        The engine's B, old-C and C vectors of consecutive words go to the arbiter as row
+        entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_operands``); the default
+        ``False``: every operand vector through the fetchers' ports.
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -143,6 +147,7 @@ class HwConfig:
     fetch_words: int = 0
     bank_skew: bool = False
     vector_width: int = 0
+    row_operands: bool = False
 
     @property
     def vector_lanes(self):
@@ -200,6 +205,8 @@ class HwConfig:
             kw["bank_skew"] = True
         if self.vector_width:
             kw["vector_width"] = self.vector_width
+        if self.row_operands:
+            kw["row_operands"] = True
         if self.special:
             kw["special_impl"] = special_impl
         kw["engine_units"] = "verilog"
@@ -226,7 +233,7 @@ class HwConfig:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
-                                    "vector_width"}
+                                    "vector_width", "row_operands"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -247,7 +254,7 @@ def _canonical(obj):
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
-              bank_skew=False, vector_width=None):
+              bank_skew=False, vector_width=None, row_operands=False):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -281,6 +288,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     vector_width : int or None
         Lanes of the vector and update units (power of two up to ``banks``); ``None``:
         ``banks``.
+    row_operands : bool
+        Row entries for the engine's unit-stride operand vectors
+        (:attr:`HwConfig.row_operands`).
     """
     from .memory import fit_memory
 
@@ -326,6 +336,11 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                              f"vector units' beats are at most a row; use at most {banks}")
     if not isinstance(bank_skew, bool):
         raise ValueError(f"bank_skew must be True or False, not {bank_skew!r}")
+    if not isinstance(row_operands, bool):
+        raise ValueError(f"row_operands must be True or False, not {row_operands!r}")
+    if row_operands and banks < 2:
+        raise ValueError("row_operands needs at least 2 banks (a row entry rotates a vector "
+                         "across the banks); use more banks or drop it")
     needs_special = any(program_needs_special(p) for p in progs.values())
     if special is None:
         special = needs_special
@@ -361,7 +376,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     store_style=tuple((s, styles[s]) for s in _STORES),
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
                     fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
-                    vector_width=int(vector_width or 0))
+                    vector_width=int(vector_width or 0), row_operands=row_operands)
 
 
 def preset_hw_config(config, **overrides):

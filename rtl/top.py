@@ -106,6 +106,9 @@ class Accelerator(wiring.Component):
         The engine's host and store ports as row clients (default) or as per-lane arbiter
         entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_ports``; the same
         cycles, kept to measure the arbiter's cost).
+    row_operands : bool
+        The engine's unit-stride B, old-C and C vectors as row entries
+        (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_operands``; default off).
 
     Members
     -------
@@ -134,7 +137,7 @@ class Accelerator(wiring.Component):
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
                  fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
-                 row_ports=True):
+                 row_ports=True, row_operands=False):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -180,7 +183,7 @@ class Accelerator(wiring.Component):
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
                                          fetch_words=fetch_words, bank_skew=bank_skew,
                                          port_width=vector_width, row_ports=row_ports,
-                                         **units)
+                                         row_operands=row_operands, **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)

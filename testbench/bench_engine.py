@@ -81,7 +81,7 @@ def run_step(build, eng, cfg, jobs, tdir, sizes):
 
 def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=32,
                  rank_sets=tuple(PAPER_RANKS), test_dir=None, max_split=1, fetch_words=None,
-                 banks=None, bank_skew=False):
+                 banks=None, bank_skew=False, row_operands=False):
     """Measure every contraction of one TT-linear training step under Verilator.
 
     For the paper's [12,8,8 | 8,8,12] layer with each rank set in ``rank_sets`` and ``batch``
@@ -113,17 +113,19 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
     stores = [[s, -(-w // nb) * nb, "auto", "verilog"] for s, w in sorted(need.items())]
     cfg = {"lanes": lanes, "slots": slots, "stores": stores, "seed": 7,
            "max_split": max_split, "fetch_words": fetch_words, "banks": banks,
-           "bank_skew": bool(bank_skew), "shared_units": True}
+           "bank_skew": bool(bank_skew), "row_operands": bool(row_operands),
+           "shared_units": True}
     t0 = time.time()
     eng = make_engine(cfg)
     suffix = (f"_g{max_split}" if max_split > 1 else "") + \
         (f"_f{fetch_words}" if fetch_words else "") + (f"_b{banks}" if banks else "") + \
-        ("_skew" if bank_skew else "")
+        ("_skew" if bank_skew else "") + ("_rows" if row_operands else "")
     build = build_engine(eng, f"ttrain_engine_bench_l{lanes}_s{slots}{suffix}")
     build_s = time.time() - t0
     steps = {name: (sizes, [(j, map_contract(d, (0, 0, 0), lanes, slots, max_split,
                                              fetch_words=fetch_words, banks=eng.banks,
-                                             bank_skew=eng.bank_skew)[0])
+                                             bank_skew=eng.bank_skew,
+                                             row_operands=eng.row_operands)[0])
                             for j, d in jobs])
              for name, (sizes, jobs) in steps.items()}
     entries = []
@@ -153,7 +155,7 @@ def bench_engine(out_json=None, *, lanes=BENCH_LANES, slots=BENCH_SLOTS, batch=3
                         "sim_seconds": round(sim_s, 1)}
     report = {"config": {"lanes": lanes, "slots": slots, "banks": eng.banks, "batch": batch,
                          "max_split": max_split, "fetch_words": fetch_words,
-                         "bank_skew": bool(bank_skew),
+                         "bank_skew": bool(bank_skew), "row_operands": eng.row_operands,
                          "layer": "[12,8,8 | 8,8,12]", "ranks": {n: PAPER_RANKS[n]
                                                                  for n in rank_sets},
                          "stores": [store_primitives(st) for st in eng.stores], "build_seconds": round(build_s, 1)},

@@ -70,7 +70,8 @@ def _bucket_epoch(cfg, bk, entries, lengths, source):
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
-               bank_skew=False, buckets=None, lengths_from=None, order="auto"):
+               bank_skew=False, buckets=None, lengths_from=None, order="auto",
+               row_operands=False):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -89,6 +90,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     ``fetch_words``: the engine's operand beats (``ContractionEngine(fetch_words=)``); the
     mapping's cycle model then counts them. ``bank_skew``: every store's rows skewed across
     the banks (``HwConfig.bank_skew``); the mapping's model counts that too.
+    ``row_operands``: the engine's unit-stride B/C vectors as row entries
+    (``HwConfig.row_operands``), counted by the mapping's model.
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -115,9 +118,10 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         raise ValueError("positions runs one shorter program; buckets runs them all: pass one")
     say = progress or (lambda m: None)
     cfg, notes = chip_config(get_config(config))
-    mapping = max_split > 1 or fetch_words or bank_skew
+    mapping = max_split > 1 or fetch_words or bank_skew or row_operands
     engine_map = (lambda prog: prog.for_engine(lanes, slots, max_split, fetch_words=fetch_words,
-                                               banks=lanes, bank_skew=bank_skew)) \
+                                               banks=lanes, bank_skew=bank_skew,
+                                               row_operands=row_operands)) \
         if mapping else None
     bk = lengths = lengths_source = None
     if buckets is not None:
@@ -140,10 +144,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}" + (
         f"_g{max_split}" if max_split > 1 else "") + (
         f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "") + (
+        "_r" if row_operands else "") + (
         f"_v{vector_width}" if vector_width else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
                    fetch_words=fetch_words,      # lane groups: the largest split mapped
-                   bank_skew=bank_skew, vector_width=vector_width)
+                   bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -178,6 +183,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
+              "row_operands": row_operands,
               "vector_width": hw.vector_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order),

@@ -60,8 +60,13 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert HwConfig.from_dict(json.loads(v.to_json())) == v
     assert a.vector_width == 0 and a.vector_lanes == 8 and "vector_width" not in \
         a.accelerator_kwargs()
+    r = preset_hw_config("tiny", row_operands=True)
+    assert r.row_operands and r.accelerator_kwargs()["row_operands"] is True and r != a
+    assert HwConfig.from_dict(json.loads(r.to_json())) == r
+    assert not a.row_operands and "row_operands" not in a.accelerator_kwargs()
     old = json.loads(a.to_json())
     del old["fetch_words"], old["bank_skew"], old["vector_width"]   # a file from before them
+    del old["row_operands"]
     assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
@@ -88,6 +93,8 @@ def test_units_follow_the_programs():
     ({"fetch_words": 6}, "fetch_words must be a positive power of two"),
     ({"fetch_words": 16}, "fetch_words 16 is above the 8 lanes"),
     ({"bank_skew": 1}, "bank_skew must be True or False"),
+    ({"row_operands": "yes"}, "row_operands must be True or False"),
+    ({"row_operands": True, "lanes": 1}, "row_operands needs at least 2 banks"),
     ({"vector_width": 3}, "vector_width must be a positive power of two"),
     ({"vector_width": 16}, "vector_width 16 is above the 8 banks"),
 ])
