@@ -351,10 +351,12 @@ def register(sub):
                     help="--buckets: the data directory whose train lengths give the epoch "
                          "(default ../shared/data/atis when present, else the generated set)")
     st.add_argument("--order", default="auto",
-                    choices=("auto", "bidirectional", "left_to_right", "dp_best", "best"),
+                    choices=("auto", "fast", "bidirectional", "left_to_right", "dp_best",
+                             "best"),
                     help="--rule sgd: the TT layers' contraction order of the compiled step "
-                         "(default auto: the compiler's choice; dp_best: the planner's "
-                         "fewest-MAC order in every TT layer)")
+                         "(default auto: the compiler's choice per layer kind, fewest on-chip "
+                         "words then fewest MACs; fast: fewest MACs then fewest words; "
+                         "dp_best: the planner's fewest-MAC order in every TT layer)")
     add_sim_debug_flags(st)
     st.set_defaults(func=with_sim_debug(_step))
     f = bsub.add_parser("fp32", help="random operand pairs through the FP32 units")

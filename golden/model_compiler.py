@@ -49,6 +49,7 @@ The program is the numerical definition the RTL must match bit for bit (run it w
 (``tests/test_golden_model_compiler.py`` states the tolerance).
 """
 
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace as dc_replace
 from math import prod, sqrt
@@ -66,7 +67,8 @@ from .layers import MASK_VALUE
 from .tt import token_digits
 
 __all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config",
-           "RECOMPUTE", "ALLOCATORS", "LAYER_KINDS", "AUTO_FFN_ORDER"]
+           "RECOMPUTE", "ALLOCATORS", "LAYER_KINDS", "AUTO_FFN_ORDER",
+           "SEARCH_ORDERS", "ORDER_OBJECTIVES"]
 
 
 def _is_ttm_core(name):
@@ -1084,14 +1086,24 @@ def _check_choice(name, value, choices):
 
 #: TT layer kinds an ``order`` dict of :func:`compile_model` names.
 LAYER_KINDS = ("attention", "ffn1", "ffn2", "pooler")
-#: What ``order="auto"`` tries for the FFN layers besides the bi-directional flow.
+#: A starting point of the ``order="auto"``/``"fast"`` search besides the uniform orders: the
+#: FFN layers in the planner's cheapest order, which materialises no ``N x r`` merge of their
+#: 3072-wide side (the two FFN layers share the memory peak, so a search that changes one
+#: kind at a time would not find it from the bi-directional flow).
 AUTO_FFN_ORDER = {"ffn1": "dp_best", "ffn2": "dp_best"}
+#: The per-layer-kind orders the search tries (``"best"`` is the planner's pick among them).
+SEARCH_ORDERS = ("bidirectional", "dp_best", "left_to_right")
+#: ``order`` values that ask the compiler to choose, and what each minimises first
+#: (``words``: on-chip store words of the step; ``macs``: its multiply-accumulates, the
+#: engine's work), the other breaking ties.
+ORDER_OBJECTIVES = {"auto": ("words", "macs"), "fast": ("macs", "words")}
 
 
 def _check_order(order):
     if isinstance(order, str):
-        if order not in ORDERS + ("auto",):
-            raise ValueError(f"order must be one of {', '.join(ORDERS + ('auto',))} or a dict "
+        if order not in ORDERS + tuple(ORDER_OBJECTIVES):
+            names = ", ".join(ORDERS + tuple(ORDER_OBJECTIVES))
+            raise ValueError(f"order must be one of {names} or a dict "
                              f"{{layer kind: order}}, got {order!r}")
         return order
     if isinstance(order, dict):
@@ -1105,6 +1117,67 @@ def _check_order(order):
                                  f"{v!r}")
         return dict(order)
     raise ValueError(f"order must be a string or a dict {{layer kind: order}}, got {order!r}")
+
+
+@functools.lru_cache(maxsize=256)
+def _searched_order(cfg, order, kw_items):
+    """The per-kind orders :func:`_search_order` picks for ``cfg`` (memoised: the search
+    compiles the step 10-20 times, and a process compiles the same preset often)."""
+    best = _search_order(cfg, ORDER_OBJECTIVES[order], dict(kw_items))
+    return tuple(sorted(best.order.items()))
+
+
+def _search_order(cfg, objective, kw):
+    """The compiled step of ``cfg`` whose per-kind orders minimise ``objective``.
+
+    ``objective``: a pair of ``"words"`` (the step's store words, its on-chip memory) and
+    ``"macs"`` (:func:`ttrain.golden.memory.program_macs`), compared in that order. The
+    search starts from the best of the uniform orders of :data:`SEARCH_ORDERS` and
+    :data:`AUTO_FFN_ORDER`, then changes one layer kind at a time to each other order of
+    :data:`SEARCH_ORDERS`, keeping a change that is strictly better, until a whole pass over
+    the kinds changes nothing (a coordinate search: 10-20 compiles where all 81 combinations
+    would take seconds; on paper-l1 and paper-l3 it finds the optimum of all 81 for both
+    objectives, ``tests/test_golden_model_compiler.py``). An order the compiler cannot emit
+    for ``cfg`` (a ``ValueError``) is skipped; ties keep the earlier candidate, so the
+    bi-directional flow wins a tie against everything."""
+    from .memory import program_macs
+
+    def score(cm):
+        vals = {"words": sum(cm.store_sizes.values()), "macs": program_macs(cm.program)}
+        return tuple(vals[o] for o in objective)
+
+    seen = {}
+
+    def compiled(o):
+        key = tuple(sorted(o.items()))
+        if key not in seen:
+            try:
+                cm = compile_model(cfg, order=dict(o), **kw)
+                seen[key] = (score(cm), cm)
+            except ValueError:
+                seen[key] = None
+        return seen[key]
+
+    starts = [{k: o for k in LAYER_KINDS} for o in SEARCH_ORDERS]
+    starts.insert(1, {k: AUTO_FFN_ORDER.get(k, "bidirectional") for k in LAYER_KINDS})
+    best = None
+    for o in starts:
+        got = compiled(o)
+        if got is not None and (best is None or got[0] < best[0]):
+            best, cur = got, dict(o)
+    if best is None:        # no order compiles: the error of the bi-directional flow
+        return compile_model(cfg, order="bidirectional", **kw)
+    changed = True
+    while changed:
+        changed = False
+        for kind in LAYER_KINDS:
+            for o in SEARCH_ORDERS:
+                if o == cur[kind]:
+                    continue
+                got = compiled({**cur, kind: o})
+                if got is not None and got[0] < best[0]:
+                    best, cur, changed = got, {**cur, kind: o}, True
+    return best[1]
 
 
 def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=True,
@@ -1130,11 +1203,12 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
     order : str or dict
         TT contraction order: one of :data:`ttrain.golden.compiler.ORDERS` for every TT layer,
         a dict ``{kind: order}`` over :data:`LAYER_KINDS` (missing kinds: bi-directional),
-        or ``"auto"`` (default): the bi-directional flow everywhere, or with the FFN layers
-        in :data:`AUTO_FFN_ORDER` (the planner's cheapest order, which materialises no
-        ``N x r`` merge of their 3072-wide side) when that step needs fewer words in all
-        (decided on the full grid whatever ``positions`` is, so all programs of ``cfg``
-        compute the same function); a tie keeps the bi-directional flow.
+        or one the compiler chooses per layer kind (:func:`_search_order`; decided on the
+        full grid whatever ``positions`` is, so all programs of ``cfg`` compute the same
+        function): ``"auto"`` (default) the fewest on-chip words, then the fewest MACs
+        (the paper's memory figures); ``"fast"`` the fewest MACs, then the fewest words
+        (the engine's work: on the 8- and 256-lane cycle models the fewest-MAC orders are
+        also the fewest-cycle ones, ``docs/planner.md``).
         ``CompiledModel.order`` is the dict used. The
         order changes the rounding of the TT layers' sums (another program), the other
         memory options below do not.
@@ -1192,22 +1266,13 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         raise TypeError(f"cfg must be a ModelConfig (golden.config.get_config), not "
                         f"{type(cfg).__name__}")
     order = _check_order(order)
-    if order == "auto":
+    if isinstance(order, str) and order in ORDER_OBJECTIVES:
         # decided on the full grid, so every positions= program of cfg computes the same
         # function (the host picks them per batch)
         kw = dict(lr=lr, fused_update=fused_update, recompute=recompute,
                   ttm_group=ttm_group, allocate=allocate, ttm_grads_in_act=ttm_grads_in_act)
-        best = compile_model(cfg, order={}, **kw)
-        try:
-            other = compile_model(cfg, order=dict(AUTO_FFN_ORDER), **kw)
-        except ValueError:
-            other = None
-        total = lambda cm: sum(cm.store_sizes.values())        # noqa: E731
-        if other is not None and total(other) < total(best):
-            best = other
-        if positions is None or positions == cfg.seq_len:
-            return best
-        return compile_model(cfg, order=best.order, positions=positions, **kw)
+        chosen = _searched_order(cfg, order, tuple(sorted(kw.items())))
+        return compile_model(cfg, order=dict(chosen), positions=positions, **kw)
     if isinstance(order, str):
         order = {k: order for k in LAYER_KINDS}
     order = {k: order.get(k, "bidirectional") for k in LAYER_KINDS}

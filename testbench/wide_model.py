@@ -252,7 +252,8 @@ def main(argv=None):
     p.add_argument("--positions", type=int, default=None, metavar="P",
                    help="the step compiled for P grid positions (a length bucket)")
     p.add_argument("--order", default="auto",
-                   choices=("auto", "bidirectional", "left_to_right", "dp_best", "best"),
+                   choices=("auto", "fast", "bidirectional", "left_to_right", "dp_best",
+                            "best"),
                    help="the TT layers' contraction order of the compiled step")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
