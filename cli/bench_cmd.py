@@ -49,6 +49,19 @@ def _vector_width(args):
     return _upto_lanes(args, "vector_width")
 
 
+def _special_lanes(args):
+    """``--special-lanes``: special-function units side by side (None: one), a power of two
+    up to the vector unit's lanes."""
+    v = args.special_lanes
+    if v is None:
+        return None
+    width = args.vector_width or args.lanes
+    if isinstance(v, bool) or v < 1 or v & (v - 1) or v > width:
+        raise ValueError(f"--special-lanes must be a power of two up to the vector unit's "
+                         f"{width} lanes (--vector-width, else --lanes), not {v}")
+    return v
+
+
 def _engine(args):
     from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
@@ -162,9 +175,9 @@ def _lrt_step(args):
 def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
-                               or args.row_operands):
-        raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands and "
-                         f"--vector-width apply "
+                               or args.row_operands or args.special_lanes is not None):
+        raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
+                         f"--vector-width and --special-lanes apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
@@ -207,7 +220,8 @@ def _step(args):
                      lengths_from=args.lengths_from, max_split=_max_split(args),
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      vector_width=_vector_width(args), order=args.order,
-                     row_operands=args.row_operands, **_top_args(args))
+                     row_operands=args.row_operands, special_lanes=_special_lanes(args),
+                     **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -330,6 +344,9 @@ def register(sub):
     st.add_argument("--vector-width", type=int, default=None, metavar="W",
                     help="--rule sgd: lanes of the vector and update units (power of two up "
                          "to --lanes; default --lanes, one word per bank)")
+    st.add_argument("--special-lanes", type=int, default=None, metavar="S",
+                    help="--rule sgd: special-function units side by side in the vector unit "
+                         "(power of two up to its lanes; default 1)")
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")

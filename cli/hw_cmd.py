@@ -17,7 +17,9 @@ def format_hw(hw):
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
              + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else "")
              + (", row operands" if hw.row_operands else ""),
-             f"  vector      {hw.vector_lanes} lanes (vector and update units)",
+             f"  vector      {hw.vector_lanes} lanes (vector and update units)"
+             + (f", {hw.special_lanes} special-function units side by side"
+                if hw.special_lanes > 1 else ""),
              f"  stores      {hw.banks} banks each"
              + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
                 else ""),
@@ -35,13 +37,15 @@ def _run(args):
     from .commands import check_int
     from .platforms.hw import preset_hw_config
     for flag, v in (("--lanes", args.lanes), ("--banks", args.banks),
-                    ("--imem-depth", args.imem_depth), ("--vector-width", args.vector_width)):
+                    ("--imem-depth", args.imem_depth), ("--vector-width", args.vector_width),
+                    ("--special-lanes", args.special_lanes)):
         if v is not None and (v < 1 or v & (v - 1)):
             raise ValueError(f"{flag} must be a positive power of two, got {v}")
     check_int("--slots", args.slots, 2, 256)
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
                           imem_depth=args.imem_depth, bank_skew=args.bank_skew,
-                          vector_width=args.vector_width, row_operands=args.row_operands)
+                          vector_width=args.vector_width, row_operands=args.row_operands,
+                          special_lanes=args.special_lanes)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -74,5 +78,9 @@ def register(sub):
     p.add_argument("--row-operands", action="store_true",
                    help="the engine's unit-stride B/C vectors as row entries (one per lane "
                         "group) instead of through the operand ports")
+    p.add_argument("--special-lanes", type=int, default=None, metavar="S",
+                   help="special-function units side by side in the vector unit (power of "
+                        "two up to its lanes; default 1): special ops stream S elements per "
+                        "cycle")
     p.add_argument("--json", action="store_true", help="print hw.json")
     p.set_defaults(func=_run)

@@ -80,7 +80,7 @@ def _run(args):
     rep = build_report(args.config, lanes=args.lanes, banks=args.banks,
                        synth="none" if args.no_synth else args.synth, cache_dir=args.cache_dir,
                        timeout=args.synth_timeout, log=log, sizes_from=args.sizes,
-                       vector_width=args.vector_width)
+                       vector_width=args.vector_width, special_lanes=args.special_lanes)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:
@@ -111,6 +111,9 @@ def register(sub):
     p.add_argument("--vector-width", type=int, default=None, metavar="V",
                    help="vector and update units' lanes (power of two up to --lanes; with "
                         "--synth full or fit; default = lanes)")
+    p.add_argument("--special-lanes", type=int, default=None, metavar="S",
+                   help="special-function units side by side (power of two up to the "
+                        "vector lanes; with --synth fit; default 1)")
     p.add_argument("--synth", choices=["auto", "full", "scaled", "fit", "none"], default="auto",
                    help="logic estimate: full synthesis of the top, scaled (1- and 2-lane "
                         "tops extrapolated linearly to --lanes: LUTs a lower bound), fit (2-, "

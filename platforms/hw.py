@@ -125,6 +125,10 @@ class HwConfig:
         The engine's B, old-C and C vectors of consecutive words go to the arbiter as row
         entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_operands``); the default
         ``False``: every operand vector through the fetchers' ports.
+    special_lanes : int
+        Special-function units side by side in the vector unit (words per cycle into them;
+        :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``; default 1). Only
+        with ``special``.
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -148,6 +152,7 @@ class HwConfig:
     bank_skew: bool = False
     vector_width: int = 0
     row_operands: bool = False
+    special_lanes: int = 1
 
     @property
     def vector_lanes(self):
@@ -207,6 +212,8 @@ class HwConfig:
             kw["vector_width"] = self.vector_width
         if self.row_operands:
             kw["row_operands"] = True
+        if self.special_lanes > 1:
+            kw["special_lanes"] = self.special_lanes
         if self.special:
             kw["special_impl"] = special_impl
         kw["engine_units"] = "verilog"
@@ -233,7 +240,7 @@ class HwConfig:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
-                                    "vector_width", "row_operands"}
+                                    "vector_width", "row_operands", "special_lanes"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -254,7 +261,7 @@ def _canonical(obj):
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
-              bank_skew=False, vector_width=None, row_operands=False):
+              bank_skew=False, vector_width=None, row_operands=False, special_lanes=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -291,6 +298,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     row_operands : bool
         Row entries for the engine's unit-stride operand vectors
         (:attr:`HwConfig.row_operands`).
+    special_lanes : int or None
+        Special-function units side by side (power of two up to the vector unit's lanes;
+        ``None``: 1), :attr:`HwConfig.special_lanes`.
     """
     from .memory import fit_memory
 
@@ -336,6 +346,12 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                              f"vector units' beats are at most a row; use at most {banks}")
     if not isinstance(bank_skew, bool):
         raise ValueError(f"bank_skew must be True or False, not {bank_skew!r}")
+    if special_lanes is not None:
+        _pos_int("special_lanes", special_lanes, power_of_two=True)
+        if special_lanes > (vector_width or banks):
+            raise ValueError(f"special_lanes {special_lanes} is above the vector unit's "
+                             f"{vector_width or banks} lanes; use at most "
+                             f"{vector_width or banks}")
     if not isinstance(row_operands, bool):
         raise ValueError(f"row_operands must be True or False, not {row_operands!r}")
     if row_operands and banks < 2:
@@ -349,6 +365,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     elif needs_special and not special:
         raise ValueError("special=False, but a program uses special-function ops "
                          f"({', '.join(sorted(SPECIAL_OPS))}); leave special unset")
+    if special_lanes is not None and special_lanes > 1 and not special:
+        raise ValueError(f"special_lanes {special_lanes} needs the special-function unit, "
+                         f"which no program here uses; drop special_lanes or set special=True")
     need = {}
     for p in progs.values():
         for store, words in p.store_sizes.items():
@@ -376,7 +395,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     store_style=tuple((s, styles[s]) for s in _STORES),
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
                     fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
-                    vector_width=int(vector_width or 0), row_operands=row_operands)
+                    vector_width=int(vector_width or 0), row_operands=row_operands,
+                    special_lanes=int(special_lanes or 1))
 
 
 def preset_hw_config(config, **overrides):

@@ -480,13 +480,13 @@ def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None):
 
 def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
                  cache_dir="build/resources", timeout=3600, log=None, synth=None,
-                 special=None):
+                 special=None, special_lanes=1):
     """Estimate the logic of a ``lanes``-lane top with ``vector_width`` vector lanes (default
     = lanes) from syntheses of the tops at ``points`` (:data:`FIT_POINTS`: the preset's store
     sizes and instruction memory at that many lanes, banks = lanes, ``max_split`` = lanes,
     without the special-function unit), each count fitted over :data:`FIT_TERMS` and
-    extrapolated; the special-function unit (one per top whatever the lanes), when the preset
-    uses it, is synthesized alone and added. An estimate: the fit is measured at a few lanes and
+    extrapolated; the special-function unit (``special_lanes`` of them per top whatever the
+    lanes), when the preset uses it, is synthesized alone and added that many times. An estimate: the fit is measured at a few lanes and
     extrapolated far beyond; the residuals at the points are reported with it. RAMs and the
     logic depth are the synthesized parts' largest (neither is fitted)."""
     synth = synth_estimate if synth is None else synth
@@ -508,10 +508,11 @@ def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
     if preset_hw_config(config, lanes=points[0][0]).special:
         sf = special(cache_dir=cache_dir, timeout=timeout, log=log)
         for k in ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288"):
-            out[k] += sf[k]
+            out[k] += special_lanes * sf[k]
         parts.append(sf)
     deeper = max(parts, key=lambda r: r["logic_levels"])
     out.update({"store_banks": 4 * lanes, "cells": None, "vector_width": V,
+                "special_lanes": special_lanes,
                 "logic_levels": deeper["logic_levels"], "critical_path": deeper["critical_path"],
                 "fit": {k: {"terms": v[1], "residuals": v[2]} for k, v in fit.items()},
                 "fit_points": [{"lanes": P, "vector_width": Vp,
@@ -526,7 +527,8 @@ def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
 
 
 def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
-                 timeout=1800, log=None, sizes_from="compiler", vector_width=None):
+                 timeout=1800, log=None, sizes_from="compiler", vector_width=None,
+                 special_lanes=None):
     """Return the resource report of preset ``config`` (JSON-ready dict); see module doc.
 
     ``sizes_from``: ``"compiler"`` (the whole-model program's memory map, default) or
@@ -538,6 +540,7 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     ``"auto"`` (full up to 2 lanes, else scaled: a full 8-lane top takes far longer than the 5
     minutes allowed here) or ``"none"`` (memory map only; ``False`` too). ``vector_width``:
     the vector and update units' lanes (``full`` and ``fit``; default = lanes).
+    ``special_lanes``: special-function units side by side (``fit`` only; default 1).
     """
     if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
             or lanes & (lanes - 1):
@@ -557,6 +560,16 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
         if synth not in ("full", "fit"):
             raise ValueError("--vector-width applies to --synth full or fit (the tops "
                              "synthesized with narrower vector units)")
+    if special_lanes is not None:
+        width = vector_width or lanes
+        if isinstance(special_lanes, bool) or not isinstance(special_lanes, int) \
+                or special_lanes < 1 or special_lanes & (special_lanes - 1) \
+                or special_lanes > width:
+            raise ValueError(f"--special-lanes must be a power of two up to the vector "
+                             f"unit's {width} lanes, not {special_lanes!r}")
+        if synth != "fit":
+            raise ValueError("--special-lanes applies to --synth fit (the special-function "
+                             "unit synthesized alone, counted that many times)")
     if synth == "scaled" and banks != lanes:
         raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
                          "for another --banks")
@@ -582,13 +595,15 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
             raise ValueError("--synth fit extrapolates tops with banks = lanes; use --synth "
                              "full for another --banks")
         logic = fit_estimate(config, lanes=lanes, vector_width=vector_width,
-                             cache_dir=cache_dir, timeout=timeout, log=log)
+                             cache_dir=cache_dir, timeout=timeout, log=log,
+                             special_lanes=special_lanes or 1)
         pts = ", ".join(f"{P}/{V}" for P, V in FIT_POINTS)
         logic["method"] = (f"syntheses of the tops at lanes/vector lanes {pts} (max_split = "
                            f"lanes) fitted (DSP, FF: a + b P + c V; LUT: + d P^2, the "
                            f"arbitration) and extrapolated to {lanes} lanes, "
                            f"{logic['vector_width']} vector lanes"
-                           + ("; the special-function unit synthesized alone and added"
+                           + (f"; the special-function unit synthesized alone and added "
+                              f"{logic['special_lanes']} time(s)"
                               if logic["special_unit"] else "")
                            + "; RAMs and logic depth the synthesized parts' largest, not "
                            "extrapolated")

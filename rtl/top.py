@@ -102,6 +102,10 @@ class Accelerator(wiring.Component):
         two, at most ``banks``; ``None``: ``banks``). Narrower units cost fewer DSPs and LUTs
         and take ``banks / vector_width`` times the beats per row of an elementwise op; they
         compute the same words.
+    special_lanes : int
+        Special-function units side by side in the vector unit (power of two, at most its
+        lanes; :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``): special
+        ops stream that many elements per cycle. Default 1.
     row_ports : bool
         The engine's host and store ports as row clients (default) or as per-lane arbiter
         entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_ports``; the same
@@ -137,7 +141,7 @@ class Accelerator(wiring.Component):
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
                  fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
-                 row_ports=True, row_operands=False):
+                 row_ports=True, row_operands=False, special_lanes=1):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -149,6 +153,14 @@ class Accelerator(wiring.Component):
                              f"{engine_units!r}")
         self._special = special
         self._special_impl = special_impl
+        if isinstance(special_lanes, bool) or not isinstance(special_lanes, int) \
+                or special_lanes < 1 or special_lanes & (special_lanes - 1):
+            raise ValueError(f"special_lanes must be a power of two >= 1, not "
+                             f"{special_lanes!r}")
+        if special_lanes > 1 and not special:
+            raise ValueError("special_lanes > 1 needs special=True (the special-function "
+                             "unit)")
+        self._special_lanes = special_lanes
         units, self._vector_units = {}, {}
         if engine_units == "verilog":
             import functools
@@ -235,6 +247,8 @@ class Accelerator(wiring.Component):
         fp = special_fp_units() if self._special and self._special_impl == "verilog" else []
         return list(dict.fromkeys([*fp, *self.shared_units]))
 
+    special_lanes = property(lambda self: self._special_lanes,
+                             doc="Special-function units side by side in the vector unit.")
     special_impl = property(lambda self: self._special_impl,
                             doc="The special unit's ``impl`` (``\"amaranth\"`` or "
                                 "``\"verilog\"``).")
@@ -243,7 +257,8 @@ class Accelerator(wiring.Component):
         eng = self._engine
         unit = WideVectorUnit(width=eng.port_width, addr_bits=eng.addr_bits,
                               store_bits=eng.port_signature.store_bits, special=special,
-                              special_impl=self._special_impl, units=self._vector_units)
+                              special_impl=self._special_impl, units=self._vector_units,
+                              special_lanes=self._special_lanes if special else 1)
         m.submodules[name] = unit
         connect(m, unit.mem, port)
         return unit

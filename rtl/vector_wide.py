@@ -135,14 +135,15 @@ class WideVectorUnit(wiring.Component):
       reads the table, so repeated indices accumulate in list order.
 
     * special functions (``special=True``): read beats exactly as ``copy`` (wide, transposed,
-      flattened or single), but the one :class:`~ttrain.rtl.special.SpecialFunctionUnit` takes
-      one word per cycle: a serializer feeds the beat's active lanes one by one (the next beat
-      loads as the last lane of the previous one goes in), a collector puts the results, in
-      order, back into lanes and pushes the whole beat (with the address/mask kept in a small
-      FIFO) into the result FIFO. Throughput: 1 element per cycle for full beats; a beat
-      holds a result-FIFO credit from the moment it is taken until it is written, so about
-      ``(special_latency + 2 * width) / width`` beats must be in flight: the result FIFO is
-      sized for that (``width`` elements per beat). Single-element beats (views that allow
+      flattened or single), but each :class:`~ttrain.rtl.special.SpecialFunctionUnit` (one,
+      or ``special_lanes`` side by side) takes one word per cycle: a serializer feeds the
+      beat's active lanes ``special_lanes`` at a time (the next beat loads as the last group
+      of the previous one goes in), a collector puts the results, in order, back into lanes
+      and pushes the whole beat (with the address/mask kept in a small FIFO) into the result
+      FIFO. Throughput: ``special_lanes`` elements per cycle for full beats; a beat holds a
+      result-FIFO credit from the moment it is taken until it is written, so about
+      ``(special_latency * special_lanes + 2 * width) / width`` beats must be in flight: the
+      result FIFO is sized for that (``width`` elements per beat). Single-element beats (views that allow
       neither wide nor transposed beats) therefore run at about ``depth / special_latency``
       elements per cycle. The unit runs with ``latency="per_function"``: an op's results come
       after its own function's latency (:attr:`special_latencies`: rsqrt 89, recip 86
@@ -193,6 +194,13 @@ class WideVectorUnit(wiring.Component):
         Build only these functions (``None``: all of
         :data:`ttrain.golden.special.FUNCTIONS`); a left-out function gives the canonical NaN
         (for small simulation builds only).
+    special_lanes : int
+        Special-function units side by side (a power of two, 1..``width``; default 1): the
+        serializer feeds ``special_lanes`` words per cycle, one to each unit, so a special op
+        streams ``special_lanes`` elements per cycle on full beats. Each unit is a whole
+        :class:`~ttrain.rtl.special.SpecialFunctionUnit` (the Yosys cost of one per lane;
+        docs/wide-engine.md: the one-word-per-cycle unit is the wide engine's largest vector
+        cost).
     units : dict or None
         The lanes' FP32 unit classes by role, ``"mul"``, ``"add"``, ``"cmp"`` (a latency-1
         comparator); missing roles are the Amaranth units. Simulation builds pass
@@ -219,7 +227,8 @@ class WideVectorUnit(wiring.Component):
     """
 
     def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
-                 special=False, special_impl="amaranth", special_functions=None, units=None):
+                 special=False, special_impl="amaranth", special_functions=None, units=None,
+                 special_lanes=1):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -246,6 +255,13 @@ class WideVectorUnit(wiring.Component):
         if special_functions is not None and not special:
             raise ValueError("WideVectorUnit special_functions needs special=True; leave it "
                              "None or set special=True")
+        if isinstance(special_lanes, bool) or not isinstance(special_lanes, int) \
+                or special_lanes < 1 or special_lanes & (special_lanes - 1) \
+                or special_lanes > width:
+            raise ValueError(f"WideVectorUnit special_lanes must be a power of two in "
+                             f"1..width ({width}), not {special_lanes!r}")
+        if special_lanes > 1 and not special:
+            raise ValueError("WideVectorUnit special_lanes > 1 needs special=True")
         given = dict(units or {})
         if set(given) - {"mul", "add", "cmp"}:
             raise ValueError(f"WideVectorUnit units names roles 'mul', 'add', 'cmp', not "
@@ -259,13 +275,18 @@ class WideVectorUnit(wiring.Component):
                                  f"{latency_of(unit)}, not the {latency_of(defaults[role])} "
                                  f"of its role")
         self._sfu = None
+        self._sfus = []
         if special:
             funcs = FUNCTIONS if special_functions is None else special_functions
             # One instruction at a time, ``done`` only after its last write: never two
             # functions in flight, so each function may leave after its own latency.
-            self._sfu = SpecialFunctionUnit(functions=funcs, impl=special_impl,
-                                            latency="per_function")
-            self._sfu._MustUse__silence = True    # elaborated as a submodule, if at all
+            self._sfus = [SpecialFunctionUnit(functions=funcs, impl=special_impl,
+                                              latency="per_function")
+                          for _ in range(special_lanes)]
+            for u in self._sfus:
+                u._MustUse__silence = True        # elaborated as submodules, if at all
+            self._sfu = self._sfus[0]
+        self._special_lanes = special_lanes
         self._width = width
         self._addr_bits = addr_bits
         self._store_bits = store_bits
@@ -285,6 +306,9 @@ class WideVectorUnit(wiring.Component):
     max_reads = property(lambda self: self._max_reads, doc="Read beats in flight at most.")
     special = property(lambda self: self._sfu is not None,
                        doc="True when the special-function unit is built.")
+    special_lanes = property(lambda self: self._special_lanes,
+                             doc="Special-function units side by side (words per cycle into "
+                                 "them).")
 
     @property
     def special_latency(self):
@@ -306,7 +330,8 @@ class WideVectorUnit(wiring.Component):
         d = self.latency + 4
         if self._sfu is not None:
             W = self._width
-            d = max(d, -(-(self._sfu.latency + 2 * W + 4) // W) + 2)
+            L = self._special_lanes
+            d = max(d, -(-(self._sfu.latency * L + 2 * W + 4) // W) + 2)
         return d
 
     @property
@@ -316,28 +341,39 @@ class WideVectorUnit(wiring.Component):
         return latency_of(FP32Mul) + latency_of(FP32Add)
 
     def _special(self, m, c, take, dat, tg, res_in, ser_busy):
-        """Serializer -> SpecialFunctionUnit -> collector; return the result-FIFO push."""
+        """Serializer -> ``special_lanes`` SpecialFunctionUnits -> collector; return the
+        result-FIFO push."""
         W = self._width
+        L = self._special_lanes
+        NG = W // L                               # groups of L lanes per beat
         AB = self._addr_bits
         Lanes = data.ArrayLayout(32, W)
-        m.submodules.sfu = sfu = self._sfu
+        sfus = self._sfus
+        if L == 1:
+            m.submodules.sfu = sfus[0]
+        else:
+            for q, u in enumerate(sfus):
+                m.submodules[f"sfu{q}"] = u
         # function code of the op (0x40 + code today; mapped from the tables anyway)
         code = Signal(range(8))
         for name, opc in SPECIAL_OPS.items():
             with m.If(c.op == opc):
                 m.d.comb += code.eq(FUNCTION_CODES[name])
-        # serializer: lane 0 goes in each cycle, the rest shift down
+        # serializer: lanes 0 .. L-1 go in each cycle (one to each unit), the rest shift down
+        # by L. Beat masks are prefixes, so a group is valid when its lane 0 is; the units of
+        # a group's missing lanes compute on stale words that are never written.
         ser = Signal(Lanes)
         ser_mask = Signal(W)
-        m.d.comb += [sfu.i.valid.eq(ser_mask[0]), sfu.i.payload.x.eq(ser[0]),
-                     sfu.i.payload.func.eq(code),
-                     ser_busy.eq(ser_mask[1] if W > 1 else 0)]
+        for q, u in enumerate(sfus):
+            m.d.comb += [u.i.valid.eq(ser_mask[0]), u.i.payload.x.eq(ser[q]),
+                         u.i.payload.func.eq(code)]
+        m.d.comb += ser_busy.eq(ser_mask[L:].any() if W > L else 0)
         with m.If(take):
             m.d.sync += [ser.eq(dat), ser_mask.eq(tg.mask)]
         with m.Else():
-            m.d.sync += ser_mask.eq(ser_mask >> 1)
-            for w in range(W - 1):
-                m.d.sync += ser[w].eq(ser[w + 1])
+            m.d.sync += ser_mask.eq(ser_mask >> L)
+            for w in range(W - L):
+                m.d.sync += ser[w].eq(ser[w + L])
         # write address and lane mask of each beat in the unit, in order
         Meta = data.StructLayout({"mask": W, "waddr": AB})
         m.submodules.sp_meta = meta = fifo.SyncFIFO(width=Meta.size, depth=self.result_depth)
@@ -345,23 +381,26 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += [mw.mask.eq(tg.mask), mw.waddr.eq(tg.waddr),
                      meta.w_data.eq(mw.as_value()), meta.w_en.eq(take)]
         head = Meta(meta.r_data)
-        # collector: result k of a beat goes to lane k; the beat is complete at its last lane
-        k = Signal(range(W + 1))
+        # collector: result group k (lanes k*L .. k*L + L - 1, unit q to lane k*L + q); the
+        # beat is complete at its last valid group
+        k = Signal(range(NG + 1))
         col = Signal(Lanes)
-        more = Signal(W + 1)
-        m.d.comb += more.eq(head.mask >> 1)
+        more = Signal(NG)                          # a valid lane after group g
+        m.d.comb += more.eq(Cat(*[(head.mask >> ((g + 1) * L)).any() for g in range(NG)]))
         last = Signal()
         m.d.comb += last.eq(~more.bit_select(k, 1))
         push = Signal()
-        m.d.comb += [push.eq(sfu.o.valid & last), meta.r_en.eq(push)]
-        with m.If(sfu.o.valid):
+        o_valid = sfus[0].o.valid
+        m.d.comb += [push.eq(o_valid & last), meta.r_en.eq(push)]
+        with m.If(o_valid):
             m.d.sync += k.eq(Mux(last, 0, k + 1))
             for w in range(W):
-                with m.If(k == w):
-                    m.d.sync += col[w].eq(sfu.o.payload)
+                with m.If(k == w // L):
+                    m.d.sync += col[w].eq(sfus[w % L].o.payload)
         with m.If(c.op.matches(*[f"{v:08b}" for v in SPECIAL_OPS.values()])):
             for w in range(W):
-                m.d.comb += res_in.data[w].eq(Mux(k == w, sfu.o.payload, col[w]))
+                m.d.comb += res_in.data[w].eq(Mux(k == w // L, sfus[w % L].o.payload,
+                                                  col[w]))
             m.d.comb += [res_in.mask.eq(head.mask), res_in.waddr.eq(head.waddr)]
         return push
 

@@ -71,7 +71,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
-               row_operands=False):
+               row_operands=False, special_lanes=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -91,7 +91,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     mapping's cycle model then counts them. ``bank_skew``: every store's rows skewed across
     the banks (``HwConfig.bank_skew``); the mapping's model counts that too.
     ``row_operands``: the engine's unit-stride B/C vectors as row entries
-    (``HwConfig.row_operands``), counted by the mapping's model.
+    (``HwConfig.row_operands``), counted by the mapping's model. ``special_lanes``:
+    special-function units side by side in the vector unit (``HwConfig.special_lanes``).
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -145,10 +146,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"_g{max_split}" if max_split > 1 else "") + (
         f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "") + (
         "_r" if row_operands else "") + (
-        f"_v{vector_width}" if vector_width else "")
+        f"_v{vector_width}" if vector_width else "") + (
+        f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
                    fetch_words=fetch_words,      # lane groups: the largest split mapped
-                   bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands)
+                   bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
+                   special_lanes=special_lanes)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -184,7 +187,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "row_operands": row_operands,
-              "vector_width": hw.vector_lanes,
+              "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order),
               "store_sizes": build.config["store_sizes"], "entries": entries,

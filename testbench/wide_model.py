@@ -44,11 +44,13 @@ per-lane ports otherwise, and with ``K`` strided operands staged along k (``engi
 """
 
 import argparse
+import functools
 import json
 import math
 from collections import Counter, defaultdict
 
-__all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study"]
+__all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study",
+           "vector_cycles", "vector_study"]
 
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 27               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
@@ -229,6 +231,93 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
                      "measurement", "lanes": rows}
 
 
+#: The vector unit's fixed cycles per instruction (issue, the read round trip, the FP lanes,
+#: the last write landing), measured from the chip's instruction trace (docs/wide-engine.md,
+#: "The vector unit at 256 lanes"): 18 with the adder stage only, 23 through the multiplier
+#: (mul, scale), 24 for UPDATE, 17 for the reductions, 33 for gather/scatter (the index
+#: pre-pass); a special-function op adds its function's latency to 12.
+VECTOR_FIXED = {"add": 18, "mul": 23, "update": 24, "reduce": 17, "gather": 33, "special": 12}
+#: Reduction slots interleaved per column (the adder latency + 2; 2 for ``rmax``): fewer row
+#: groups wait.
+REDUCE_SLOTS = 8
+
+
+@functools.lru_cache(maxsize=1)
+def _special_latencies():
+    """Per special function, its latency in the chip's unit (read off the RTL class)."""
+    from ..rtl.special import SpecialFunctionUnit
+    unit = SpecialFunctionUnit(latency="per_function")
+    unit._MustUse__silence = True                  # only asked for its latencies
+    return dict(unit.latencies)
+
+
+def vector_cycles(ins, width, special_lanes=1, latencies=None):
+    """Model cycles of one vector or update instruction on a unit of ``width`` lanes (one
+    store port: two read beats per element beat for two sources; ``special_lanes`` words per
+    cycle into the special-function unit, 1 as built) with the engine not competing for the
+    port. ``(kind, cycles)``; ``kind`` is ``"binary"``, ``"unary"``, ``"special"``,
+    ``"reduce"``, ``"gather"`` or ``"update"``. Within a few cycles of the chip's trace for
+    most instructions of the tiny and demo steps (``tests/test_seeing_inside.py`` checks the
+    tiny step's total)."""
+    from ..golden.isa import SPECIAL_OPS, Elementwise, Gather, Reduce, Update
+    W = width
+    cdiv = _cdiv
+    if isinstance(ins, Update):
+        return "update", 2 * cdiv(ins.count, W) + VECTOR_FIXED["update"]
+    if isinstance(ins, Reduce):
+        wide = ins.a.row_stride == 1 and ins.d.row_stride == 1 and W > 1
+        groups = cdiv(ins.rows, W) if wide else ins.rows
+        acc = groups if getattr(ins, "accumulate", False) else 0
+        slots = 2 if ins.op == "max" else REDUCE_SLOTS     # the comparator's latency is 1
+        return "reduce", ins.cols * max(groups, slots) + acc + VECTOR_FIXED["reduce"]
+    if isinstance(ins, Gather):
+        row_beats = cdiv(ins.cols, W) if ins.src.col_stride == 1 and ins.dst.col_stride == 1 \
+            and W > 1 else ins.cols
+        reads = 1 if ins.op == "gather" else 2
+        pre = cdiv(ins.rows, W) if ins.index.row_stride == 1 else ins.rows
+        return "gather", pre + ins.rows * (reads * row_beats + 1) + VECTOR_FIXED["gather"]
+    if not isinstance(ins, Elementwise):
+        raise TypeError(f"not a vector instruction: {ins!r}")
+    views = [v for v in (ins.d, ins.a, ins.b) if v is not None]
+    srcs = views[1:]
+    n = ins.rows * ins.cols
+    if ins.op in SPECIAL_OPS:
+        lat = (latencies or _special_latencies())[ins.op]
+        return "special", cdiv(n, special_lanes) + lat + VECTOR_FIXED["special"]
+    wcol = ins.d.col_stride == 1 and all(v.col_stride in (0, 1) for v in srcs)
+    wrow = ins.d.row_stride == 1 and all(v.row_stride in (0, 1) for v in srcs)
+    dense = wcol and ins.rows > 1 and all(v.col_stride == 1 and v.row_stride == ins.cols
+                                          for v in views)
+    if W == 1 or not (wcol or wrow):
+        beats = n
+    elif dense:
+        beats = cdiv(n, W)
+    elif wcol:
+        beats = ins.rows * cdiv(ins.cols, W)
+    else:
+        beats = ins.cols * cdiv(ins.rows, W)
+    two = ins.b is not None
+    fixed = VECTOR_FIXED["mul" if ins.op in ("mul", "scale") else "add"]
+    return ("binary" if two else "unary"), (2 if two else 1) * beats + fixed
+
+
+def vector_study(config, width, special_lanes=1, compile_kw=None):
+    """Model cycles of the vector and update work of ``config``'s compiled step (loops
+    unrolled; :func:`vector_cycles`): ``{kind: {"instructions", "elements", "cycles"}}``."""
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.isa import Elementwise, Gather, Reduce, Update
+    lat = _special_latencies()
+    out = defaultdict(lambda: {"instructions": 0, "elements": 0, "cycles": 0})
+    for _, ins in dynamic_stream(_program(config, compile_kw).instructions):
+        if isinstance(ins, (Elementwise, Reduce, Gather, Update)):
+            kind, c = vector_cycles(ins, width, special_lanes, lat)
+            e = out[kind]
+            e["instructions"] += 1
+            e["elements"] += ins.count if isinstance(ins, Update) else ins.rows * ins.cols
+            e["cycles"] += c
+    return dict(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ttrain.testbench.wide_model",
                                 description=__doc__.split("\n\n")[0])
@@ -255,6 +344,13 @@ def main(argv=None):
                    choices=("auto", "fast", "bidirectional", "left_to_right", "dp_best",
                             "best"),
                    help="the TT layers' contraction order of the compiled step")
+    p.add_argument("--vector-width", type=int, default=None, metavar="V",
+                   help="add the vector and update work of the step on a V-lane vector unit "
+                        "(vector_cycles: the chip's per-instruction costs) and the serial "
+                        "whole-step estimate beside each machine row")
+    p.add_argument("--special-lanes", type=int, default=1, metavar="S",
+                   help="with --vector-width: words per cycle into the special-function unit "
+                        "(1 as built)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.row_fetch is not None and a.banks is None:
@@ -264,8 +360,11 @@ def main(argv=None):
                 "option; --row-fetch is the study machine)")
     if a.k_stage is not None and a.row_fetch is None:
         p.error("--k-stage needs --row-fetch F")
+    if a.special_lanes != 1 and a.vector_width is None:
+        p.error("--special-lanes needs --vector-width V")
     for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks),
-                    ("--row-fetch", a.row_fetch), ("--k-stage", a.k_stage)):
+                    ("--row-fetch", a.row_fetch), ("--k-stage", a.k_stage),
+                    ("--vector-width", a.vector_width), ("--special-lanes", a.special_lanes)):
         if v is not None and (v < 1 or v & (v - 1)):
             p.error(f"{flag} must be a positive power of two, not {v}")
     try:
@@ -279,6 +378,21 @@ def main(argv=None):
         rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
                     bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage,
                     compile_kw=kw, row_operands=a.row_operands)
+        if a.vector_width is not None:
+            rep["vector_label"] = ("model of the chip's vector and update units, min(V, P) "
+                                   "lanes, no contention with the engine; the whole-step "
+                                   "figures add it to each mapping serially (the chip "
+                                   "overlaps almost none of it)")
+            for e in rep["lanes"]:
+                width = min(a.vector_width, e["lanes"])
+                vec = vector_study(a.config, width, a.special_lanes, kw)
+                vtot = sum(v["cycles"] for v in vec.values())
+                e["vector"] = {"width": width, "special_lanes": a.special_lanes,
+                               "cycles": vtot, "kinds": vec}
+                e["whole_step_serial"] = {k: {"cycles": v["cycles"] + vtot,
+                                              "utilization": e["ideal_cycles"]
+                                              / (v["cycles"] + vtot)}
+                                          for k, v in e["mappings"].items()}
     except (KeyError, ValueError) as e:
         p.error(str(e).strip("'\""))
     if a.json:
@@ -291,6 +405,15 @@ def main(argv=None):
         print(f"P = {e['lanes']}: ideal {e['ideal_cycles']:,} cycles")
         for k, v in e["mappings"].items():
             print(f"  {k:<18} {v['cycles']:>12,} cycles  {v['utilization']:6.1%}")
+        if "whole_step_serial" in e:
+            v = e["vector"]
+            print(f"  + vector/update work on {v['width']} lanes ({v['special_lanes']} "
+                  f"special-function lane(s)): {v['cycles']:,} cycles ("
+                  + ", ".join(f"{k} {x['cycles']:,}" for k, x in v["kinds"].items())
+                  + "); whole step, serial:")
+            for k, x in e["whole_step_serial"].items():
+                if k.startswith("machine") or k in ("engine", "engine +overlap"):
+                    print(f"    {k:<18} {x['cycles']:>12,} cycles  {x['utilization']:6.1%}")
         print("  largest losses (best mapping, overlapped):")
         for w in e["worst_best_overlap"]:
             print(f"    {w['m']}x{w['n']}x{w['k']} batch {w['batch']} x{w['count']}: "

@@ -60,6 +60,14 @@ def test_bench_step_max_split_is_checked():
         assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--vector-width",
                      bad]) == 2
     assert main(["hw", "--config", "tiny", "--vector-width", "16"]) == 2
+    assert main(["bench", "step", "--rule", "lrt", "--special-lanes", "2"]) == 2
+    for bad in ("3", "16", "0"):
+        assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--special-lanes",
+                     bad]) == 2
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--vector-width", "2",
+                 "--special-lanes", "4"]) == 2
+    assert main(["hw", "--config", "tiny", "--special-lanes", "16"]) == 2
+    assert main(["hw", "--config", "tiny", "--special-lanes", "3"]) == 2
 
 
 def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsys):

@@ -64,9 +64,13 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert r.row_operands and r.accelerator_kwargs()["row_operands"] is True and r != a
     assert HwConfig.from_dict(json.loads(r.to_json())) == r
     assert not a.row_operands and "row_operands" not in a.accelerator_kwargs()
+    sp = preset_hw_config("tiny", special_lanes=4)
+    assert sp.special_lanes == 4 and sp.accelerator_kwargs()["special_lanes"] == 4 and sp != a
+    assert HwConfig.from_dict(json.loads(sp.to_json())) == sp
+    assert a.special_lanes == 1 and "special_lanes" not in a.accelerator_kwargs()
     old = json.loads(a.to_json())
     del old["fetch_words"], old["bank_skew"], old["vector_width"]   # a file from before them
-    del old["row_operands"]
+    del old["row_operands"], old["special_lanes"]
     assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
@@ -81,6 +85,8 @@ def test_units_follow_the_programs():
     assert hw_config({"end": plain}, special=True).special
     with pytest.raises(ValueError, match="special=False, but a program uses"):
         hw_config({"tiny": tiny}, special=False)
+    with pytest.raises(ValueError, match="special_lanes 2 needs the special-function unit"):
+        hw_config({"end": plain}, special_lanes=2)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -97,6 +103,9 @@ def test_units_follow_the_programs():
     ({"row_operands": True, "lanes": 1}, "row_operands needs at least 2 banks"),
     ({"vector_width": 3}, "vector_width must be a positive power of two"),
     ({"vector_width": 16}, "vector_width 16 is above the 8 banks"),
+    ({"special_lanes": 3}, "special_lanes must be a positive power of two"),
+    ({"special_lanes": 16}, "special_lanes 16 is above the vector unit's 8 lanes"),
+    ({"special_lanes": 4, "vector_width": 2}, "special_lanes 4 is above the vector unit's 2"),
 ])
 def test_bad_overrides_name_what_to_change(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -290,6 +290,11 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
     rep = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64)
     assert "fitted" in rep["logic"]["method"] and rep["fits"] is False     # LUT far over
     assert rc.fit_estimate("tiny", lanes=16)["vector_width"] == 16        # default = lanes
+    four = rc.fit_estimate("tiny", lanes=256, vector_width=64, special_lanes=4)
+    assert four["dsp48e2"] == est["dsp48e2"] + 3 * 100 and four["special_lanes"] == 4
+    assert four["lut"] == est["lut"] + 3 * 50_000
+    rep4 = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64, special_lanes=4)
+    assert "added 4 time(s)" in rep4["logic"]["method"]
     with pytest.raises(ValueError, match="cannot separate"):
         rc.fit_counts([(2, 2, {"dsp48e2": 1}), (4, 4, {"dsp48e2": 2})], 8, 8,
                       terms={"dsp48e2": ("1", "P", "V")})
@@ -303,6 +308,10 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
                                                                      "--synth full or fit"),
     (["--lanes", "8", "--banks", "4", "--synth", "fit"], "--synth fit extrapolates tops with "
                                                          "banks = lanes"),
+    (["--lanes", "8", "--special-lanes", "16", "--synth", "fit"], "--special-lanes must be a "
+                                                                    "power of two up to"),
+    (["--lanes", "8", "--special-lanes", "2", "--synth", "scaled"], "--special-lanes applies "
+                                                                      "to --synth fit"),
 ])
 def test_cli_fit_arguments_are_checked(argv, needle, capsys, monkeypatch):
     import ttrain.platforms.resources as rc

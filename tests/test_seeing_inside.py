@@ -29,7 +29,7 @@ from ttrain.platforms.host.diverge import find_divergence, unrolled
 from ttrain.platforms.sim import debug
 from ttrain.platforms.sim.top import layer_session, parse_trace, run_top
 from ttrain.platforms.sim.verilator import build_root, build_verilator, run_cocotb
-from shared_top import layer_programs, model_programs, shared_top
+from shared_top import LANES, layer_programs, model_programs, shared_top
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +85,33 @@ def test_trace_of_a_tiny_step_is_the_interpreters_stream(top, tiny, tmp_path):
     assert units["contract"] == "engine" and units["update"] == "update"
     assert units["gather"] == "vector" and units["end"] == "seq"
     assert chip_recs[-1]["end"] <= res[0].cycles
+    _vector_model_follows_the_trace(tiny, chip_recs)
+
+
+def _vector_model_follows_the_trace(cm, recs):
+    """The wide-engine study's vector-unit model (testbench/wide_model.vector_cycles) against
+    the chip's own per-instruction cycles: within 5% per kind of work where the engine does
+    not compete for the store ports, and the binary ops (the engine takes the ports first
+    when they overlap a contraction) at least as slow on the chip as modeled."""
+    from collections import defaultdict
+
+    from ttrain.golden.interpreter import dynamic_stream
+    from ttrain.testbench.wide_model import vector_cycles
+    dyn = [ins for _, ins in dynamic_stream(cm.program.instructions)]
+    assert len(dyn) == len(recs)
+    width = LANES                    # the shared top: vector units as wide as its banks
+    tot = defaultdict(lambda: [0, 0])
+    for r, ins in zip(recs, dyn):
+        if r["unit"] in ("vector", "update"):
+            kind, model = vector_cycles(ins, width)
+            tot[kind][0] += r["end"] - r["start"]
+            tot[kind][1] += model
+    assert {"binary", "unary", "reduce", "gather", "special", "update"} <= set(tot)
+    for kind, (chip, model) in tot.items():
+        if kind == "binary":
+            assert model <= chip * 1.05, (kind, chip, model)
+        else:
+            assert abs(model - chip) <= 0.05 * chip, (kind, chip, model)
 
 
 def test_trace_of_a_loop_program(top, tmp_path):

@@ -559,6 +559,9 @@ def _fp32_compare_0():
     ({"width": 4, "addr_bits": 8, "special": True, "special_impl": "vhdl"}, "special_impl"),
     ({"width": 4, "addr_bits": 8, "special_functions": ("exp",)}, "needs special=True"),
     ({"width": 4, "addr_bits": 8, "special": True, "special_functions": ("sigmoid",)}, "unknown"),
+    ({"width": 4, "addr_bits": 8, "special": True, "special_lanes": 3}, "special_lanes"),
+    ({"width": 4, "addr_bits": 8, "special": True, "special_lanes": 8}, "special_lanes"),
+    ({"width": 4, "addr_bits": 8, "special_lanes": 2}, "needs special=True"),
     ({"width": 4, "addr_bits": 8, "units": {"div": object}}, "units names roles"),
     ({"width": 4, "addr_bits": 8, "units": {"cmp": _fp32_compare_0}},
      r"units\['cmp'\] has latency 0, not the 1 of its role"),
@@ -629,10 +632,12 @@ def _special_image(rng):
     return image
 
 
-def test_special_functions_match_golden():
-    """Special ops (a recip + tanh_grad unit) through every beat shape: wide rows, transposed,
-    dense, strided (one element per beat), broadcast row / column, in place; random port
-    stalls; edge patterns (zeros, infinities, NaNs, subnormals) in every store."""
+@pytest.mark.parametrize("special_lanes", [1, 2, 4])
+def test_special_functions_match_golden(special_lanes):
+    """Special ops (a recip + tanh_grad unit; with ``special_lanes`` units side by side)
+    through every beat shape: wide rows, transposed, dense, strided (one element per beat),
+    broadcast row / column, in place; random port stalls; edge patterns (zeros, infinities,
+    NaNs, subnormals) in every store."""
     rng = np.random.default_rng(23)
     v = View("act", 3, 9, 1)
     instrs = [
@@ -648,7 +653,7 @@ def test_special_functions_match_golden():
     for ins in instrs:
         assert check_program([ins, End()], SIZES)[0] == 0, ins
     results = simulate(4, instrs, seed=23, timing=STALLY, images=images, special=True,
-                       special_functions=SP_FUNCS)
+                       special_functions=SP_FUNCS, special_lanes=special_lanes)
     check_against_golden(instrs, images, results)
 
 
@@ -684,10 +689,18 @@ def test_special_throughput_and_missing_unit():
     assert depth * 8 >= lat + 16                  # credits cover the latency for full beats
     got = measure(8, {"dense": dense, "strided": strided}, special=True,
                   special_functions=SP_FUNCS)
-    cycles, n = got["dense"]
+    cycles, n = dense_cycles, dense_n = got["dense"]
     assert n <= cycles <= n + lat + 40, (cycles, n, lat)
     cycles, n = got["strided"]
     assert cycles <= (n / depth + 1) * (lat + 12), (cycles, n, depth, lat)
+    # four units side by side: the dense op streams four elements per cycle
+    wide = WideVectorUnit(width=8, addr_bits=12, special=True, special_functions=SP_FUNCS,
+                          special_lanes=4)
+    assert wide.result_depth * 8 >= 4 * lat + 16
+    c4, n4 = measure(8, {"dense": dense}, special=True, special_functions=SP_FUNCS,
+                     special_lanes=4)["dense"]
+    assert n4 == dense_n and dense_n / 4 <= c4 <= dense_n / 4 + lat + 40 < dense_cycles, \
+        (c4, dense_cycles, dense_n, lat)
     # per-function latency: a short tanh_grad op takes its own 13 cycles, not recip's
     own = unit.special_latencies
     assert own["tanh_grad"] == 13 < own["recip"] == lat

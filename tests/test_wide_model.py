@@ -166,3 +166,27 @@ def test_machine_row_of_a_bucket_and_an_order():
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
+
+
+def test_vector_model_of_the_tiny_step():
+    """The vector-unit model: every kind of vector work of the step is counted, more
+    special-function lanes only shorten the special ops (to at least their latency), a wider
+    unit never takes longer, and the CLI adds it (bad flags exit 2)."""
+    one = wide_model.vector_study("tiny", 4)
+    assert {"binary", "unary", "reduce", "gather", "special", "update"} <= set(one)
+    four = wide_model.vector_study("tiny", 4, special_lanes=4)
+    for kind in one:
+        if kind == "special":
+            assert four[kind]["cycles"] < one[kind]["cycles"]
+        else:
+            assert four[kind] == one[kind]
+    wide = wide_model.vector_study("tiny", 16)
+    assert all(wide[k]["cycles"] <= one[k]["cycles"] for k in one)
+    assert wide_model.main(["--config", "tiny", "--lanes", "8", "--banks", "8",
+                            "--vector-width", "4", "--special-lanes", "2", "--json"]) == 0
+    with pytest.raises(SystemExit) as e:
+        wide_model.main(["--config", "tiny", "--special-lanes", "2"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        wide_model.main(["--config", "tiny", "--vector-width", "3"])
+    assert e.value.code == 2
