@@ -175,9 +175,10 @@ def _lrt_step(args):
 def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
-                               or args.row_operands or args.special_lanes is not None):
+                               or args.row_operands or args.special_lanes is not None
+                               or args.engine_sums):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width and --special-lanes apply "
+                         f"--vector-width, --special-lanes and --engine-sums apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
@@ -221,7 +222,7 @@ def _step(args):
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
-                     **_top_args(args))
+                     engine_sums=args.engine_sums, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -344,6 +345,9 @@ def register(sub):
     st.add_argument("--vector-width", type=int, default=None, metavar="W",
                     help="--rule sgd: lanes of the vector and update units (power of two up "
                          "to --lanes; default --lanes, one word per bank)")
+    st.add_argument("--engine-sums", action="store_true",
+                    help="--rule sgd: compile the step with the row sums this engine (--lanes) "
+                         "does faster as contractions with a ones vector (the same words)")
     st.add_argument("--special-lanes", type=int, default=None, metavar="S",
                     help="--rule sgd: special-function units side by side in the vector unit "
                          "(power of two up to its lanes; default 1)")

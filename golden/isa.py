@@ -51,6 +51,7 @@ __all__ = [
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
     "engine_cycles", "best_split", "map_contract", "MUL_LATENCY", "ADD_LATENCY",
+    "vector_cycles", "VECTOR_FIXED", "REDUCE_SLOTS",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
     "OP_UPDATE", "Random", "RANDOM_OPS", "PERTURB_OPS", "ALL_UNITS",
@@ -1873,3 +1874,69 @@ class Program:
         """Return ``{store: zeros(uint32)}`` sized by :attr:`store_sizes`."""
         return {s: np.zeros(n, dtype=np.uint32) for s, n in self.store_sizes.items()}
 
+
+#: The vector unit's fixed cycles per instruction (issue, the read round trip, the FP lanes,
+#: the last write landing), measured from the chip's instruction trace (docs/wide-engine.md,
+#: "The vector unit at 256 lanes"): 18 with the adder stage only, 23 through the multiplier
+#: (mul, scale), 24 for UPDATE, 17 for the reductions, 33 for gather/scatter (the index
+#: pre-pass); a special-function op adds its function's latency to 12.
+VECTOR_FIXED = {"add": 18, "mul": 23, "update": 24, "reduce": 17, "gather": 33, "special": 12}
+#: Reduction slots interleaved per column (the adder latency + 2; 2 for ``rmax``): fewer row
+#: groups wait.
+REDUCE_SLOTS = 8
+
+
+def vector_cycles(ins, width, special_lanes=1, latencies=None):
+    """Model cycles of one vector or update instruction on a unit of ``width`` lanes (one
+    store port: two read beats per element beat for two sources; ``special_lanes`` words per
+    cycle into the special-function units; ``latencies``: each special function's latency in
+    the unit, needed for special ops) with the engine not competing for the port: the
+    compiler weighs the vector unit against the engine with it, as with :func:`engine_cycles`.
+    ``(kind, cycles)``; ``kind`` is ``"binary"``, ``"unary"``, ``"special"``,
+    ``"reduce"``, ``"gather"`` or ``"update"``. Within a few cycles of the chip's trace for
+    most instructions of the tiny and demo steps (``tests/test_seeing_inside.py`` checks the
+    tiny step's total)."""
+    W = width
+
+    def cdiv(a, b):
+        return -(-a // b)
+    if isinstance(ins, Update):
+        return "update", 2 * cdiv(ins.count, W) + VECTOR_FIXED["update"]
+    if isinstance(ins, Reduce):
+        wide = ins.a.row_stride == 1 and ins.d.row_stride == 1 and W > 1
+        groups = cdiv(ins.rows, W) if wide else ins.rows
+        acc = groups if getattr(ins, "accumulate", False) else 0
+        slots = 2 if ins.op == "max" else REDUCE_SLOTS     # the comparator's latency is 1
+        return "reduce", ins.cols * max(groups, slots) + acc + VECTOR_FIXED["reduce"]
+    if isinstance(ins, Gather):
+        row_beats = cdiv(ins.cols, W) if ins.src.col_stride == 1 and ins.dst.col_stride == 1 \
+            and W > 1 else ins.cols
+        reads = 1 if ins.op == "gather" else 2
+        pre = cdiv(ins.rows, W) if ins.index.row_stride == 1 else ins.rows
+        return "gather", pre + ins.rows * (reads * row_beats + 1) + VECTOR_FIXED["gather"]
+    if not isinstance(ins, Elementwise):
+        raise TypeError(f"not a vector instruction: {ins!r}")
+    views = [v for v in (ins.d, ins.a, ins.b) if v is not None]
+    srcs = views[1:]
+    n = ins.rows * ins.cols
+    if ins.op in SPECIAL_OPS:
+        if latencies is None:
+            raise ValueError(f"{ins.op} is a special-function op: pass the unit's latencies "
+                             f"(testbench.wide_model.vector_cycles reads them off the RTL)")
+        lat = latencies[ins.op]
+        return "special", cdiv(n, special_lanes) + lat + VECTOR_FIXED["special"]
+    wcol = ins.d.col_stride == 1 and all(v.col_stride in (0, 1) for v in srcs)
+    wrow = ins.d.row_stride == 1 and all(v.row_stride in (0, 1) for v in srcs)
+    dense = wcol and ins.rows > 1 and all(v.col_stride == 1 and v.row_stride == ins.cols
+                                          for v in views)
+    if W == 1 or not (wcol or wrow):
+        beats = n
+    elif dense:
+        beats = cdiv(n, W)
+    elif wcol:
+        beats = ins.rows * cdiv(ins.cols, W)
+    else:
+        beats = ins.cols * cdiv(ins.rows, W)
+    two = ins.b is not None
+    fixed = VECTOR_FIXED["mul" if ins.op in ("mul", "scale") else "add"]
+    return ("binary" if two else "unary"), (2 if two else 1) * beats + fixed

@@ -104,9 +104,12 @@ def model_unsupported(cfg):
 class _Builder:
     """Instruction list + allocator with small helpers for views and ops."""
 
-    def __init__(self):
+    def __init__(self, engine_sums=None):
         self.alloc = _Alloc()
         self.ins = []
+        self.engine_sums = engine_sums      # lanes of the machine row sums are weighed on
+        self.in_loop = False
+        self.ones = {}                      # words -> region of +1.0 words (filled once)
 
     def region(self, name, store, shape):
         if name in self.alloc.regions:
@@ -148,7 +151,31 @@ class _Builder:
         self.ins.append(Elementwise(op, rows, cols, d, a, b, bits, step))
 
     def rsum(self, rows, cols, d, a, step=(0, 0, 0)):
-        self.ins.append(Reduce("sum", rows, cols, d, a, step=step))
+        """``d[i] = sum_j a[i, j]`` in column order. With ``engine_sums`` (a machine of that
+        many lanes) a sum the cycle models give to the engine is emitted as the CONTRACT
+        ``d = a . ones`` instead: with split 1 it adds the same words (``fp32_mul(x, 1.0) ==
+        x``) in the same order from the same -0.0, so it is the same sum bit for bit; a split
+        that ``Program.for_engine`` picks later is another order, as for any contraction."""
+        red = Reduce("sum", rows, cols, d, a, step=step)
+        if self.engine_sums and step == (0, 0, 0) and not self.in_loop \
+                and _sum_goes_to_engine(red, self.engine_sums):
+            ones = self.ones_vector(cols)
+            self.contract(rows, 1, cols, a, ones, View(d.store, d.base, d.row_stride, 1))
+            return
+        self.ins.append(red)
+
+    def ones_vector(self, cols):
+        """A column of ``cols`` +1.0 words (``cols x 1``): a region of the act store filled
+        right here the first time, live to its last reader (the liveness allocator)."""
+        have = [k for k in self.ones if k >= cols]
+        if not have:
+            name = self.tmp("const.ones", "act", (cols,))
+            r = self.r(name)
+            self.ew("fill", 1, cols, View(r.store, r.base, cols, 1), imm=1.0)
+            self.ones[cols] = name
+            have = [cols]
+        r = self.r(self.ones[min(have)])
+        return View(r.store, r.base, 1, 0)
 
     def rmax(self, rows, cols, d, a):
         self.ins.append(Reduce("max", rows, cols, d, a))
@@ -169,8 +196,22 @@ class _Builder:
             return
         incs = tuple(incs) + (0,) * (3 - len(incs))
         self.ins.append(Loop(count, incs))
+        self.in_loop = True
         body()
+        self.in_loop = False
         self.ins.append(EndLoop())
+
+
+def _sum_goes_to_engine(red, lanes):
+    """Whether row sum ``red`` is faster as a CONTRACT with a ones vector on an engine of
+    ``lanes`` lanes (16 slots, lane groups up to ``lanes``, best orientation and split) than
+    on a vector unit of ``lanes`` lanes, by golden's two cycle models."""
+    from .isa import engine_cycles, map_contract, vector_cycles
+    ones = View(red.a.store, 0, 1, 0)
+    desc = _descriptor(red.rows, 1, red.cols, red.a, ones,
+                       View(red.d.store, red.d.base, red.d.row_stride, 1))
+    mapped, _ = map_contract(desc, (0, 0, 0), lanes, 16, lanes)
+    return engine_cycles(mapped, lanes, 16) < vector_cycles(red, lanes)[1]
 
 
 def _relocate(instrs, layer_map, target):
@@ -1182,7 +1223,7 @@ def _search_order(cfg, objective, kw):
 
 def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=True,
                   recompute="layer", ttm_group=1, allocate="liveness",
-                  ttm_grads_in_act=True):
+                  ttm_grads_in_act=True, engine_sums=None):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
 
     Every option below changes where words live and how often they are computed, never a
@@ -1257,6 +1298,14 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         :func:`_allocate`, regions share words when their live intervals do not
         overlap. ``"bump"``: every region its own words (the reference layout; the memory map
         then has no overlapping regions).
+    engine_sums : int or None
+        The lanes of the machine the step is compiled for, to weigh each row sum (``rsum``
+        outside a LOOP) between the vector unit and the engine by golden's cycle models
+        (:func:`_sum_goes_to_engine`): a sum that is faster on the engine becomes the
+        CONTRACT ``d = a . ones`` (one ``fill`` of a ones vector in the act store first). The
+        same words bit for bit (split 1, as compiled); on wide engines the LayerNorm and
+        softmax sums, whose rows the vector unit walks one element a cycle, go to the engine
+        (docs/wide-engine.md). ``None`` (default): every sum on the vector unit.
 
     Returns
     -------
@@ -1270,7 +1319,8 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         # decided on the full grid, so every positions= program of cfg computes the same
         # function (the host picks them per batch)
         kw = dict(lr=lr, fused_update=fused_update, recompute=recompute,
-                  ttm_group=ttm_group, allocate=allocate, ttm_grads_in_act=ttm_grads_in_act)
+                  ttm_group=ttm_group, allocate=allocate, ttm_grads_in_act=ttm_grads_in_act,
+                  engine_sums=engine_sums)
         chosen = _searched_order(cfg, order, tuple(sorted(kw.items())))
         return compile_model(cfg, order=dict(chosen), positions=positions, **kw)
     if isinstance(order, str):
@@ -1297,7 +1347,12 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
     B, S, D, F, H = cfg.batch, int(positions), cfg.d_model, cfg.d_ffn, cfg.n_heads
     C, dh, R = cfg.n_intents, cfg.d_head, cfg.batch * S
     emb = cfg.embedding
-    bld = _Builder()
+    if engine_sums is not None and (isinstance(engine_sums, bool)
+                                    or not isinstance(engine_sums, (int, np.integer))
+                                    or engine_sums < 1 or engine_sums & (engine_sums - 1)):
+        raise ValueError(f"engine_sums must be None or the machine's lanes (a power of two), "
+                         f"got {engine_sums!r}")
+    bld = _Builder(None if engine_sums is None else int(engine_sums))
     reg = bld.region
     tmp = bld.tmp
 

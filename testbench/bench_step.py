@@ -71,7 +71,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
-               row_operands=False, special_lanes=None):
+               row_operands=False, special_lanes=None, engine_sums=False):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -93,6 +93,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     ``row_operands``: the engine's unit-stride B/C vectors as row entries
     (``HwConfig.row_operands``), counted by the mapping's model. ``special_lanes``:
     special-function units side by side in the vector unit (``HwConfig.special_lanes``).
+    ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
+    faster as contractions (``compile_model(engine_sums=lanes)``).
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -124,17 +126,18 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                                                banks=lanes, bank_skew=bank_skew,
                                                row_operands=row_operands)) \
         if mapping else None
+    ckw = {"engine_sums": lanes} if engine_sums else {}
     bk = lengths = lengths_source = None
     if buckets is not None:
         from ..golden.buckets import Buckets, parse_buckets
         lengths, lengths_source = epoch_lengths(cfg, lengths_from)
         blist = parse_buckets(buckets, cfg, lengths) if isinstance(buckets, str) else buckets
-        bk = Buckets(cfg, blist, map_program=engine_map, order=order)
+        bk = Buckets(cfg, blist, map_program=engine_map, order=order, **ckw)
         full = cm = bk.full
     else:
-        full = compile_model(cfg, order=order)
+        full = compile_model(cfg, order=order, **ckw)
         cm = full if positions is None else compile_model(cfg, positions=positions,
-                                                          order=full.order)
+                                                          order=full.order, **ckw)
         if engine_map is not None:
             full = replace(full, program=engine_map(full.program))
             cm = full if positions is None else replace(cm, program=engine_map(cm.program))

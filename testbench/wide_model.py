@@ -231,17 +231,6 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
                      "measurement", "lanes": rows}
 
 
-#: The vector unit's fixed cycles per instruction (issue, the read round trip, the FP lanes,
-#: the last write landing), measured from the chip's instruction trace (docs/wide-engine.md,
-#: "The vector unit at 256 lanes"): 18 with the adder stage only, 23 through the multiplier
-#: (mul, scale), 24 for UPDATE, 17 for the reductions, 33 for gather/scatter (the index
-#: pre-pass); a special-function op adds its function's latency to 12.
-VECTOR_FIXED = {"add": 18, "mul": 23, "update": 24, "reduce": 17, "gather": 33, "special": 12}
-#: Reduction slots interleaved per column (the adder latency + 2; 2 for ``rmax``): fewer row
-#: groups wait.
-REDUCE_SLOTS = 8
-
-
 @functools.lru_cache(maxsize=1)
 def _special_latencies():
     """Per special function, its latency in the chip's unit (read off the RTL class)."""
@@ -252,53 +241,9 @@ def _special_latencies():
 
 
 def vector_cycles(ins, width, special_lanes=1, latencies=None):
-    """Model cycles of one vector or update instruction on a unit of ``width`` lanes (one
-    store port: two read beats per element beat for two sources; ``special_lanes`` words per
-    cycle into the special-function unit, 1 as built) with the engine not competing for the
-    port. ``(kind, cycles)``; ``kind`` is ``"binary"``, ``"unary"``, ``"special"``,
-    ``"reduce"``, ``"gather"`` or ``"update"``. Within a few cycles of the chip's trace for
-    most instructions of the tiny and demo steps (``tests/test_seeing_inside.py`` checks the
-    tiny step's total)."""
-    from ..golden.isa import SPECIAL_OPS, Elementwise, Gather, Reduce, Update
-    W = width
-    cdiv = _cdiv
-    if isinstance(ins, Update):
-        return "update", 2 * cdiv(ins.count, W) + VECTOR_FIXED["update"]
-    if isinstance(ins, Reduce):
-        wide = ins.a.row_stride == 1 and ins.d.row_stride == 1 and W > 1
-        groups = cdiv(ins.rows, W) if wide else ins.rows
-        acc = groups if getattr(ins, "accumulate", False) else 0
-        slots = 2 if ins.op == "max" else REDUCE_SLOTS     # the comparator's latency is 1
-        return "reduce", ins.cols * max(groups, slots) + acc + VECTOR_FIXED["reduce"]
-    if isinstance(ins, Gather):
-        row_beats = cdiv(ins.cols, W) if ins.src.col_stride == 1 and ins.dst.col_stride == 1 \
-            and W > 1 else ins.cols
-        reads = 1 if ins.op == "gather" else 2
-        pre = cdiv(ins.rows, W) if ins.index.row_stride == 1 else ins.rows
-        return "gather", pre + ins.rows * (reads * row_beats + 1) + VECTOR_FIXED["gather"]
-    if not isinstance(ins, Elementwise):
-        raise TypeError(f"not a vector instruction: {ins!r}")
-    views = [v for v in (ins.d, ins.a, ins.b) if v is not None]
-    srcs = views[1:]
-    n = ins.rows * ins.cols
-    if ins.op in SPECIAL_OPS:
-        lat = (latencies or _special_latencies())[ins.op]
-        return "special", cdiv(n, special_lanes) + lat + VECTOR_FIXED["special"]
-    wcol = ins.d.col_stride == 1 and all(v.col_stride in (0, 1) for v in srcs)
-    wrow = ins.d.row_stride == 1 and all(v.row_stride in (0, 1) for v in srcs)
-    dense = wcol and ins.rows > 1 and all(v.col_stride == 1 and v.row_stride == ins.cols
-                                          for v in views)
-    if W == 1 or not (wcol or wrow):
-        beats = n
-    elif dense:
-        beats = cdiv(n, W)
-    elif wcol:
-        beats = ins.rows * cdiv(ins.cols, W)
-    else:
-        beats = ins.cols * cdiv(ins.rows, W)
-    two = ins.b is not None
-    fixed = VECTOR_FIXED["mul" if ins.op in ("mul", "scale") else "add"]
-    return ("binary" if two else "unary"), (2 if two else 1) * beats + fixed
+    """:func:`ttrain.golden.isa.vector_cycles` with the chip's special-function latencies."""
+    from ..golden.isa import vector_cycles as model
+    return model(ins, width, special_lanes, latencies or _special_latencies())
 
 
 def vector_study(config, width, special_lanes=1, compile_kw=None):
@@ -351,6 +296,9 @@ def main(argv=None):
     p.add_argument("--special-lanes", type=int, default=1, metavar="S",
                    help="with --vector-width: words per cycle into the special-function unit "
                         "(1 as built)")
+    p.add_argument("--engine-sums", type=int, default=None, metavar="P",
+                   help="compile the step with the row sums a P-lane engine does faster as "
+                        "contractions with a ones vector (compile_model engine_sums)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.row_fetch is not None and a.banks is None:
@@ -373,7 +321,8 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
-    kw = {"order": a.order, **({} if a.positions is None else {"positions": a.positions})}
+    kw = {"order": a.order, **({} if a.positions is None else {"positions": a.positions}),
+          **({} if a.engine_sums is None else {"engine_sums": a.engine_sums})}
     try:
         rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
                     bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage,

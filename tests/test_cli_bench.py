@@ -68,6 +68,7 @@ def test_bench_step_max_split_is_checked():
                  "--special-lanes", "4"]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "16"]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "3"]) == 2
+    assert main(["bench", "step", "--rule", "zo", "--engine-sums"]) == 2
 
 
 def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsys):

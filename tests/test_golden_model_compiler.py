@@ -519,3 +519,52 @@ def test_chosen_orders_are_the_optimum_of_every_combination():
     for bad in ("fastest", {"ffn3": "dp_best"}, {"ffn1": "auto"}, 3):
         with pytest.raises(ValueError, match="order"):
             compile_model(C.get_config("tiny"), order=bad)
+
+
+def test_row_sums_on_the_engine_are_the_same_sums(dataset):
+    """compile_model(engine_sums=P): the row sums the cycle models give to a P-lane engine
+    become CONTRACTs with a ones vector (one fill), and the step computes the very same loss,
+    logits and parameter words, step after step (split 1 adds the same words in the same
+    order); at P = 8 and 256 the LayerNorm and softmax sums move, the column sums of the
+    gradients stay on the vector unit; nothing moves inside a LOOP."""
+    from ttrain.golden.interpreter import dynamic_stream
+    from ttrain.golden.isa import Contract, Elementwise, Loop, EndLoop, Reduce
+    cfg = C.get_config("tiny").with_(batch=2)
+    batches, lrs = _batches(dataset, 3, 2), [0.05, 0.1, 0.02]
+    params = M.init_params(cfg, np.random.default_rng(11))
+    ref = compile_model(cfg)
+    want, _ = _run(ref, params, batches, lrs)
+    sums = lambda cm: sum(isinstance(i, Reduce) and i.op == "sum"          # noqa: E731
+                          for _, i in dynamic_stream(cm.program.instructions))
+    contracts = lambda cm: sum(isinstance(i, Contract)                     # noqa: E731
+                               for _, i in dynamic_stream(cm.program.instructions))
+
+    def looped(cm):
+        """The instructions between LOOP and ENDLOOP, by class."""
+        out, inside = [], False
+        for i in cm.program.instructions:
+            if isinstance(i, EndLoop):
+                inside = False
+            if inside:
+                out.append(type(i).__name__)
+            if isinstance(i, Loop):
+                inside = True
+        return out
+    for lanes in (8, 256):
+        cm = compile_model(cfg, engine_sums=lanes)
+        assert cm.order == ref.order and 0 < sums(cm) < sums(ref)
+        fills = [i for i in cm.program.instructions
+                 if isinstance(i, Elementwise) and i.op == "fill" and i.imm == 0x3F800000]
+        assert len(fills) == 1 and "const.ones" in cm.memory_map
+        # each moved sum is one more CONTRACT, none of them inside a LOOP
+        assert contracts(cm) - contracts(ref) == sums(ref) - sums(cm)
+        assert looped(cm) == looped(ref)
+        got, _ = _run(cm, params, batches, lrs)
+        for s, ((la, ga, pa), (lb, gb, pb)) in enumerate(zip(want, got)):
+            assert la == lb, (lanes, s)
+            np.testing.assert_array_equal(ga, gb, str((lanes, s)))
+            for k in pa:
+                np.testing.assert_array_equal(pa[k], pb[k], f"{lanes} {s} {k}")
+    for bad in (3, 0, True, 2.0):
+        with pytest.raises(ValueError, match="engine_sums"):
+            compile_model(cfg, engine_sums=bad)
