@@ -143,8 +143,8 @@ class WideVectorUnit(wiring.Component):
       FIFO. Throughput: ``special_lanes`` elements per cycle for full beats; a beat holds a
       result-FIFO credit from the moment it is taken until it is written, so about
       ``(special_latency * special_lanes + 2 * width) / width`` beats must be in flight: the
-      result FIFO is sized for that (``width`` elements per beat). Single-element beats (views that allow
-      neither wide nor transposed beats) therefore run at about ``depth / special_latency``
+      result FIFO is sized for that (``width`` elements per beat). Single-element beats
+      (views that allow neither wide nor transposed beats) therefore run at about ``depth / special_latency``
       elements per cycle. The unit runs with ``latency="per_function"``: an op's results come
       after its own function's latency (:attr:`special_latencies`: rsqrt 89, recip 86
       cycles instead of the slowest function's 276), which the one-instruction-at-a-time
@@ -367,7 +367,7 @@ class WideVectorUnit(wiring.Component):
         for q, u in enumerate(sfus):
             m.d.comb += [u.i.valid.eq(ser_mask[0]), u.i.payload.x.eq(ser[q]),
                          u.i.payload.func.eq(code)]
-        m.d.comb += ser_busy.eq(ser_mask[L:].any() if W > L else 0)
+        m.d.comb += ser_busy.eq(ser_mask[L] if W > L else 0)
         with m.If(take):
             m.d.sync += [ser.eq(dat), ser_mask.eq(tg.mask)]
         with m.Else():
@@ -385,8 +385,9 @@ class WideVectorUnit(wiring.Component):
         # beat is complete at its last valid group
         k = Signal(range(NG + 1))
         col = Signal(Lanes)
-        more = Signal(NG)                          # a valid lane after group g
-        m.d.comb += more.eq(Cat(*[(head.mask >> ((g + 1) * L)).any() for g in range(NG)]))
+        more = Signal(NG)                          # a valid lane after group g (prefix masks)
+        m.d.comb += more.eq(Cat(*[head.mask[(g + 1) * L] if (g + 1) * L < W else Const(0, 1)
+                                  for g in range(NG)]))
         last = Signal()
         m.d.comb += last.eq(~more.bit_select(k, 1))
         push = Signal()
