@@ -1645,25 +1645,89 @@ MUL_LATENCY = 6
 ADD_LATENCY = 6
 
 
-def _vector_cycles(addrs, active, width, banks, skew=False):
+def bank_of(addrs, banks, skew=False):
+    """The bank of each word address: ``a % banks``; with ``skew`` (``True``, the built
+    engine's rows skewed by one bank each) ``(a + a // banks) % banks``; with ``skew = "xor"``
+    (a design study, not built) ``(a ^ (a >> log2 banks)) % banks``."""
+    addrs = np.asarray(addrs, dtype=np.int64)
+    if skew == "xor":
+        return (addrs ^ (addrs >> (int(banks).bit_length() - 1))) % banks
+    return (addrs + (addrs // banks if skew else 0)) % banks
+
+
+def omega_pass(sources, dests, ports):
+    """One pass of messages ``sources[i] -> dests[i]`` through a ``ports``-port Omega network
+    (``log2 ports`` stages, each a perfect shuffle and a column of 2x2 switches set by the
+    destination's bits, most significant first; ``rtl/omega.py``): the messages advance stage
+    by stage, a switch output wanted by both inputs goes to the upper one (the even position)
+    and the other is dropped (the links it won before stay used). Returns the mask of the
+    messages delivered; at least one is, when any was sent."""
+    n = int(ports).bit_length() - 1
+    if ports < 2 or ports != 1 << n:
+        raise ValueError(f"omega: ports must be a power of two >= 2, not {ports}")
+    x = np.array(sources, dtype=np.int64)
+    d = np.asarray(dests, dtype=np.int64)
+    if x.size and (x.min() < 0 or d.min() < 0 or x.max() >= ports or d.max() >= ports):
+        raise ValueError(f"omega: a source or destination is outside 0..{ports - 1}")
+    if np.unique(x).size != x.size:
+        raise ValueError("omega: two messages from one source")
+    alive = np.ones(x.size, dtype=bool)
+    for i in range(n):
+        x = ((x << 1) | (x >> (n - 1))) & (ports - 1)                     # perfect shuffle
+        upper = x & 1                                                     # 0: the upper input
+        x = (x & ~1) | ((d >> (n - 1 - i)) & 1)                           # the switch
+        key = np.where(alive, x, ports + np.arange(x.size))
+        order = np.lexsort((upper, key))
+        lost = np.zeros(x.size, dtype=bool)
+        lost[order[1:]] = key[order][1:] == key[order][:-1]
+        alive &= ~lost
+    return alive
+
+
+def omega_passes(sources, dests, ports):
+    """Passes a set of messages needs through the Omega network of :func:`omega_pass`: each
+    pass sends the messages not yet delivered (a bank wanted twice costs a pass per word).
+    Lawrie (1975): a vector of any odd stride over ``ports`` interleaved banks, or any cyclic
+    shift, passes in one."""
+    src = np.asarray(sources, dtype=np.int64)
+    dst = np.asarray(dests, dtype=np.int64)
+    waiting = np.ones(src.size, dtype=bool)
+    passes = 0
+    while waiting.any():
+        passes += 1
+        idx = np.nonzero(waiting)[0]
+        waiting[idx[omega_pass(src[idx], dst[idx], ports)]] = False
+    if not src.size:
+        omega_pass(src, dst, ports)                  # the argument checks
+    return passes
+
+
+def _vector_cycles(addrs, active, width, banks, skew=False, route=None):
     """Cycles a vector client of the engine needs for one vector: its lanes in beats of
     ``width`` consecutive lanes, empty beats skipped, each beat as many cycles as its most
-    requested bank (one per beat without ``banks``; word ``a`` in bank ``a % banks``, or
-    ``(a + a // banks) % banks`` with ``skew``). Returns ``(cycles, words per bank)``."""
+    requested bank (one per beat without ``banks``; the bank of :func:`bank_of`). With
+    ``route = "omega"`` the whole vector goes at once through an Omega network from its lanes
+    to the banks (:func:`omega_passes`; ``width`` ignored). Returns ``(cycles, words per
+    bank)``."""
     addrs = np.asarray(addrs, dtype=np.int64)
     active = np.asarray(active, dtype=bool)
+    if route == "omega":
+        bank = bank_of(addrs[active], banks, skew)
+        ports = 1 << max(int(banks) - 1, addrs.size - 1, 0).bit_length()
+        return (omega_passes(np.nonzero(active)[0], bank, ports),
+                np.bincount(bank, minlength=banks))
     beat = np.arange(addrs.size) // width
     if banks is None:
         return int(np.unique(beat[active]).size), None
     nb = -(-addrs.size // width)
-    bank = (addrs[active] + (addrs[active] // banks if skew else 0)) % banks
+    bank = bank_of(addrs[active], banks, skew)
     per = np.bincount(beat[active] * banks + bank, minlength=nb * banks).reshape(nb, banks)
     return int(per.max(axis=1).sum()), np.bincount(bank, minlength=banks)
 
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
                   fetch_words=None, banks=None, bank_skew=False, row_fetch=None,
-                  k_stage=None, row_operands=False):
+                  k_stage=None, row_operands=False, route=None):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
     model the compiler maps programs with.
 
@@ -1701,9 +1765,19 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     into a per-lane buffer: a k-step costs ``1/K`` of that block's most requested bank; and
     a tile's C rows strided along the lanes but unit-stride down the rows (``C^T`` layouts)
     are buffered and written as the tile's columns, ``h`` consecutive words a lane.
+
+    ``route = "omega"`` (with ``banks``; a design-study machine, **not built**,
+    docs/wide-engine.md "An Omega network"): every vector of the fetchers and the C writer
+    goes whole through an Omega network from its lanes to the banks and costs its
+    :func:`omega_passes` (``fetch_words`` ignored); ``bank_skew`` may also be ``"xor"``
+    (:func:`bank_of`).
     """
     if row_fetch is not None and banks is None:
         raise ValueError("engine_cycles: row_fetch needs banks")
+    if route not in (None, "omega"):
+        raise ValueError(f"engine_cycles: route must be None or 'omega', not {route!r}")
+    if route is not None and (banks is None or row_fetch is not None):
+        raise ValueError("engine_cycles: route='omega' needs banks and no row_fetch")
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
     hp = max(h, add_latency + 1)
@@ -1725,6 +1799,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     def operand(addrs, active, lane_unit, k_unit, width_, row=False):
         """(cycles, words per bank) of one k-step's vector of an operand (``row``: the
         vector's consecutive words go as row entries, ``row_operands``)."""
+        if route is not None:
+            return _vector_cycles(addrs, active, None, banks, bank_skew, route)
         if row_fetch is None:
             return _vector_cycles(addrs, active, addrs.size if row else width_, banks,
                                   bank_skew)
@@ -1790,7 +1866,7 @@ def best_split(desc, lanes, slots, max_split, **machine):
 
 def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
                  banks=None, bank_skew=False, row_fetch=None, k_stage=None,
-                 row_operands=False):
+                 row_operands=False, route=None):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
     :func:`engine_cycles`; ties keep ``desc``'s orientation."""
@@ -1803,6 +1879,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
             machine.update(row_fetch=row_fetch, k_stage=k_stage)
         if row_operands:
             machine["row_operands"] = True
+        if route is not None:
+            machine["route"] = route
         d = best_split(d, lanes, slots, max_split, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         if best is None or cyc < best[0]:

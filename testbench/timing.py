@@ -118,6 +118,31 @@ def _special():
     return SpecialFunctionUnit()
 
 
+def _omega(ports, inverse=False):
+    """The network behind flat ports: Yosys's ABC reintegration asserts when a port's bit
+    names (``i[0]``) are also the names of the array's element wires (YosysHQ/yosys#4349)."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from ..rtl.omega import OmegaNetwork
+
+    net = OmegaNetwork(ports, 32, inverse=inverse)
+    width = len(net.i.as_value())
+
+    class Flat(wiring.Component):
+        def __init__(self):
+            super().__init__({"msg_in": In(width), "msg_out": Out(width)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.omega = net
+            m.d.comb += [net.i.as_value().eq(self.msg_in),
+                         self.msg_out.eq(net.o.as_value())]
+            return m
+    return Flat()
+
+
 #: Unit name -> (constructor, description). Order: cheap first, ``special`` last.
 UNITS = {
     "sequencer-min": (_sequencer_min, "Sequencer, 16 instructions, one 2**32-word store"),
@@ -149,6 +174,11 @@ UNITS = {
     "top-8-w8": (lambda: _top(8, fetch_words=8),
                  "top-8 with 8-word operand beats (fetch_words 8: the A fetcher's 128 lanes "
                  "reach the arbiter through 8 ports)"),
+    "omega-64": (lambda: _omega(64), "OmegaNetwork, 64 ports, 32-bit words + 6-bit tags "
+                                      "(a design study: the wide engine's lane/bank route)"),
+    "omega-256": (lambda: _omega(256), "OmegaNetwork, 256 ports, 32-bit words + 8-bit tags"),
+    "omega-256-inv": (lambda: _omega(256, True), "OmegaNetwork, 256 ports, inverse (the read "
+                                                  "data's way back)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 

@@ -37,10 +37,13 @@ It is a model for choosing the design, not a measurement: cycle counts of the RT
 ``--row-fetch F [--k-stage K]`` (with ``--banks``) make the machine row a design study of
 fetchers that are not built: one row entry per lane group for unit-stride vectors, ``F``
 per-lane ports otherwise, and with ``K`` strided operands staged along k (``engine_cycles``'s
-``row_fetch``/``k_stage``).
+``row_fetch``/``k_stage``). ``--route omega`` (with ``--banks``) is the other study: every
+engine vector whole through an Omega network from its lanes to the banks
+(``engine_cycles``'s ``route``; ``--xor-skew`` the XOR bank hash beside it).
 
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
-[--banks NB] [--bank-skew] [--row-operands | --row-fetch F [--k-stage K]] [--positions P] [--order O] [--json]``
+[--banks NB] [--bank-skew | --xor-skew] [--row-operands | --row-fetch F [--k-stage K] |
+--route omega] [--positions P] [--order O] [--json]``
 """
 
 import argparse
@@ -163,7 +166,7 @@ def step_descriptors(config, compile_kw=None):
 
 def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=False,
                    slots=SLOTS, row_fetch=None, k_stage=None, detail=None, compile_kw=None,
-                   row_operands=False):
+                   row_operands=False, route=None):
     """Model cycles of the compiled step of ``config`` on the engine as built (``max_split =
     lanes``, ``fetch_words``, ``banks``): every dynamic CONTRACT with its own views, mapped and
     costed by golden's cycle model. Returns ``(cycles, MACs)``."""
@@ -179,6 +182,8 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
             machine.update(row_fetch=row_fetch, k_stage=k_stage)
         if row_operands:
             machine["row_operands"] = True
+        if route is not None:
+            machine["route"] = route
         d, _ = map_contract(desc, step, lanes, slots, lanes, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         total += n * cyc
@@ -189,7 +194,8 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
-          bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None, row_operands=False):
+          bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None, row_operands=False,
+          route=None):
     descs, vec, nvec = step_descriptors(config, compile_kw)
     macs = sum(m * n * k * b for m, n, k, b in descs)
     rows = []
@@ -205,11 +211,13 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
             c, _ = machine_cycles(config, P, fetch_words=fetch_words and min(fetch_words, P),
                                   banks=banks, bank_skew=bank_skew, row_fetch=row_fetch,
                                   k_stage=k_stage, compile_kw=compile_kw,
-                                  row_operands=row_operands)
-            how = (f"W {fetch_words}{' + row operands' if row_operands else ''}"
+                                  row_operands=row_operands, route=route)
+            how = ("whole vectors through an Omega network" if route == "omega" else
+                   f"W {fetch_words}{' + row operands' if row_operands else ''}"
                    if row_fetch is None else
                    f"row entries, {row_fetch}-port fallback, k-stage {k_stage or 1}")
-            label = f"machine ({how}, {banks} banks{', skewed' if bank_skew else ''})"
+            skew = {False: "", True: ", skewed", "xor": ", XOR-skewed"}[bank_skew]
+            label = f"machine ({how}, {banks} banks{skew})"
             entry["mappings"][label] = {
                 "cycles": c, "utilization": ideal / c}
         losses = defaultdict(lambda: [0, 0, 0])
@@ -280,6 +288,13 @@ def main(argv=None):
     p.add_argument("--k-stage", type=int, default=None, metavar="K",
                    help="with --row-fetch: strided A/B vectors read K k-steps at a time "
                         "along k into per-lane buffers, C^T tiles written as columns")
+    p.add_argument("--xor-skew", action="store_true",
+                   help="machine row, a design study (not built): word a in bank (a ^ (a >> "
+                        "log2 NB)) %% NB")
+    p.add_argument("--route", choices=("omega",), default=None,
+                   help="machine row, a design study (not built): every engine vector whole "
+                        "through an Omega network from its lanes to the banks (golden.isa."
+                        "omega_passes)")
     p.add_argument("--row-operands", action="store_true",
                    help="machine row: unit-stride B/C vectors as row entries (the engine's "
                         "row_operands, built), the others through the --fetch-words ports")
@@ -308,6 +323,10 @@ def main(argv=None):
                 "option; --row-fetch is the study machine)")
     if a.k_stage is not None and a.row_fetch is None:
         p.error("--k-stage needs --row-fetch F")
+    if a.route is not None and (a.banks is None or a.row_fetch is not None or a.row_operands):
+        p.error("--route omega needs --banks NB and neither --row-fetch nor --row-operands")
+    if a.xor_skew and (a.bank_skew or a.banks is None):
+        p.error("--xor-skew needs --banks NB and replaces --bank-skew (choose one)")
     if a.special_lanes != 1 and a.vector_width is None:
         p.error("--special-lanes needs --vector-width V")
     for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks),
@@ -325,8 +344,9 @@ def main(argv=None):
           **({} if a.engine_sums is None else {"engine_sums": a.engine_sums})}
     try:
         rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
-                    bank_skew=a.bank_skew, row_fetch=a.row_fetch, k_stage=a.k_stage,
-                    compile_kw=kw, row_operands=a.row_operands)
+                    bank_skew="xor" if a.xor_skew else a.bank_skew, row_fetch=a.row_fetch,
+                    k_stage=a.k_stage, compile_kw=kw, row_operands=a.row_operands,
+                    route=a.route)
         if a.vector_width is not None:
             rep["vector_label"] = ("model of the chip's vector and update units, min(V, P) "
                                    "lanes, no contention with the engine; the whole-step "

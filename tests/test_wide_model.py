@@ -152,6 +152,80 @@ def test_row_fetch_study_machine():
         assert exc.value.code == 2
 
 
+def _omega_reference(sources, dests, ports):
+    """Passes through an Omega network with the switches arbitrating locally, written out
+    with bit strings: in a pass the waiting messages advance stage by stage (perfect shuffle =
+    rotate the position left, the switch = the low bit from the destination tag), a link
+    wanted by both inputs of its switch goes to the upper input (low bit 0 before the
+    switch), a message that loses is dropped for this pass (the links it won before stay
+    used) and waits for the next."""
+    n = ports.bit_length() - 1
+    waiting = sorted(zip(sources, dests))
+    passes = 0
+    while waiting:
+        passes += 1
+        alive = {s: format(s, f"0{n}b") for s, _ in waiting}
+        for i in range(n):
+            links = {}
+            for s, d in waiting:
+                if s in alive:
+                    pos = alive[s][1:] + alive[s][0]
+                    alive[s] = pos[:-1] + format(d, f"0{n}b")[i]
+                    links.setdefault(alive[s], []).append((pos[-1], s))
+            for users in links.values():
+                for _, s in sorted(users)[1:]:
+                    del alive[s]
+        waiting = [(s, d) for s, d in waiting if s not in alive]
+    return passes
+
+
+def test_omega_network_model():
+    """golden.isa.omega_passes: Lawrie's theorem (any odd stride and any cyclic shift over
+    interleaved banks passes in one), a bank wanted twice costs a pass each, random sets agree
+    with a link-by-link reference router; engine_cycles(route='omega') costs a conflict-free
+    descriptor as the whole-vector machine does; bad arguments raise."""
+    from ttrain.golden.isa import bank_of, engine_cycles, omega_passes
+    lanes = np.arange(64)
+    for stride in (1, 3, 5, 7, 63, 65):
+        for base in (0, 17):
+            assert omega_passes(lanes, (base + stride * lanes) % 64, 64) == 1, (stride, base)
+    assert omega_passes(lanes, (2 * lanes) % 64, 64) == 2
+    assert omega_passes(lanes, np.zeros(64, int), 64) == 64
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        ports = int(rng.choice([4, 8, 16, 32]))
+        k = int(rng.integers(1, ports + 1))
+        src = rng.choice(ports, k, replace=False)
+        dst = rng.integers(0, ports, k)
+        assert omega_passes(src, dst, ports) == \
+            _omega_reference(src.tolist(), dst.tolist(), ports)
+        assert omega_passes(src, dst, ports) >= np.bincount(dst).max()
+    a = np.arange(1024)
+    assert set(bank_of(a, 256, "xor")[:256]) == set(range(256))
+    assert (bank_of(a, 256, True) == (a + a // 256) % 256).all()
+    s = "s"
+    d = Descriptor(16, 64, 40, View(s, 0, 41, 1), View(s, 4096, 64, 1), View(s, 8192, 64, 1))
+    assert engine_cycles(d, 64, 16, banks=64, route="omega") == \
+        engine_cycles(d, 64, 16, banks=64, fetch_words=64)
+    with pytest.raises(ValueError, match="route"):
+        engine_cycles(d, 64, 16, route="omega")
+    with pytest.raises(ValueError, match="route"):
+        engine_cycles(d, 64, 16, banks=64, route="benes")
+    with pytest.raises(ValueError, match="power of two"):
+        omega_passes([0], [0], 12)
+    # the whole tiny step: the network never beats the crossbar it stands in for
+    from ttrain.testbench.wide_model import machine_cycles, main
+    cross = machine_cycles("tiny", 32, banks=32, bank_skew="xor", fetch_words=32)[0]
+    assert machine_cycles("tiny", 32, banks=32, bank_skew="xor", route="omega")[0] >= cross
+    for argv in (["--config", "tiny", "--route", "omega"],
+                 ["--config", "tiny", "--banks", "8", "--route", "omega", "--row-fetch", "1"],
+                 ["--config", "tiny", "--banks", "8", "--xor-skew", "--bank-skew"],
+                 ["--config", "tiny", "--xor-skew"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+
+
 def test_machine_row_of_a_bucket_and_an_order():
     """--positions and --order model the program the compiler emits for them: a shorter
     bucket has fewer MACs and cycles; a bad bucket or config exits 2."""
