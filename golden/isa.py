@@ -1962,6 +1962,13 @@ VECTOR_FIXED = {"add": 18, "mul": 23, "update": 24, "reduce": 17, "gather": 33, 
 #: Reduction slots interleaved per column (the adder latency + 2; 2 for ``rmax``): fewer row
 #: groups wait.
 REDUCE_SLOTS = 8
+#: A gather row after the first takes at least this many cycles: the next row's index read
+#: (issued as the row starts) must be back before the row after it can start.
+GATHER_ROW_MIN = 6
+#: A scatter_add row after the first waits about this long for the earlier rows' writes to
+#: land (a repeated index, or the unit's 4-row history full): charged to every later row,
+#: since the indices are data (TTM digits repeat often within a group).
+SCATTER_WAIT = 10
 
 
 def vector_cycles(ins, width, special_lanes=1, latencies=None):
@@ -1989,9 +1996,14 @@ def vector_cycles(ins, width, special_lanes=1, latencies=None):
     if isinstance(ins, Gather):
         row_beats = cdiv(ins.cols, W) if ins.src.col_stride == 1 and ins.dst.col_stride == 1 \
             and W > 1 else ins.cols
-        reads = 1 if ins.op == "gather" else 2
         pre = cdiv(ins.rows, W) if ins.index.row_stride == 1 else ins.rows
-        return "gather", pre + ins.rows * (reads * row_beats + 1) + VECTOR_FIXED["gather"]
+        if ins.op == "gather":
+            first = row_beats + 1
+            later = max(first, GATHER_ROW_MIN)
+        else:
+            first = 2 * row_beats + 1
+            later = first + SCATTER_WAIT
+        return "gather", pre + first + (ins.rows - 1) * later + VECTOR_FIXED["gather"]
     if not isinstance(ins, Elementwise):
         raise TypeError(f"not a vector instruction: {ins!r}")
     views = [v for v in (ins.d, ins.a, ins.b) if v is not None]

@@ -1160,6 +1160,38 @@ def _check_order(order):
     raise ValueError(f"order must be a string or a dict {{layer kind: order}}, got {order!r}")
 
 
+def _freeze(order):
+    """``order`` (a str or a ``{kind: order}`` dict) as a hashable value."""
+    return tuple(sorted(order.items())) if isinstance(order, dict) else order
+
+
+@functools.lru_cache(maxsize=256)
+def _searched_group(cfg, kw_items):
+    """:func:`_search_group` memoised (a process compiles the same preset often)."""
+    kw = dict(kw_items)
+    if isinstance(kw["order"], tuple):
+        kw["order"] = dict(kw["order"])
+    return _search_group(cfg, kw)
+
+
+def _search_group(cfg, kw):
+    """The ``ttm_group`` of ``ttm_group="auto"``: the largest of 1, 2, 4, ... grid rows whose
+    compiled step needs no more store words than token by token (1), stopping at the first
+    size that needs more (a larger group holds more prefix products at once, so the words
+    do not fall again; checked on the presets in ``tests/test_golden_model_compiler.py``).
+    Every group computes the same words bit for bit, so this only trades instructions for
+    memory, never numbers. A model without a TTM embedding gets 1."""
+    def words(g):
+        return sum(compile_model(cfg, ttm_group=g, **kw).store_sizes.values())
+    rows = cfg.batch * (cfg.seq_len if kw.get("positions") is None else kw["positions"])
+    best, floor, g = 1, words(1), 2
+    while g <= rows:
+        if words(g) > floor:
+            break
+        best, g = g, 2 * g
+    return best
+
+
 @functools.lru_cache(maxsize=256)
 def _searched_order(cfg, order, kw_items):
     """The per-kind orders :func:`_search_order` picks for ``cfg`` (memoised: the search
@@ -1222,7 +1254,7 @@ def _search_order(cfg, objective, kw):
 
 
 def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=True,
-                  recompute="layer", ttm_group=1, allocate="liveness",
+                  recompute="layer", ttm_group="auto", allocate="liveness",
                   ttm_grads_in_act=True, engine_sums=None):
     """Compile one training step of ``cfg`` (forward, backward, SGD update).
 
@@ -1278,13 +1310,17 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         instead: its backward pass follows at once); for one block it is ``"sublayer"``.
         Recomputation runs the same instructions on the same words, so it yields the same
         words; it costs the recomputed forward MACs (``ttrain plan`` reports them).
-    ttm_group : int or None
-        Tokens per group of the TTM embedding (default 1: token by token). The embedding's
-        chain of core slices runs in a LOOP over groups of this many rows (the largest
-        divisor of the grid rows not above it), and its backward pass runs the chain again
-        per group before the group's gradients (SCATTER_ADD into the core gradients, in row
-        order as before), so only one group's prefix products are ever held. ``None``: all
-        rows at once, the prefix products of every token kept for the backward pass.
+    ttm_group : int, None or "auto"
+        Tokens per group of the TTM embedding. The embedding's chain of core slices runs in
+        a LOOP over groups of this many rows (the largest divisor of the grid rows not above
+        it), and its backward pass runs the chain again per group before the group's
+        gradients (SCATTER_ADD into the core gradients, in row order as before), so only one
+        group's prefix products are ever held. 1: token by token, the fewest words. ``None``:
+        all rows at once, the prefix products of every token kept for the backward pass.
+        ``"auto"`` (default, :func:`_search_group`): the largest group, 1, 2, 4, ... rows,
+        that needs no more on-chip words than token by token (fewer gathers, contractions and
+        LOOP iterations for the same memory: paper-l1 2 rows, 720 gathers instead of 1,440).
+        ``CompiledModel.ttm_group`` is the group used.
     ttm_grads_in_act : bool
         With the fused update (else ignored): the TTM tables' core gradients live in the act
         store instead of the grad store (default True). They accumulate over the whole
@@ -1318,11 +1354,24 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
     if isinstance(order, str) and order in ORDER_OBJECTIVES:
         # decided on the full grid, so every positions= program of cfg computes the same
         # function (the host picks them per batch)
+        # (with ttm_group="auto" the orders are searched token by token: the group it then
+        # picks needs the same words and MACs, so the search would choose the same orders)
         kw = dict(lr=lr, fused_update=fused_update, recompute=recompute,
                   ttm_group=ttm_group, allocate=allocate, ttm_grads_in_act=ttm_grads_in_act,
                   engine_sums=engine_sums)
-        chosen = _searched_order(cfg, order, tuple(sorted(kw.items())))
+        search_kw = {**kw, "ttm_group": 1 if ttm_group == "auto" else ttm_group}
+        chosen = _searched_order(cfg, order, tuple(sorted(search_kw.items())))
         return compile_model(cfg, order=dict(chosen), positions=positions, **kw)
+    if isinstance(ttm_group, str):
+        if ttm_group != "auto":
+            raise ValueError(f"ttm_group must be a positive int (tokens per TTM group), None "
+                             f"(all rows at once) or 'auto', got {ttm_group!r}")
+        kw = dict(lr=lr, order=_freeze(order), positions=positions,
+                  fused_update=fused_update, recompute=recompute, allocate=allocate,
+                  ttm_grads_in_act=ttm_grads_in_act, engine_sums=engine_sums)
+        group = _searched_group(cfg, tuple(sorted(kw.items())))
+        kw["order"] = order
+        return compile_model(cfg, ttm_group=group, **kw)
     if isinstance(order, str):
         order = {k: order for k in LAYER_KINDS}
     order = {k: order.get(k, "bidirectional") for k in LAYER_KINDS}
@@ -1335,8 +1384,8 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
     if ttm_group is not None and (isinstance(ttm_group, bool)
                                   or not isinstance(ttm_group, (int, np.integer))
                                   or ttm_group < 1):
-        raise ValueError(f"ttm_group must be a positive int (tokens per TTM group) or None "
-                         f"(all rows at once), got {ttm_group!r}")
+        raise ValueError(f"ttm_group must be a positive int (tokens per TTM group), None "
+                         f"(all rows at once) or 'auto', got {ttm_group!r}")
 
     if positions is None:
         positions = cfg.seq_len

@@ -13,7 +13,7 @@ import pytest
 from ttrain.golden import config as C
 from ttrain.golden import data as D
 from ttrain.golden import model as M
-from ttrain.golden.interpreter import check_program, run as interpret
+from ttrain.golden.interpreter import check_program, dynamic_stream, run as interpret
 from ttrain.golden.isa import Update, Gather, Contract, f32_bits
 from ttrain.golden.model_compiler import compile_model, model_unsupported
 
@@ -43,8 +43,11 @@ def _compare_steps(cfg, batches, lr=0.05, order="bidirectional"):
         n = len(batch["intent"])
         np.testing.assert_allclose(cm.logits(image, n), out["intent_logits"], rtol=1e-4,
                                    atol=1e-5)
-        # the gradient store is clear again after the UPDATE
-        assert all(not np.any(g) for g in cm.grads(image).values())
+        # the gradient store is clear again after the UPDATE (gradients held in the act
+        # store are cleared by theirs too, but liveness may give their words to a later
+        # region of the step, e.g. the token table's when its rows run in one group)
+        assert all(not np.any(g) for k, g in cm.grads(image).items()
+                   if cm.memory_map["grad:" + k].store == "grad")
     chip = cm.params(image)
     for k in params:
         moved = np.abs(fast[k] - start[k]).max()
@@ -455,14 +458,39 @@ def test_region_at_names_the_live_region():
     assert cm.region_at("act", cm.store_sizes["act"] + 5, 0) is None
 
 
+def test_auto_ttm_group_is_the_largest_without_more_words():
+    """ttm_group="auto" (the default) is the largest power-of-two group of TTM rows whose
+    step needs no more store words than token by token; the next size needs more; fewer
+    gathers for the same memory (paper-l1: two rows a group, half the gathers)."""
+    def words(cm):
+        return sum(cm.store_sizes.values())
+
+    def gathers(cm):
+        return sum(1 for _, i in dynamic_stream(cm.program.instructions)
+                   if isinstance(i, Gather))
+    for name, want in (("tiny", 4), ("paper-l1", 2), ("demo", 1)):
+        cfg = C.get_config(name)
+        cm = compile_model(cfg)
+        one = compile_model(cfg, ttm_group=1)
+        assert cm.ttm_group == want, name
+        assert words(cm) == words(one)
+        assert words(compile_model(cfg, ttm_group=2 * want)) > words(one)
+        if want > 1:
+            assert gathers(cm) < gathers(one)
+        if name == "paper-l1":
+            assert (gathers(cm), gathers(one)) == (720, 1440)
+    with pytest.raises(ValueError, match="ttm_group"):
+        compile_model(C.get_config("tiny"), ttm_group="big")
+
+
 def test_ttm_gradients_in_the_act_store():
     """With the fused update the TTM cores' gradients live in the act store (filled with
     +0.0 before the token loop, one UPDATE each): the grad store shrinks to the other
     gradients in flight and every word of the step is the same as with them in the grad
     store."""
     cfg = C.get_config("tiny").with_(batch=2, pos_embedding=TTM_POS)
-    a = compile_model(cfg, ttm_grads_in_act=False, order="bidirectional")
-    b = compile_model(cfg, order="bidirectional")
+    a = compile_model(cfg, ttm_grads_in_act=False, order="bidirectional", ttm_group=1)
+    b = compile_model(cfg, order="bidirectional", ttm_group=1)
     ttm = [n for n in M.param_shapes(cfg) if ".core" in n and n.startswith("emb.")]
     assert ttm and all(b.memory_map["grad:" + n].store == "act" for n in ttm)
     assert all(a.memory_map["grad:" + n].store == "grad" for n in ttm)
