@@ -1366,12 +1366,14 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         if ttm_group != "auto":
             raise ValueError(f"ttm_group must be a positive int (tokens per TTM group), None "
                              f"(all rows at once) or 'auto', got {ttm_group!r}")
-        kw = dict(lr=lr, order=_freeze(order), positions=positions,
+        # (the learning rate is sample data, not layout: the search ignores it)
+        kw = dict(order=_freeze(order), positions=positions,
                   fused_update=fused_update, recompute=recompute, allocate=allocate,
                   ttm_grads_in_act=ttm_grads_in_act, engine_sums=engine_sums)
-        group = _searched_group(cfg, tuple(sorted(kw.items())))
+        group = _searched_group(cfg.with_(lr=0.1) if cfg.lr != 0.1 else cfg,
+                                tuple(sorted(kw.items())))
         kw["order"] = order
-        return compile_model(cfg, ttm_group=group, **kw)
+        return compile_model(cfg, lr=lr, ttm_group=group, **kw)
     if isinstance(order, str):
         order = {k: order for k in LAYER_KINDS}
     order = {k: order.get(k, "bidirectional") for k in LAYER_KINDS}
