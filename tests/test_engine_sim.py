@@ -616,7 +616,7 @@ def test_engine_row_operands_sim(skew):
     one store for all, random stalls, 16 lanes on 8 banks so B has two entries per group); a
     unit-stride descriptor is as fast as with whole-vector ports and faster than with the
     2-word beats alone, and the cycle model follows both within 6%."""
-    sizes = {"a": 256, "b": 512, "c": 256}
+    sizes = {"a": 128, "b": 256, "c": 128}
     stores = [StoreSpec(n, s) for n, s in sizes.items()]
     kw = dict(lanes=16, slots=8, stores=stores, banks=8, max_split=4, fetch_words=2,
               bank_skew=skew)
