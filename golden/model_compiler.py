@@ -1180,7 +1180,7 @@ def _search_group(cfg, kw):
     size that needs more (a larger group holds more prefix products at once, so the words
     do not fall again; checked on the presets in ``tests/test_golden_model_compiler.py``).
     Every group computes the same words bit for bit, so this only trades instructions for
-    memory, never numbers. A model without a TTM embedding gets 1."""
+    memory, never numbers."""
     def words(g):
         return sum(compile_model(cfg, ttm_group=g, **kw).store_sizes.values())
     rows = cfg.batch * (cfg.seq_len if kw.get("positions") is None else kw["positions"])
@@ -1370,8 +1370,7 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         kw = dict(order=_freeze(order), positions=positions,
                   fused_update=fused_update, recompute=recompute, allocate=allocate,
                   ttm_grads_in_act=ttm_grads_in_act, engine_sums=engine_sums)
-        group = _searched_group(cfg.with_(lr=0.1) if cfg.lr != 0.1 else cfg,
-                                tuple(sorted(kw.items())))
+        group = _searched_group(cfg.with_(lr=0.1), tuple(sorted(kw.items())))
         kw["order"] = order
         return compile_model(cfg, lr=lr, ttm_group=group, **kw)
     if isinstance(order, str):

@@ -23,7 +23,7 @@ registers; the latency is ``ceil(n / register_every)`` cycles. Lawrie (1975): a 
 odd stride over interleaved banks, or any cyclic shift, passes in one cycle.
 """
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -95,14 +95,12 @@ class OmegaNetwork(wiring.Component):
         cur = [self.i[x] for x in range(N)]
         stages = range(n - 1, -1, -1) if self._inverse else range(n)
         for done, i in enumerate(stages, 1):
-            if not self._inverse:                           # shuffle, then the switches
+            bit = n - 1 - i
+            pos = cur                                       # inverse: the switches first
+            if not self._inverse:                           # forward: shuffle, then switches
                 pos = [None] * N
                 for x in range(N):
                     pos[self._rotl(x)] = cur[x]
-                bit = n - 1 - i
-            else:                                           # the switches, then unshuffle
-                pos = cur
-                bit = n - 1 - i
             nxt = [None] * N
             for j in range(N // 2):
                 nxt[2 * j], nxt[2 * j + 1] = self._switch(m, pos[2 * j], pos[2 * j + 1], bit,
