@@ -1767,10 +1767,10 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     are buffered and written as the tile's columns, ``h`` consecutive words a lane.
 
     ``route = "omega"`` (with ``banks``; a design-study machine, **not built**,
-    docs/wide-engine.md "An Omega network"): every vector of the fetchers and the C writer
-    goes whole through an Omega network from its lanes to the banks and costs its
-    :func:`omega_passes` (``fetch_words`` ignored); ``bank_skew`` may also be ``"xor"``
-    (:func:`bank_of`).
+    docs/wide-engine.md, eighth session: "the route from the banks to the lanes"): every
+    vector of the fetchers and the C writer goes whole through an Omega network from its
+    lanes to the banks and costs its :func:`omega_passes` (``fetch_words`` ignored);
+    ``bank_skew`` may also be ``"xor"`` (:func:`bank_of`).
     """
     if row_fetch is not None and banks is None:
         raise ValueError("engine_cycles: row_fetch needs banks")

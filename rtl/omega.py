@@ -1,5 +1,6 @@
 """A self-routing Omega network: the candidate route between a wide engine's lanes and its
-store banks (issue 15, docs/wide-engine.md "An Omega network").
+store banks (issue 15; docs/wide-engine.md, eighth session: "the route from the banks to
+the lanes").
 
 ``ports = 2**n`` inputs and outputs, ``n`` stages. Each stage is a perfect shuffle (position
 ``x`` moves to ``x`` rotated left by one bit) and a column of ``ports/2`` 2x2 switches; the
