@@ -51,6 +51,7 @@ __all__ = [
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
     "engine_cycles", "best_split", "map_contract", "MUL_LATENCY", "ADD_LATENCY",
+    "bank_of", "omega_pass", "omega_passes", "omega_read_schedule",
     "vector_cycles", "VECTOR_FIXED", "REDUCE_SLOTS",
     "OpSpec", "OPS", "SPEC", "SPEC_BY_OPCODE", "UpdateMode", "UPDATE_MODES", "Instruction",
     "Fields", "CLASS_NAMES", "OP_END", "OP_BARRIER", "OP_LOOP", "OP_ENDLOOP", "OP_CONTRACT",
@@ -1700,6 +1701,50 @@ def omega_passes(sources, dests, ports):
     if not src.size:
         omega_pass(src, dst, ports)                  # the argument checks
     return passes
+
+
+def omega_read_schedule(passes, round_trip, *, ready=None):
+    """The cycle-exact schedule of vector reads through an Omega read port
+    (``rtl/omega.py: OmegaReadPort``) with every bank granted: ``passes[v]`` is vector ``v``'s
+    :func:`omega_passes` (0: no lane masked in), the vectors offered back to back from cycle
+    0, ``ready(t)`` (default always) whether the consumer takes a vector in cycle ``t``.
+
+    ``round_trip`` slots take turns, slot ``t % round_trip`` in cycle ``t``. A free slot
+    (free at the cycle's start) accepts the next vector in its turn and sends its first pass;
+    a pass returns ``round_trip`` cycles later, in the slot's next turn, which sends the next
+    pass if one is needed; a vector is complete from the cycle after its last pass returned
+    (the cycle after it was accepted, with no pass), and leaves, in the order accepted, in a
+    cycle it is complete and the consumer is ready, its slot free from the next cycle.
+    Returns ``[(accepted, left), ...]`` per vector."""
+    R = int(round_trip)
+    if R < 1:
+        raise ValueError(f"omega_read_schedule: round_trip must be >= 1, not {round_trip}")
+    passes = [int(p) for p in passes]
+    if any(p < 0 for p in passes):
+        raise ValueError("omega_read_schedule: passes must be >= 0")
+    ready = ready or (lambda t: True)
+    busy, left, done_at = [None] * R, [0] * R, [None] * R
+    order, out, nxt, t = [], [None] * len(passes), 0, 0
+    while nxt < len(passes) or order:
+        s = t % R
+        head = order[0] if order else None
+        start_busy = busy[s] is not None
+        if start_busy and left[s] > 0:
+            left[s] -= 1                               # a pass comes home
+            if left[s] == 0:
+                done_at[s] = t + 1
+        elif not start_busy and nxt < len(passes):
+            busy[s], left[s] = nxt, passes[nxt]
+            done_at[s] = t + 1 if passes[nxt] == 0 else None
+            out[nxt] = [t, None]
+            order.append(s)
+            nxt += 1
+        if head is not None and done_at[head] is not None and done_at[head] <= t and ready(t):
+            out[busy[head]][1] = t
+            busy[head], done_at[head] = None, None
+            order.pop(0)
+        t += 1
+    return [tuple(o) for o in out]
 
 
 def _vector_cycles(addrs, active, width, banks, skew=False, route=None):

@@ -24,12 +24,13 @@ registers; the latency is ``ceil(n / register_every)`` cycles. Lawrie (1975): a 
 odd stride over interleaved banks, or any cyclic shift, passes in one cycle.
 """
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import data, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-__all__ = ["OmegaNetwork", "omega_message"]
+__all__ = ["OmegaNetwork", "OmegaReadPort", "OmegaWritePort", "omega_message",
+           "omega_request_layout"]
 
 
 def omega_message(ports, width):
@@ -124,3 +125,221 @@ class OmegaNetwork(wiring.Component):
                 nxt = regs
             cur = nxt
         return m
+
+
+def omega_request_layout(lanes, addr_bits, write=False):
+    """A vector request of :class:`OmegaReadPort` (one word address per lane and the lanes'
+    mask) or, with ``write``, of :class:`OmegaWritePort` (a word per lane too)."""
+    fields = {"addr": data.ArrayLayout(addr_bits, lanes), "mask": lanes}
+    if write:
+        fields["data"] = data.ArrayLayout(32, lanes)
+    return data.StructLayout(fields)
+
+
+class _OmegaPort(wiring.Component):
+    """The slots and the two networks of :class:`OmegaReadPort` and :class:`OmegaWritePort`
+    (their docstrings say how they work)."""
+
+    def __init__(self, lanes, addr_bits, *, write, skew=False, register_every=2):
+        kind = type(self).__name__
+        n = lanes.bit_length() - 1 if isinstance(lanes, int) and lanes >= 2 else None
+        if n is None or (1 << n) != lanes:
+            raise ValueError(f"{kind}: lanes must be a power of two >= 2, not {lanes!r}")
+        if not isinstance(addr_bits, int) or addr_bits <= n:
+            raise ValueError(f"{kind}: addr_bits must be an int above log2 lanes = {n}, not "
+                             f"{addr_bits!r}")
+        if skew not in (False, "xor"):
+            raise ValueError(f"{kind}: skew must be False or 'xor', not {skew!r}")
+        self._lanes, self._n, self._abits, self._skew = lanes, n, addr_bits, skew
+        self._write = bool(write)
+        # requests carry the row and the lane (and a write's word); the return network a
+        # read's word, or a write's acknowledgement
+        self._fwd = OmegaNetwork(lanes, addr_bits + (32 if write else 0),
+                                 register_every=register_every)
+        self._inv = OmegaNetwork(lanes, 1 if write else 32, inverse=True,
+                                 register_every=register_every)
+        bank = {"valid": 1, "row": addr_bits - n}
+        members = {"i": In(stream.Signature(omega_request_layout(lanes, addr_bits, write)))}
+        if write:
+            bank["data"] = 32
+            members["o"] = Out(stream.Signature(unsigned(1)))
+        else:
+            members["o"] = Out(stream.Signature(data.ArrayLayout(32, lanes)))
+        members["bank"] = Out(data.ArrayLayout(data.StructLayout(bank), lanes))
+        members["grant"] = In(lanes)
+        if not write:
+            members["rdata"] = In(data.ArrayLayout(32, lanes))
+        super().__init__(members)
+
+    lanes = property(lambda self: self._lanes, doc="Lanes = banks.")
+    round_trip = property(lambda self: self._fwd.latency + 1 + self._inv.latency,
+                          doc="Cycles from a lane's message sent to its answer back (the "
+                              "request network, the bank, the return network); also the "
+                              "number of slots.")
+
+    def _bank_row(self, addr):
+        n = self._n
+        low = addr[:n]
+        bank = low ^ addr[n:2 * n] if self._skew == "xor" else low
+        return bank, addr[n:]
+
+    def elaborate(self, platform):
+        m = Module()
+        N, n, A, R, W = self._lanes, self._n, self._abits, self.round_trip, self._write
+        m.submodules.fwd = fwd = self._fwd
+        m.submodules.inv = inv = self._inv
+        m.submodules.order = order = fifo.SyncFIFO(width=max(1, (R - 1).bit_length()),
+                                                    depth=R)
+        # per slot: the lanes' addresses (and a write's words), a read's words home
+        m.submodules.addrs = addrs = memory.Memory(shape=unsigned(N * (A + 32 * W)), depth=R,
+                                                   init=[])
+        a_wr = addrs.write_port()
+        a_rd = addrs.read_port(domain="comb")
+
+        cur = Signal(range(R), name="slot")
+        m.d.sync += cur.eq(Mux(cur == R - 1, 0, cur + 1))
+        busy = Signal(R, name="busy")
+        pend = [Signal(N, name=f"pending{s}") for s in range(R)]
+        done = Signal(R, name="done")           # busy and nothing pending (registered)
+
+        # this cycle's slot: the answers coming home, what it still waits for
+        back = Signal(N, name="back")
+        m.d.comb += back.eq(Cat(*[inv.o[x].valid for x in range(N)]))
+        slot_busy = Signal(name="slot_busy")
+        slot_pend = Signal(N, name="slot_pend")
+        m.d.comb += [slot_busy.eq(busy.bit_select(cur, 1)),
+                     slot_pend.eq(Array(pend)[cur])]
+        left = Signal(N, name="left")
+        m.d.comb += left.eq(slot_pend & ~back)
+        accept = Signal(name="accept")
+        m.d.comb += [self.i.ready.eq(~slot_busy & order.w_rdy),
+                     accept.eq(self.i.valid & self.i.ready)]
+        req = self.i.payload
+        incoming = Cat(req.addr.as_value(), req.data.as_value()) if W else req.addr.as_value()
+        m.d.comb += [a_rd.addr.eq(cur), a_wr.addr.eq(cur), a_wr.en.eq(accept),
+                     a_wr.data.eq(incoming)]
+
+        # the pass of this cycle: the slot's lanes still waiting, or the request accepted now
+        send = Signal(N, name="send")
+        src = Signal(len(incoming), name="send_req")
+        m.d.comb += [send.eq(Mux(slot_busy, left, Mux(accept, req.mask, 0))),
+                     src.eq(Mux(slot_busy, a_rd.data, incoming))]
+        for x in range(N):
+            bank, row = self._bank_row(src[x * A:(x + 1) * A])
+            word = [src[N * A + 32 * x:N * A + 32 * (x + 1)]] if W else []
+            m.d.comb += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
+                         fwd.i[x].data.eq(Cat(row, Const(x, n), *word))]
+
+        # the banks: a granted request is answered the next cycle, tagged with its lane
+        for b in range(N):
+            ret_valid = Signal(name=f"ret_valid{b}")
+            ret_lane = Signal(n, name=f"ret_lane{b}")
+            m.d.comb += [self.bank[b].valid.eq(fwd.o[b].valid),
+                         self.bank[b].row.eq(fwd.o[b].data[:A - n])]
+            if W:
+                m.d.comb += self.bank[b].data.eq(fwd.o[b].data[A:])
+            m.d.sync += [ret_valid.eq(fwd.o[b].valid & self.grant[b]),
+                         ret_lane.eq(fwd.o[b].data[A - n:A])]
+            m.d.comb += [inv.i[b].valid.eq(ret_valid), inv.i[b].tag.eq(ret_lane),
+                         inv.i[b].data.eq(1 if W else self.rdata[b])]
+
+        head = Signal(range(R), name="head")
+        m.d.comb += [head.eq(order.r_data),
+                     order.w_en.eq(accept), order.w_data.eq(cur),
+                     self.o.valid.eq(order.r_rdy & done.bit_select(head, 1)),
+                     order.r_en.eq(self.o.valid & self.o.ready)]
+        if not W:
+            # a read's words: written as they come home, cleared when a request is accepted
+            m.submodules.words = words = memory.Memory(shape=unsigned(N * 32), depth=R,
+                                                       init=[])
+            w_wr = words.write_port(granularity=32)
+            w_rd = words.read_port(domain="comb")
+            m.d.comb += [w_wr.addr.eq(cur),
+                         w_wr.en.eq(Mux(slot_busy, back, Mux(accept, (1 << N) - 1, 0))),
+                         w_wr.data.eq(Mux(slot_busy,
+                                          Cat(*[inv.o[x].data for x in range(N)]), 0)),
+                         w_rd.addr.eq(head), self.o.payload.eq(w_rd.data)]
+        for s in range(R):
+            here = cur == s
+            leave = self.o.valid & self.o.ready & (head == s)
+            with m.If(here & slot_busy):
+                m.d.sync += [pend[s].eq(left), done[s].eq(left == 0)]
+            with m.Elif(here & accept):
+                m.d.sync += [pend[s].eq(req.mask), busy[s].eq(1),
+                             done[s].eq(req.mask == 0)]
+            with m.If(leave):
+                m.d.sync += [busy[s].eq(0), done[s].eq(0)]
+        return m
+
+
+class OmegaReadPort(_OmegaPort):
+    """A vector read port of ``lanes`` lanes over ``lanes`` banks of one store through a
+    request :class:`OmegaNetwork` and its inverse for the data: the route a wide engine's
+    operand fetchers take to the banks (issue 15; docs/wide-engine.md, ninth session).
+
+    Word ``a`` is row ``a >> log2 lanes`` of bank ``a % lanes`` (``skew="xor"``: bank ``(a ^
+    (a >> log2 lanes)) % lanes``; :func:`ttrain.golden.isa.bank_of`). A request (a vector of
+    addresses and a mask) enters one of ``round_trip`` slots; every cycle the slot whose turn
+    it is (slot ``t % round_trip``) sends the lanes it still waits for through the request
+    network, each message tagged with its bank and carrying its row and its lane. A message
+    that reaches its bank and is granted there (``grant``: other clients of the bank may hold
+    it) reads the bank; the word goes home through the inverse network, tagged with the lane,
+    and arrives :attr:`round_trip` cycles after it was sent, exactly when the slot's turn comes
+    again. A lane whose word did not arrive (dropped in the network or not granted) is sent
+    again then. So, with every bank granted, a vector takes its
+    :func:`~ttrain.golden.isa.omega_passes` turns of ``round_trip`` cycles, and up to
+    ``round_trip`` vectors are in flight, one turn each per ``round_trip`` cycles: the network
+    carries one pass a cycle. Vectors leave in the order they came (masked lanes read 0);
+    :func:`ttrain.golden.isa.omega_read_schedule` is the cycle-exact model.
+
+    The slots' addresses and words are small memories (``round_trip`` deep, asynchronous
+    reads: LUT RAM on the U50), the pending masks registers.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(omega_request_layout(lanes, addr_bits)))``
+        Read requests.
+    o : ``Out(stream.Signature(ArrayLayout(32, lanes)))``
+        The words, in request order.
+    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), lanes))``
+        Bank ``b``'s read request this cycle (registered: the request network's outputs).
+    grant : ``In(lanes)``
+        Bank ``b`` takes the request this cycle (combinational from the owner's arbiter).
+    rdata : ``In(ArrayLayout(32, lanes))``
+        Bank ``b``'s word, the cycle after a granted request (a synchronous RAM read).
+    """
+
+    def __init__(self, lanes, addr_bits, *, skew=False, register_every=2):
+        super().__init__(lanes, addr_bits, write=False, skew=skew,
+                         register_every=register_every)
+
+
+class OmegaWritePort(_OmegaPort):
+    """A vector write port of ``lanes`` lanes over ``lanes`` banks of one store: the slots and
+    networks of :class:`OmegaReadPort`, the request messages carrying each lane's word too
+    (``bank[b].data``). A granted request is the bank's write that cycle; its
+    acknowledgement comes home through the inverse network, and a lane not acknowledged is
+    sent again in the slot's next turn. ``o`` has one transfer per request, in order, when
+    all its lanes are written (:func:`ttrain.golden.isa.omega_read_schedule` is the cycle
+    model here too).
+
+    Requests in flight at once are not ordered against each other: two of them must not write
+    the same word (the engine's C writer never does: a CONTRACT writes each C word once, and
+    the next one waits for this one's last acknowledgement). Within a request, lanes write
+    distinct words.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(omega_request_layout(lanes, addr_bits, write=True)))``
+        Write requests.
+    o : ``Out(stream.Signature(1))``
+        A request's lanes all written (in request order; the payload is always 1).
+    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits, "data": 32}), lanes))``
+        Bank ``b``'s write request this cycle.
+    grant : ``In(lanes)``
+        Bank ``b`` writes it this cycle.
+    """
+
+    def __init__(self, lanes, addr_bits, *, skew=False, register_every=2):
+        super().__init__(lanes, addr_bits, write=True, skew=skew,
+                         register_every=register_every)

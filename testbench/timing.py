@@ -119,28 +119,39 @@ def _special():
 
 
 def _omega(ports, inverse=False):
-    """The network behind flat ports: Yosys's ABC reintegration asserts when a port's bit
-    names (``i[0]``) are also the names of the array's element wires (YosysHQ/yosys#4349)."""
-    from amaranth.hdl import Module
+    from ..rtl.omega import OmegaNetwork
+    return _flat(OmegaNetwork(ports, 32, inverse=inverse))
+
+
+def _flat(comp):
+    """``comp`` behind one flat port per signal: Yosys's ABC reintegration asserts when a
+    port's bit names (``i[0]``) are also the names of an array's element wires
+    (YosysHQ/yosys#4349)."""
+    from amaranth.hdl import Module, Value
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
-    from ..rtl.omega import OmegaNetwork
-
-    net = OmegaNetwork(ports, 32, inverse=inverse)
-    width = len(net.i.as_value())
+    ports = [("__".join(map(str, path)), member.flow, Value.cast(value))
+             for path, member, value in comp.signature.flatten(comp)]
 
     class Flat(wiring.Component):
         def __init__(self):
-            super().__init__({"msg_in": In(width), "msg_out": Out(width)})
+            super().__init__({name: (In if flow == In else Out)(len(v))
+                              for name, flow, v in ports})
 
         def elaborate(self, platform):
             m = Module()
-            m.submodules.omega = net
-            m.d.comb += [net.i.as_value().eq(self.msg_in),
-                         self.msg_out.eq(net.o.as_value())]
+            m.submodules.unit = comp
+            for name, flow, v in ports:
+                mine = getattr(self, name)
+                m.d.comb += v.eq(mine) if flow == In else mine.eq(v)
             return m
     return Flat()
+
+
+def _omega_read(lanes):
+    from ..rtl.omega import OmegaReadPort
+    return _flat(OmegaReadPort(lanes, 20, skew="xor"))
 
 
 #: Unit name -> (constructor, description). Order: cheap first, ``special`` last.
@@ -179,6 +190,12 @@ UNITS = {
     "omega-256": (lambda: _omega(256), "OmegaNetwork, 256 ports, 32-bit words + 8-bit tags"),
     "omega-256-inv": (lambda: _omega(256, True), "OmegaNetwork, 256 ports, inverse (the read "
                                                   "data's way back)"),
+    "omega-read-64": (lambda: _omega_read(64),
+                      "OmegaReadPort, 64 lanes over 64 banks, 20-bit word addresses, XOR "
+                      "hash (request network, return network, 7 slots)"),
+    "omega-read-256": (lambda: _omega_read(256),
+                       "OmegaReadPort, 256 lanes over 256 banks, 20-bit word addresses, XOR "
+                       "hash (9 slots)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 
