@@ -140,58 +140,72 @@ class _OmegaPort(wiring.Component):
     """The slots and the two networks of :class:`OmegaReadPort` and :class:`OmegaWritePort`
     (their docstrings say how they work)."""
 
-    def __init__(self, lanes, addr_bits, *, write, skew=False, register_every=2):
+    def __init__(self, lanes, addr_bits, *, write, banks=None, skew=False, register_every=2):
         kind = type(self).__name__
-        n = lanes.bit_length() - 1 if isinstance(lanes, int) and lanes >= 2 else None
-        if n is None or (1 << n) != lanes:
-            raise ValueError(f"{kind}: lanes must be a power of two >= 2, not {lanes!r}")
-        if not isinstance(addr_bits, int) or addr_bits <= n:
-            raise ValueError(f"{kind}: addr_bits must be an int above log2 lanes = {n}, not "
+        banks = lanes if banks is None else banks
+        for what, v in (("lanes", lanes), ("banks", banks)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 2 or v & (v - 1):
+                raise ValueError(f"{kind}: {what} must be a power of two >= 2, not {v!r}")
+        nb = exact_log2(banks)
+        if isinstance(addr_bits, bool) or not isinstance(addr_bits, int) or addr_bits <= nb:
+            raise ValueError(f"{kind}: addr_bits must be an int above log2 banks = {nb}, not "
                              f"{addr_bits!r}")
-        if skew not in (False, "xor"):
-            raise ValueError(f"{kind}: skew must be False or 'xor', not {skew!r}")
-        self._lanes, self._n, self._abits, self._skew = lanes, n, addr_bits, skew
+        if skew not in (False, True, "xor"):
+            raise ValueError(f"{kind}: skew must be False, True or 'xor', not {skew!r}")
+        N = max(lanes, banks)                    # the networks' ports
+        self._lanes, self._banks, self._N = lanes, banks, N
+        self._nb, self._n = nb, exact_log2(N)
+        self._abits, self._skew = addr_bits, skew
         self._write = bool(write)
-        # requests carry the row and the lane (and a write's word); the return network a
-        # read's word, or a write's acknowledgement
-        self._fwd = OmegaNetwork(lanes, addr_bits + (32 if write else 0),
+        # requests carry the row, the lane (and a write's word); the return network a read's
+        # word, or a write's acknowledgement
+        self._fwd = OmegaNetwork(N, addr_bits - nb + self._n + (32 if write else 0),
                                  register_every=register_every)
-        self._inv = OmegaNetwork(lanes, 1 if write else 32, inverse=True,
+        self._inv = OmegaNetwork(N, 1 if write else 32, inverse=True,
                                  register_every=register_every)
-        bank = {"valid": 1, "row": addr_bits - n}
+        bank = {"valid": 1, "row": addr_bits - nb}
         members = {"i": In(stream.Signature(omega_request_layout(lanes, addr_bits, write)))}
         if write:
             bank["data"] = 32
             members["o"] = Out(stream.Signature(unsigned(1)))
         else:
             members["o"] = Out(stream.Signature(data.ArrayLayout(32, lanes)))
-        members["bank"] = Out(data.ArrayLayout(data.StructLayout(bank), lanes))
-        members["grant"] = In(lanes)
+        members["bank"] = Out(data.ArrayLayout(data.StructLayout(bank), banks))
+        members["grant"] = In(banks)
         if not write:
-            members["rdata"] = In(data.ArrayLayout(32, lanes))
+            members["rdata"] = In(data.ArrayLayout(32, banks))
         super().__init__(members)
 
-    lanes = property(lambda self: self._lanes, doc="Lanes = banks.")
+    lanes = property(lambda self: self._lanes, doc="Lanes (words per request).")
+    banks = property(lambda self: self._banks, doc="Banks of the store.")
     round_trip = property(lambda self: self._fwd.latency + 1 + self._inv.latency,
                           doc="Cycles from a lane's message sent to its answer back (the "
                               "request network, the bank, the return network); also the "
                               "number of slots.")
 
     def _bank_row(self, addr):
-        n = self._n
-        low = addr[:n]
-        bank = low ^ addr[n:2 * n] if self._skew == "xor" else low
-        return bank, addr[n:]
+        """Word ``addr``'s bank and row (:func:`ttrain.golden.isa.bank_of`)."""
+        nb = self._nb
+        low = addr[:nb]
+        if self._skew == "xor":
+            bank = low ^ addr[nb:2 * nb]
+        elif self._skew:
+            bank = (low + addr[nb:2 * nb])[:nb]
+        else:
+            bank = low
+        return bank, addr[nb:]
 
     def elaborate(self, platform):
         m = Module()
-        N, n, A, R, W = self._lanes, self._n, self._abits, self.round_trip, self._write
+        L, NB, n, nb = self._lanes, self._banks, self._n, self._nb
+        A, R, W = self._abits, self.round_trip, self._write
+        RB = A - nb                              # row bits
         m.submodules.fwd = fwd = self._fwd
         m.submodules.inv = inv = self._inv
         m.submodules.order = order = fifo.SyncFIFO(width=max(1, (R - 1).bit_length()),
                                                     depth=R)
         # per slot: the lanes' addresses (and a write's words), a read's words home
-        m.submodules.addrs = addrs = memory.Memory(shape=unsigned(N * (A + 32 * W)), depth=R,
+        m.submodules.addrs = addrs = memory.Memory(shape=unsigned(L * (A + 32 * W)), depth=R,
                                                    init=[])
         a_wr = addrs.write_port()
         a_rd = addrs.read_port(domain="comb")
@@ -199,17 +213,17 @@ class _OmegaPort(wiring.Component):
         cur = Signal(range(R), name="slot")
         m.d.sync += cur.eq(Mux(cur == R - 1, 0, cur + 1))
         busy = Signal(R, name="busy")
-        pend = [Signal(N, name=f"pending{s}") for s in range(R)]
+        pend = [Signal(L, name=f"pending{s}") for s in range(R)]
         done = Signal(R, name="done")           # busy and nothing pending (registered)
 
         # this cycle's slot: the answers coming home, what it still waits for
-        back = Signal(N, name="back")
-        m.d.comb += back.eq(Cat(*[inv.o[x].valid for x in range(N)]))
+        back = Signal(L, name="back")
+        m.d.comb += back.eq(Cat(*[inv.o[x].valid for x in range(L)]))
         slot_busy = Signal(name="slot_busy")
-        slot_pend = Signal(N, name="slot_pend")
+        slot_pend = Signal(L, name="slot_pend")
         m.d.comb += [slot_busy.eq(busy.bit_select(cur, 1)),
                      slot_pend.eq(Array(pend)[cur])]
-        left = Signal(N, name="left")
+        left = Signal(L, name="left")
         m.d.comb += left.eq(slot_pend & ~back)
         accept = Signal(name="accept")
         m.d.comb += [self.i.ready.eq(~slot_busy & order.w_rdy),
@@ -220,26 +234,26 @@ class _OmegaPort(wiring.Component):
                      a_wr.data.eq(incoming)]
 
         # the pass of this cycle: the slot's lanes still waiting, or the request accepted now
-        send = Signal(N, name="send")
+        send = Signal(L, name="send")
         src = Signal(len(incoming), name="send_req")
         m.d.comb += [send.eq(Mux(slot_busy, left, Mux(accept, req.mask, 0))),
                      src.eq(Mux(slot_busy, a_rd.data, incoming))]
-        for x in range(N):
+        for x in range(L):
             bank, row = self._bank_row(src[x * A:(x + 1) * A])
-            word = [src[N * A + 32 * x:N * A + 32 * (x + 1)]] if W else []
+            word = [src[L * A + 32 * x:L * A + 32 * (x + 1)]] if W else []
             m.d.comb += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
                          fwd.i[x].data.eq(Cat(row, Const(x, n), *word))]
 
         # the banks: a granted request is answered the next cycle, tagged with its lane
-        for b in range(N):
+        for b in range(NB):
             ret_valid = Signal(name=f"ret_valid{b}")
             ret_lane = Signal(n, name=f"ret_lane{b}")
             m.d.comb += [self.bank[b].valid.eq(fwd.o[b].valid),
-                         self.bank[b].row.eq(fwd.o[b].data[:A - n])]
+                         self.bank[b].row.eq(fwd.o[b].data[:RB])]
             if W:
-                m.d.comb += self.bank[b].data.eq(fwd.o[b].data[A:])
+                m.d.comb += self.bank[b].data.eq(fwd.o[b].data[RB + n:])
             m.d.sync += [ret_valid.eq(fwd.o[b].valid & self.grant[b]),
-                         ret_lane.eq(fwd.o[b].data[A - n:A])]
+                         ret_lane.eq(fwd.o[b].data[RB:RB + n])]
             m.d.comb += [inv.i[b].valid.eq(ret_valid), inv.i[b].tag.eq(ret_lane),
                          inv.i[b].data.eq(1 if W else self.rdata[b])]
 
@@ -250,14 +264,14 @@ class _OmegaPort(wiring.Component):
                      order.r_en.eq(self.o.valid & self.o.ready)]
         if not W:
             # a read's words: written as they come home, cleared when a request is accepted
-            m.submodules.words = words = memory.Memory(shape=unsigned(N * 32), depth=R,
+            m.submodules.words = words = memory.Memory(shape=unsigned(L * 32), depth=R,
                                                        init=[])
             w_wr = words.write_port(granularity=32)
             w_rd = words.read_port(domain="comb")
             m.d.comb += [w_wr.addr.eq(cur),
-                         w_wr.en.eq(Mux(slot_busy, back, Mux(accept, (1 << N) - 1, 0))),
+                         w_wr.en.eq(Mux(slot_busy, back, Mux(accept, (1 << L) - 1, 0))),
                          w_wr.data.eq(Mux(slot_busy,
-                                          Cat(*[inv.o[x].data for x in range(N)]), 0)),
+                                          Cat(*[inv.o[x].data for x in range(L)]), 0)),
                          w_rd.addr.eq(head), self.o.payload.eq(w_rd.data)]
         for s in range(R):
             here = cur == s
@@ -273,12 +287,14 @@ class _OmegaPort(wiring.Component):
 
 
 class OmegaReadPort(_OmegaPort):
-    """A vector read port of ``lanes`` lanes over ``lanes`` banks of one store through a
-    request :class:`OmegaNetwork` and its inverse for the data: the route a wide engine's
-    operand fetchers take to the banks (issue 15; docs/wide-engine.md, ninth session).
+    """A vector read port of ``lanes`` lanes over ``banks`` banks (default ``lanes``) of one
+    store through a request :class:`OmegaNetwork` and its inverse for the data, both of
+    ``max(lanes, banks)`` ports: the route a wide engine's operand fetchers take to the banks
+    (issue 15; docs/wide-engine.md, ninth session).
 
-    Word ``a`` is row ``a >> log2 lanes`` of bank ``a % lanes`` (``skew="xor"``: bank ``(a ^
-    (a >> log2 lanes)) % lanes``; :func:`ttrain.golden.isa.bank_of`). A request (a vector of
+    Word ``a`` is row ``a >> log2 banks`` of bank ``a % banks`` (``skew=True``: bank ``(a +
+    (a >> log2 banks)) % banks``, the engine's skew; ``skew="xor"``: ``(a ^ (a >> log2
+    banks)) % banks``; :func:`ttrain.golden.isa.bank_of`). A request (a vector of
     addresses and a mask) enters one of ``round_trip`` slots; every cycle the slot whose turn
     it is (slot ``t % round_trip``) sends the lanes it still waits for through the request
     network, each message tagged with its bank and carrying its row and its lane. A message
@@ -301,21 +317,21 @@ class OmegaReadPort(_OmegaPort):
         Read requests.
     o : ``Out(stream.Signature(ArrayLayout(32, lanes)))``
         The words, in request order.
-    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), lanes))``
+    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), banks))``
         Bank ``b``'s read request this cycle (registered: the request network's outputs).
-    grant : ``In(lanes)``
+    grant : ``In(banks)``
         Bank ``b`` takes the request this cycle (combinational from the owner's arbiter).
-    rdata : ``In(ArrayLayout(32, lanes))``
+    rdata : ``In(ArrayLayout(32, banks))``
         Bank ``b``'s word, the cycle after a granted request (a synchronous RAM read).
     """
 
-    def __init__(self, lanes, addr_bits, *, skew=False, register_every=2):
-        super().__init__(lanes, addr_bits, write=False, skew=skew,
+    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2):
+        super().__init__(lanes, addr_bits, write=False, banks=banks, skew=skew,
                          register_every=register_every)
 
 
 class OmegaWritePort(_OmegaPort):
-    """A vector write port of ``lanes`` lanes over ``lanes`` banks of one store: the slots and
+    """A vector write port of ``lanes`` lanes over ``banks`` banks of one store: the slots and
     networks of :class:`OmegaReadPort`, the request messages carrying each lane's word too
     (``bank[b].data``). A granted request is the bank's write that cycle; its
     acknowledgement comes home through the inverse network, and a lane not acknowledged is
@@ -334,12 +350,12 @@ class OmegaWritePort(_OmegaPort):
         Write requests.
     o : ``Out(stream.Signature(1))``
         A request's lanes all written (in request order; the payload is always 1).
-    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits, "data": 32}), lanes))``
+    bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits, "data": 32}), banks))``
         Bank ``b``'s write request this cycle.
-    grant : ``In(lanes)``
+    grant : ``In(banks)``
         Bank ``b`` writes it this cycle.
     """
 
-    def __init__(self, lanes, addr_bits, *, skew=False, register_every=2):
-        super().__init__(lanes, addr_bits, write=True, skew=skew,
+    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2):
+        super().__init__(lanes, addr_bits, write=True, banks=banks, skew=skew,
                          register_every=register_every)

@@ -123,8 +123,8 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
     word), granting with probability ``grant_p``; the consumer is ready with probability
     ``ready_p``. Returns ``[(accepted, left, words), ...]``."""
     rng = np.random.default_rng(seed)
-    N = dut.lanes
-    nb = N.bit_length() - 1
+    L, NB = dut.lanes, dut.banks
+    nb = NB.bit_length() - 1
     out, accepted = [], []
 
     async def tb(ctx):
@@ -132,10 +132,10 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
         while len(out) < len(vectors):
             assert t < 200 * len(vectors) + 100, "the read port hung"
             # the banks: last cycle's granted requests answered, this cycle's granted at random
-            for b in range(N):
+            for b in range(NB):
                 ctx.set(dut.rdata[b], answer.get(b, 0))
             answer, grant = {}, 0
-            for b in range(N):
+            for b in range(NB):
                 if ctx.get(dut.bank[b].valid) and rng.random() < grant_p:
                     grant |= 1 << b
                     row = ctx.get(dut.bank[b].row)
@@ -144,9 +144,9 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
             if nxt < len(vectors):
                 addr, mask = vectors[nxt]
                 ctx.set(dut.i.valid, 1)
-                for x in range(N):
+                for x in range(L):
                     ctx.set(dut.i.payload.addr[x], int(addr[x]))
-                ctx.set(dut.i.payload.mask, int(sum(1 << x for x in range(N) if mask[x])))
+                ctx.set(dut.i.payload.mask, int(sum(1 << x for x in range(L) if mask[x])))
             else:
                 ctx.set(dut.i.valid, 0)
             ready = rng.random() < ready_p
@@ -155,7 +155,7 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
                 accepted.append(t)
                 nxt += 1
             if ctx.get(dut.o.valid) and ready:
-                words = [ctx.get(dut.o.payload[x]) for x in range(N)]
+                words = [ctx.get(dut.o.payload[x]) for x in range(L)]
                 out.append((accepted[len(out)], t, words))
             await ctx.tick()
             t += 1
@@ -167,28 +167,35 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
     return out
 
 
-def _bank_addr(addr, lanes, skew):
+def _bank_addr(addr, banks, skew):
     """Word address -> the address the banks of ``mem`` are indexed by: ``row << n | bank``."""
-    n = lanes.bit_length() - 1
-    return ((addr >> n) << n) | bank_of(addr, lanes, skew)
+    n = banks.bit_length() - 1
+    return ((addr >> n) << n) | bank_of(addr, banks, skew)
 
 
-@pytest.mark.parametrize("lanes, skew, every", [(8, False, 2), (16, "xor", 2), (32, "xor", 3)])
-def test_read_port_cycle_exact_with_every_bank_granted(lanes, skew, every):
+def _passes(vectors, lanes, banks, skew):
+    """Golden's omega_passes of each vector (networks of max(lanes, banks) ports)."""
+    return [omega_passes(np.nonzero(m)[0], bank_of(a[m], banks, skew), max(lanes, banks))
+            for a, m, *_ in vectors]
+
+
+@pytest.mark.parametrize("lanes, banks, skew, every", [(8, 8, False, 2), (16, 16, "xor", 2),
+                                                       (32, 32, "xor", 3), (8, 16, True, 2),
+                                                       (16, 4, "xor", 2)])
+def test_read_port_cycle_exact_with_every_bank_granted(lanes, banks, skew, every):
     """With every bank granted and the consumer always ready, every vector is accepted and
     leaves in exactly the cycles golden's schedule gives for its omega_passes, with the words
-    at its addresses (masked lanes 0)."""
+    at its addresses (masked lanes 0); also with fewer or more lanes than banks."""
     from ttrain.golden.isa import omega_read_schedule
     from ttrain.rtl.omega import OmegaReadPort
     rng = np.random.default_rng(lanes + 7)
     abits = 12
-    dut = OmegaReadPort(lanes, abits, skew=skew, register_every=every)
+    dut = OmegaReadPort(lanes, abits, banks=banks, skew=skew, register_every=every)
     vectors = _read_vectors(rng, lanes, abits, 24)
     words = rng.integers(0, 1 << 32, 1 << abits, dtype=np.uint64)
-    mem = {int(_bank_addr(a, lanes, skew)): int(words[a]) for a in range(1 << abits)}
+    mem = {int(_bank_addr(a, banks, skew)): int(words[a]) for a in range(1 << abits)}
     got = _run_read_port(dut, vectors, mem)
-    passes = [omega_passes(np.nonzero(m)[0], bank_of(a[m], lanes, skew), lanes)
-              for a, m in vectors]
+    passes = _passes(vectors, lanes, banks, skew)
     assert max(passes) > 1 and min(passes) == 0       # the set exercises retries and no-ops
     want = omega_read_schedule(passes, dut.round_trip)
     assert [(a, t) for a, t, _ in got] == want
@@ -212,14 +219,14 @@ def test_read_port_retries_what_the_banks_refuse(lanes, skew):
     got = _run_read_port(dut, vectors, mem, grant_p=0.67, ready_p=0.5, seed=lanes)
     for (addr, mask), (_, _, w) in zip(vectors, got):
         assert w == [int(words[a]) if k else 0 for a, k in zip(addr, mask)]
-    passes = [omega_passes(np.nonzero(m)[0], bank_of(a[m], lanes, skew), lanes)
-              for a, m in vectors]
+    passes = _passes(vectors, lanes, lanes, skew)
     assert got[-1][1] > omega_read_schedule(passes, dut.round_trip)[-1][1]
 
 
 @pytest.mark.parametrize("kw, msg", [({"lanes": 12, "addr_bits": 8}, "power of two"),
                                      ({"lanes": 8, "addr_bits": 3}, "addr_bits"),
-                                     ({"lanes": 8, "addr_bits": 8, "skew": True}, "skew")])
+                                     ({"lanes": 8, "addr_bits": 8, "banks": 6}, "banks"),
+                                     ({"lanes": 8, "addr_bits": 8, "skew": "add"}, "skew")])
 def test_read_port_constructor_checks(kw, msg):
     from ttrain.rtl.omega import OmegaReadPort
     with pytest.raises(ValueError, match=msg):
@@ -231,8 +238,8 @@ def _run_write_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
     (bank address -> word) when they grant (probability ``grant_p``). Returns ``[(accepted,
     acknowledged), ...]``."""
     rng = np.random.default_rng(seed)
-    N = dut.lanes
-    nb = N.bit_length() - 1
+    L, NB = dut.lanes, dut.banks
+    nb = NB.bit_length() - 1
     out, accepted = [], []
 
     async def tb(ctx):
@@ -240,7 +247,7 @@ def _run_write_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
         while len(out) < len(vectors):
             assert t < 200 * len(vectors) + 100, "the write port hung"
             grant = 0
-            for b in range(N):
+            for b in range(NB):
                 if ctx.get(dut.bank[b].valid) and rng.random() < grant_p:
                     grant |= 1 << b
                     mem[(ctx.get(dut.bank[b].row) << nb) | b] = ctx.get(dut.bank[b].data)
@@ -248,10 +255,10 @@ def _run_write_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
             if nxt < len(vectors):
                 addr, mask, words = vectors[nxt]
                 ctx.set(dut.i.valid, 1)
-                for x in range(N):
+                for x in range(L):
                     ctx.set(dut.i.payload.addr[x], int(addr[x]))
                     ctx.set(dut.i.payload.data[x], int(words[x]))
-                ctx.set(dut.i.payload.mask, int(sum(1 << x for x in range(N) if mask[x])))
+                ctx.set(dut.i.payload.mask, int(sum(1 << x for x in range(L) if mask[x])))
             else:
                 ctx.set(dut.i.valid, 0)
             ready = rng.random() < ready_p
@@ -271,10 +278,11 @@ def _run_write_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
     return out
 
 
-@pytest.mark.parametrize("lanes, skew, grant_p, ready_p", [(8, False, 1.0, 1.0),
-                                                           (16, "xor", 1.0, 1.0),
-                                                           (16, False, 0.6, 0.5)])
-def test_write_port_writes_every_word_once(lanes, skew, grant_p, ready_p):
+@pytest.mark.parametrize("lanes, banks, skew, grant_p, ready_p", [(8, 8, False, 1.0, 1.0),
+                                                                  (16, 16, "xor", 1.0, 1.0),
+                                                                  (16, 16, False, 0.6, 0.5),
+                                                                  (16, 8, True, 1.0, 1.0)])
+def test_write_port_writes_every_word_once(lanes, banks, skew, grant_p, ready_p):
     """Write vectors (each word of the store written by one lane of one vector: strided runs
     and random scatters, random masks) land word for word; with every bank granted, each is
     acknowledged in exactly the cycles of golden's schedule, else later (lanes refused are
@@ -283,7 +291,7 @@ def test_write_port_writes_every_word_once(lanes, skew, grant_p, ready_p):
     from ttrain.rtl.omega import OmegaWritePort
     rng = np.random.default_rng(lanes + 23)
     abits = 10
-    dut = OmegaWritePort(lanes, abits, skew=skew)
+    dut = OmegaWritePort(lanes, abits, banks=banks, skew=skew)
     # the store's words, in vectors: strided runs (stride 1, 3, 8) then a random scatter
     order = np.concatenate([np.arange(0, 256), np.arange(256, 256 + 3 * 128).reshape(-1, 3).T
                             .ravel(), np.arange(640, 768).reshape(-1, 8).T.ravel(),
@@ -298,10 +306,9 @@ def test_write_port_writes_every_word_once(lanes, skew, grant_p, ready_p):
     for addr, mask, words in vectors:
         for a, k, w in zip(addr, mask, words):
             if k:
-                want[int(_bank_addr(int(a), lanes, skew))] = int(w)
+                want[int(_bank_addr(int(a), banks, skew))] = int(w)
     assert mem == want
-    passes = [omega_passes(np.nonzero(m)[0], bank_of(a[m], lanes, skew), lanes)
-              for a, m, _ in vectors]
+    passes = _passes(vectors, lanes, banks, skew)
     sched = omega_read_schedule(passes, dut.round_trip)
     if grant_p == 1.0 and ready_p == 1.0:
         assert max(passes) > 1
