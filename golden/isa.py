@@ -1703,6 +1703,16 @@ def omega_passes(sources, dests, ports):
     return passes
 
 
+def omega_fill(ports, register_every=2):
+    """Cycles the Omega route adds to a descriptor's fill and drain: the first A/B fetch's
+    round trip beyond the arbiter route's two cycles and the last C write's round trip
+    (a network of ``ports`` ports has ``ceil(log2(ports) / register_every)`` register
+    stages; a read's round trip is request + bank + return network, a write's request + one
+    cycle + acknowledgement network; rtl/omega.py ``round_trip``)."""
+    stages = -(-(int(ports).bit_length() - 1) // register_every)
+    return 2 * stages + (2 * stages + 1)
+
+
 def omega_read_schedule(passes, round_trip, *, ready=None):
     """The cycle-exact schedule of vector reads through an Omega read port
     (``rtl/omega.py: OmegaReadPort``) with every bank granted: ``passes[v]`` is vector ``v``'s
@@ -1815,7 +1825,10 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     docs/wide-engine.md, eighth session: "the route from the banks to the lanes"): every
     vector of the fetchers and the C writer goes whole through an Omega network from its
     lanes to the banks and costs its :func:`omega_passes` (``fetch_words`` ignored);
-    ``bank_skew`` may also be ``"xor"`` (:func:`bank_of`).
+    ``bank_skew`` may also be ``"xor"`` (:func:`bank_of`). The fill adds what the networks'
+    registers cost the first fetch and the last write (:func:`omega_fill`); the engine built
+    with ``route="omega"`` (rtl/engine.py) runs -3 to +20 cycles per descriptor off this model
+    (measured at 8 lanes, docs/wide-engine.md, ninth session), not per k-step.
     """
     if row_fetch is not None and banks is None:
         raise ValueError("engine_cycles: row_fetch needs banks")
@@ -1829,6 +1842,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     pg = lanes // desc.split
     ntiles = -(-desc.n // pg)
     fill = 4 + 5 + 1 + mul_latency + add_latency + 3 + 2
+    if route is not None:
+        fill += omega_fill(max(lanes, slots * desc.split, banks))
     fold = (desc.split.bit_length() - 1) * add_latency
     if fetch_words is None and banks is None:
         return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold

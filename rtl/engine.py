@@ -660,12 +660,111 @@ class _WriteClient(_VectorClient):
         self.port_data = None if self.row else self.beats.port_values(self.data, 32)
 
 
+class _OmegaClient:
+    """A vector client of the engine through an Omega port (``route="omega"``): the A, B and
+    old-C fetchers (:class:`~ttrain.rtl.omega.OmegaReadPort`) and the C writer
+    (:class:`~ttrain.rtl.omega.OmegaWritePort`) of a wide engine, docs/wide-engine.md (ninth
+    session).
+
+    The same interface to the engine as :class:`_ReadClient` / :class:`_WriteClient`:
+    ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store`` (a writer's
+    ``load_data``), lane ``p`` accessing word ``load_base + offsets[p]``; a read's vector
+    comes out on ``out_valid``/``out_data`` in load order, a write's completion pulses
+    ``finishing``. Unlike those clients, up to the port's ``round_trip`` vectors are in
+    flight at once (the engine's credits bound them), and a vector's latency is its passes
+    through the request network times ``round_trip`` (:func:`ttrain.golden.isa.omega_read_schedule`).
+
+    To the arbiter it is one entry that claims, per bank, the request the port's network
+    delivered there this cycle (:meth:`hot`); a bank taken by a higher-priority entry refuses
+    it and the port sends that lane again in its slot's next turn. The store is the one of
+    the run's vectors (latched at a load; a run's vectors all end before the next run).
+    """
+
+    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, skew, *, write,
+                 latency):
+        from .omega import OmegaReadPort, OmegaWritePort
+        self.name, self.lanes, self.nb_log2 = name, lanes, nb_log2
+        self.row, self.segs = False, []
+        self.rowmode = Signal(name=f"{name}_rowmode")      # (no row entries on this route)
+        self.load = Signal(name=f"{name}_load")
+        self.load_base = Signal(addr_bits, name=f"{name}_load_base")
+        self.load_mask = Signal(lanes, name=f"{name}_load_mask")
+        self.load_store = Signal(store_bits, name=f"{name}_load_store")
+        self.store = Signal(store_bits, name=f"{name}_store")
+        self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
+        cls = OmegaWritePort if write else OmegaReadPort
+        self.port = port = cls(lanes, addr_bits, banks=1 << nb_log2, skew=skew,
+                               latency=1 if write else latency)
+        m.submodules[f"{name}_omega"] = port
+        self.can_load = Signal(name=f"{name}_can_load")
+        m.d.comb += [self.can_load.eq(port.i.ready), port.i.valid.eq(self.load),
+                     port.i.payload.mask.eq(self.load_mask), port.o.ready.eq(1)]
+        m.d.comb += [port.i.payload.addr[p].eq(self.load_base + self.offsets[p])
+                     for p in range(lanes)]
+        with m.If(self.load):
+            m.d.sync += self.store.eq(self.load_store)
+        self.grant = port.grant
+        if write:
+            self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
+            m.d.comb += [port.i.payload.data[p].eq(self.load_data[p]) for p in range(lanes)]
+            self.finishing = Signal(name=f"{name}_finishing")
+            m.d.comb += self.finishing.eq(port.o.valid)
+            self.bank_data = [port.bank[b].data for b in range(1 << nb_log2)]
+        else:
+            self.out_valid = Signal(name=f"{name}_out_valid")
+            self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
+            m.d.comb += [self.out_valid.eq(port.o.valid)]
+            m.d.comb += [self.out_data[p].eq(port.o.payload[p]) for p in range(lanes)]
+
+    def ports(self):
+        """The one arbiter entry of this client (for :func:`_arbitrate`)."""
+        return [self]
+
+    def entry_data(self):
+        """A writer's word per arbiter entry: ``None``, the words are per bank."""
+        return [None]
+
+    def hot(self, m, n_stores):
+        """The (store, bank) pairs this entry claims (``n_stores x banks`` bits)."""
+        NB = 1 << self.nb_log2
+        hot = Signal(n_stores * NB, name=f"{self.name}_hot")
+        m.d.comb += hot.eq(Cat(*[self.port.bank[b].valid & (self.store == s)
+                                 for s in range(n_stores) for b in range(NB)]))
+        return hot
+
+    def drive_grant(self, m, taken, n_stores):
+        """Grant each bank's request unless ``taken`` (the higher-priority entries' claims,
+        ``n_stores x banks`` bits, or ``None``) holds that bank of the store."""
+        NB = 1 << self.nb_log2
+        if taken is None:
+            m.d.comb += self.grant.eq(Cat(*[self.port.bank[b].valid for b in range(NB)]))
+            return
+        sel = Const(0, NB)
+        for s in reversed(range(n_stores)):
+            sel = Mux(self.store == s, taken[s * NB:(s + 1) * NB], sel)
+        blocked = Signal(NB, name=f"{self.name}_blocked")
+        m.d.comb += [blocked.eq(sel),
+                     self.grant.eq(Cat(*[self.port.bank[b].valid & ~blocked[b]
+                                         for b in range(NB)]))]
+
+    def bank_value(self, b, rbits_total, nb_log2):
+        """The word address at bank ``b`` (its row; the bank bits zero)."""
+        return Cat(Const(0, nb_log2), self.port.bank[b].row)
+
+    def connect_data(self, m, store_rdata):
+        """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
+        for b in range(1 << self.nb_log2):
+            m.d.comb += self.port.rdata[b].eq(
+                Array([banks[b] for banks in store_rdata])[self.store])
+
+
 def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
     """Grant each (store, bank) to the first requesting lane of ``lanes``.
 
     ``lanes`` is a list of arbiter entries in priority order: ``(req, store, bank, addr,
     grant)`` of one port (``grant`` is driven here), or a :class:`_RowPorts` (a row client's
-    lanes, granted here as if they were separate entries in lane order). ``data``: per entry,
+    lanes, granted here as if they were separate entries in lane order) or an
+    :class:`_OmegaClient` (the requests its network delivers to the banks this cycle). ``data``: per entry,
     its write word (a port) or ``None`` (a row entry, whose words are per bank). Returns
     ``sel[s][b]``: per entry in priority order a ``(hit, addr)`` pair, or with ``data`` a
     ``(hit, addr, word)`` triple, ``hit`` high when the entry requests (s, b); the first
@@ -677,7 +776,7 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
     sel = [[[] for _ in range(nb)] for _ in range(n_stores)]
     hots = []
     for i, entry in enumerate(lanes):
-        if isinstance(entry, _RowPorts):
+        if not isinstance(entry, tuple):             # a _RowPorts or an _OmegaClient
             hots.append(entry.hot(m, n_stores))
             continue
         req, store, bank, addr, grant = entry
@@ -698,7 +797,7 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
     incl = _prefix_or(m, f"{name}_prefix", hots)
     for i, entry in enumerate(lanes):
         hot = hots[i]
-        if isinstance(entry, _RowPorts):
+        if not isinstance(entry, tuple):
             entry.drive_grant(m, incl[i - 1] if i else None, n_stores)
             for s in range(n_stores):
                 for b in range(nb):
@@ -904,7 +1003,7 @@ class ContractionEngine(wiring.Component):
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
                  fetch_words=None, bank_skew=False, port_width=None, row_ports=True,
-                 row_operands=False):
+                 row_operands=False, route=None):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -941,6 +1040,15 @@ class ContractionEngine(wiring.Component):
                 or port_width & (port_width - 1) or port_width > banks:
             raise ValueError(f"port_width must be a power of two in 1..banks ({banks}), not "
                              f"{port_width!r}")
+        if route not in (None, "omega"):
+            raise ValueError(f"route must be None (the arbiter's per-lane requests) or "
+                             f"\"omega\" (Omega networks to the banks), not {route!r}")
+        if route == "omega" and (banks < 2 or fetch_words is not None or row_operands):
+            raise ValueError(f"route=\"omega\" needs banks >= 2 (got {banks}), whole-vector "
+                             f"fetches (fetch_words=None, got {fetch_words!r}) and "
+                             f"row_operands=False (got {row_operands!r}): its ports carry "
+                             f"whole vectors through the network")
+        self._route = route
         self._port_width = port_width
         self._row_ports = bool(row_ports)
         self._row_operands = bool(row_operands) and banks > 1
@@ -995,6 +1103,10 @@ class ContractionEngine(wiring.Component):
     add_unit = property(lambda self: self._add_unit,
                         doc="FP32 adder class of the lanes and the fold tree.")
     bank_skew = property(lambda self: self._bank_skew, doc="Rows skewed across the banks.")
+    route = property(lambda self: self._route,
+                     doc="How the A, B, old-C and C vectors reach the banks: ``None`` (each "
+                         "lane a request to the arbiter) or ``\"omega\"`` "
+                         "(:class:`_OmegaClient`, docs/wide-engine.md).")
     row_operands = property(lambda self: self._row_operands,
                             doc="B, old-C and C vectors of consecutive words go to the "
                                 "arbiter as row entries (one per lane group).")
@@ -1075,7 +1187,7 @@ class ContractionEngine(wiring.Component):
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
                              add_latency=self._add_latency, fetch_words=self._fetch_words,
                              banks=self._banks, bank_skew=self._bank_skew,
-                             row_operands=self._row_operands)
+                             row_operands=self._row_operands, route=self._route)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -1089,7 +1201,8 @@ class ContractionEngine(wiring.Component):
         return best_split(desc, self._lanes, self._slots, self._max_split,
                           mul_latency=self._mul_latency, add_latency=self._add_latency,
                           fetch_words=self._fetch_words, banks=self._banks,
-                          bank_skew=self._bank_skew, row_operands=self._row_operands)
+                          bank_skew=self._bank_skew, row_operands=self._row_operands,
+                          route=self._route)
 
     @property
     def overhead_cycles(self):
@@ -1129,6 +1242,12 @@ class ContractionEngine(wiring.Component):
         SK = self._bank_skew
         ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW, SK)  # A vectors (S words down a column
                                                         # per lane group)
+        if self._route == "omega":
+            # the stores answer a read two cycles after its grant (registered address, RAM)
+            def client(name, lanes, write=False):
+                return _OmegaClient(m, name, lanes, AW, SB, lnb, SK, write=write, latency=2)
+        else:
+            client = None
         # row operands: B in one row entry per lane group (at most ``banks`` lanes each),
         # old C and the C results in entries of ``banks`` lanes
         seg_b = max(G, P // NB) if self._row_operands else 0
@@ -1136,9 +1255,13 @@ class ContractionEngine(wiring.Component):
         rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK, segments=seg_b)  # B vectors (P words
                                                                             # along a row)
         rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # old C (accumulate)
+        if client is not None:
+            ra, rb, rc = client("fa", S * G), client("fb", P), client("fc", P)
         RW = self._row_ports
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK, RW)    # host read
         wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # C results
+        if client is not None:
+            wc = client("wc", P, write=True)
         wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK, RW)   # host write
 
         PW = self._port_width

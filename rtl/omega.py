@@ -140,7 +140,8 @@ class _OmegaPort(wiring.Component):
     """The slots and the two networks of :class:`OmegaReadPort` and :class:`OmegaWritePort`
     (their docstrings say how they work)."""
 
-    def __init__(self, lanes, addr_bits, *, write, banks=None, skew=False, register_every=2):
+    def __init__(self, lanes, addr_bits, *, write, banks=None, skew=False, register_every=2,
+                 latency=1):
         kind = type(self).__name__
         banks = lanes if banks is None else banks
         for what, v in (("lanes", lanes), ("banks", banks)):
@@ -152,6 +153,10 @@ class _OmegaPort(wiring.Component):
                              f"{addr_bits!r}")
         if skew not in (False, True, "xor"):
             raise ValueError(f"{kind}: skew must be False, True or 'xor', not {skew!r}")
+        if isinstance(latency, bool) or not isinstance(latency, int) or latency < 1:
+            raise ValueError(f"{kind}: latency must be an int >= 1 (cycles from a grant to the "
+                             f"bank's word), not {latency!r}")
+        self._latency = latency
         N = max(lanes, banks)                    # the networks' ports
         self._lanes, self._banks, self._N = lanes, banks, N
         self._nb, self._n = nb, exact_log2(N)
@@ -178,7 +183,7 @@ class _OmegaPort(wiring.Component):
 
     lanes = property(lambda self: self._lanes, doc="Lanes (words per request).")
     banks = property(lambda self: self._banks, doc="Banks of the store.")
-    round_trip = property(lambda self: self._fwd.latency + 1 + self._inv.latency,
+    round_trip = property(lambda self: self._fwd.latency + self._latency + self._inv.latency,
                           doc="Cycles from a lane's message sent to its answer back (the "
                               "request network, the bank, the return network); also the "
                               "number of slots.")
@@ -244,16 +249,18 @@ class _OmegaPort(wiring.Component):
             m.d.comb += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
                          fwd.i[x].data.eq(Cat(row, Const(x, n), *word))]
 
-        # the banks: a granted request is answered the next cycle, tagged with its lane
+        # the banks: a granted request is answered ``latency`` cycles on, tagged with its lane
         for b in range(NB):
-            ret_valid = Signal(name=f"ret_valid{b}")
-            ret_lane = Signal(n, name=f"ret_lane{b}")
             m.d.comb += [self.bank[b].valid.eq(fwd.o[b].valid),
                          self.bank[b].row.eq(fwd.o[b].data[:RB])]
             if W:
                 m.d.comb += self.bank[b].data.eq(fwd.o[b].data[RB + n:])
-            m.d.sync += [ret_valid.eq(fwd.o[b].valid & self.grant[b]),
-                         ret_lane.eq(fwd.o[b].data[RB:RB + n])]
+            ret_valid, ret_lane = fwd.o[b].valid & self.grant[b], fwd.o[b].data[RB:RB + n]
+            for j in range(self._latency):       # the bank's latency: the lane waits beside
+                v = Signal(name=f"ret_valid{b}_{j}")
+                lane = Signal(n, name=f"ret_lane{b}_{j}")
+                m.d.sync += [v.eq(ret_valid), lane.eq(ret_lane)]
+                ret_valid, ret_lane = v, lane
             m.d.comb += [inv.i[b].valid.eq(ret_valid), inv.i[b].tag.eq(ret_lane),
                          inv.i[b].data.eq(1 if W else self.rdata[b])]
 
@@ -322,12 +329,14 @@ class OmegaReadPort(_OmegaPort):
     grant : ``In(banks)``
         Bank ``b`` takes the request this cycle (combinational from the owner's arbiter).
     rdata : ``In(ArrayLayout(32, banks))``
-        Bank ``b``'s word, the cycle after a granted request (a synchronous RAM read).
+        Bank ``b``'s word, ``latency`` cycles (default 1: a synchronous RAM read) after a
+        granted request; :attr:`round_trip` counts them.
     """
 
-    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2):
+    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
+                 latency=1):
         super().__init__(lanes, addr_bits, write=False, banks=banks, skew=skew,
-                         register_every=register_every)
+                         register_every=register_every, latency=latency)
 
 
 class OmegaWritePort(_OmegaPort):
@@ -356,6 +365,7 @@ class OmegaWritePort(_OmegaPort):
         Bank ``b`` writes it this cycle.
     """
 
-    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2):
+    def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
+                 latency=1):
         super().__init__(lanes, addr_bits, write=True, banks=banks, skew=skew,
-                         register_every=register_every)
+                         register_every=register_every, latency=latency)

@@ -118,7 +118,7 @@ def _read_vectors(rng, lanes, addr_bits, count):
     return out
 
 
-def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
+def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0, latency=1):
     """Offer ``vectors`` back to back from cycle 0; banks answer from ``mem`` (word address ->
     word), granting with probability ``grant_p``; the consumer is ready with probability
     ``ready_p``. Returns ``[(accepted, left, words), ...]``."""
@@ -128,18 +128,21 @@ def _run_read_port(dut, vectors, mem, *, grant_p=1.0, ready_p=1.0, seed=0):
     out, accepted = [], []
 
     async def tb(ctx):
-        nxt, answer, t = 0, {}, 0
+        nxt, t = 0, 0
+        answers = [{} for _ in range(latency)]
         while len(out) < len(vectors):
             assert t < 200 * len(vectors) + 100, "the read port hung"
-            # the banks: last cycle's granted requests answered, this cycle's granted at random
+            # the banks: the requests granted ``latency`` cycles ago answered, this cycle's
+            # granted at random
             for b in range(NB):
-                ctx.set(dut.rdata[b], answer.get(b, 0))
+                ctx.set(dut.rdata[b], answers[0].get(b, 0))
             answer, grant = {}, 0
             for b in range(NB):
                 if ctx.get(dut.bank[b].valid) and rng.random() < grant_p:
                     grant |= 1 << b
                     row = ctx.get(dut.bank[b].row)
                     answer[b] = mem[(row << nb) | b]
+            answers = answers[1:] + [answer]
             ctx.set(dut.grant, grant)
             if nxt < len(vectors):
                 addr, mask = vectors[nxt]
@@ -179,22 +182,24 @@ def _passes(vectors, lanes, banks, skew):
             for a, m, *_ in vectors]
 
 
-@pytest.mark.parametrize("lanes, banks, skew, every", [(8, 8, False, 2), (16, 16, "xor", 2),
-                                                       (32, 32, "xor", 3), (8, 16, True, 2),
-                                                       (16, 4, "xor", 2)])
-def test_read_port_cycle_exact_with_every_bank_granted(lanes, banks, skew, every):
+@pytest.mark.parametrize("lanes, banks, skew, every, latency", [
+    (8, 8, False, 2, 1), (16, 16, "xor", 2, 1), (32, 32, "xor", 3, 1), (8, 16, True, 2, 2),
+    (16, 4, "xor", 2, 3)])
+def test_read_port_cycle_exact_with_every_bank_granted(lanes, banks, skew, every, latency):
     """With every bank granted and the consumer always ready, every vector is accepted and
     leaves in exactly the cycles golden's schedule gives for its omega_passes, with the words
-    at its addresses (masked lanes 0); also with fewer or more lanes than banks."""
+    at its addresses (masked lanes 0); also with fewer or more lanes than banks and banks
+    answering 2 or 3 cycles after the grant."""
     from ttrain.golden.isa import omega_read_schedule
     from ttrain.rtl.omega import OmegaReadPort
     rng = np.random.default_rng(lanes + 7)
     abits = 12
-    dut = OmegaReadPort(lanes, abits, banks=banks, skew=skew, register_every=every)
+    dut = OmegaReadPort(lanes, abits, banks=banks, skew=skew, register_every=every,
+                        latency=latency)
     vectors = _read_vectors(rng, lanes, abits, 24)
     words = rng.integers(0, 1 << 32, 1 << abits, dtype=np.uint64)
     mem = {int(_bank_addr(a, banks, skew)): int(words[a]) for a in range(1 << abits)}
-    got = _run_read_port(dut, vectors, mem)
+    got = _run_read_port(dut, vectors, mem, latency=latency)
     passes = _passes(vectors, lanes, banks, skew)
     assert max(passes) > 1 and min(passes) == 0       # the set exercises retries and no-ops
     want = omega_read_schedule(passes, dut.round_trip)
