@@ -34,7 +34,7 @@ BENCH_SLOTS = 16
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
     optional ``slots``, ``max_split``, ``banks``, ``fetch_words``, ``bank_skew``,
-    ``row_operands`` and ``shared_units``: the
+    ``row_operands``, ``route`` (``"omega"``), ``fetch_depth`` and ``shared_units``: the
     FP32 units as instances of one Verilog module each, :func:`ttrain.rtl.export.shared_unit`,
     for wide builds): the same configuration ``testbench/tb_engine.py`` reads from
     ``$ENGINE_CONFIG``."""
@@ -47,8 +47,9 @@ def make_engine(cfg):
                              max_split=cfg.get("max_split", 1), banks=cfg.get("banks"),
                              fetch_words=cfg.get("fetch_words"),
                              bank_skew=bool(cfg.get("bank_skew")),
-                             row_operands=bool(cfg.get("row_operands")), **units,
-                             **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
+                             row_operands=bool(cfg.get("row_operands")),
+                             route=cfg.get("route"), fetch_depth=cfg.get("fetch_depth", 4),
+                             **units, **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 
 def build_engine(eng, name):

@@ -50,7 +50,7 @@ WIDE = {
     "stores": [["f", 4096, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 2048, "block", "memory"]],
     "seed": 2027,
-    "n_random": 16,
+    "n_random": 10,
     "max_mn": 70,
     "max_k": 48,
 }
