@@ -1703,12 +1703,19 @@ def omega_passes(sources, dests, ports):
     return passes
 
 
+def omega_round_trip(ports, register_every=2, bank_latency=2):
+    """Cycles from a lane's request into an Omega read port of ``ports`` ports to its word
+    back: the request network, the bank, the return network (each network
+    ``ceil(log2(ports) / register_every)`` register stages; rtl/omega.py ``round_trip``)."""
+    stages = -(-(int(ports).bit_length() - 1) // register_every)
+    return 2 * stages + bank_latency
+
+
 def omega_fill(ports, register_every=2):
-    """Cycles the Omega route adds to a descriptor's fill and drain: the first A/B fetch's
-    round trip beyond the arbiter route's two cycles and the last C write's round trip
-    (a network of ``ports`` ports has ``ceil(log2(ports) / register_every)`` register
-    stages; a read's round trip is request + bank + return network, a write's request + one
-    cycle + acknowledgement network; rtl/omega.py ``round_trip``)."""
+    """Cycles the Omega route adds to a descriptor's fill and drain for a one-pass first
+    fetch: its two networks beyond the arbiter route's bank latency, and the last C write's
+    round trip (request network, one cycle, acknowledgement network). A first fetch of ``p``
+    passes adds ``(p - 1)`` round trips more (:func:`engine_cycles`)."""
     stages = -(-(int(ports).bit_length() - 1) // register_every)
     return 2 * stages + (2 * stages + 1)
 
@@ -1902,6 +1909,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     last = desc.n - (ntiles - 1) * pg
     first = pg if ntiles > 1 else last
     edges = max(0, fetch(first) - 4) + max(0, rows(last) - hp)     # 4: in the fill
+    if route is not None:                        # the first vector's passes each a round trip
+        edges += (fetch(first) - 1) * omega_round_trip(max(lanes, slots * desc.split, banks))
     if desc.accumulate:
         edges += max(0, rows(first) - hp)
     body = ((ntiles - 1) * tile(pg) if ntiles > 1 else 0) + tile(last)

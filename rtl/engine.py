@@ -75,7 +75,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..golden.isa import best_split, engine_cycles
+from ..golden.isa import best_split, engine_cycles, omega_round_trip
 from ..golden.numerics import NEG_ZERO       # -0.0: the initial value of a fresh sum
 from .fp32 import latency_of
 from .port import StorePortSignature
@@ -938,8 +938,10 @@ class ContractionEngine(wiring.Component):
         default ``max(lanes, adder latency + 1)`` rounded up to a power of two.
     dim_bits : int
         Width of ``m``, ``n``, ``k`` and ``batch`` (limit ``2**dim_bits - 1``).
-    fetch_depth : int
-        A and B vectors fetched ahead (at least 2 = double buffering).
+    fetch_depth : int or None
+        A and B vectors fetched ahead (at least 2 = double buffering); default 4, or with
+        ``route="omega"`` at least the A port's round trip (its vectors in flight at once:
+        fewer throttle a many-pass vector stream, :func:`ttrain.golden.isa.omega_fill`).
     mul_unit, add_unit : class or None
         FP32 multiplier / adder components (default :class:`~ttrain.rtl.fp32.FP32Mul` /
         :class:`~ttrain.rtl.fp32.FP32Add`): ``i``/``o`` streams as those and a ``latency``
@@ -1000,7 +1002,7 @@ class ContractionEngine(wiring.Component):
         the words a running contraction reads or writes.
     """
 
-    def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=4,
+    def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=None,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
                  fetch_words=None, bank_skew=False, port_width=None, row_ports=True,
                  row_operands=False, route=None):
@@ -1020,7 +1022,7 @@ class ContractionEngine(wiring.Component):
             raise ValueError(f"store names must be unique, got {names}")
         if not isinstance(dim_bits, int) or not 2 <= dim_bits <= 24:
             raise ValueError(f"dim_bits must be an integer in 2..24, not {dim_bits!r}")
-        if not isinstance(fetch_depth, int) or fetch_depth < 2:
+        if fetch_depth is not None and (not isinstance(fetch_depth, int) or fetch_depth < 2):
             raise ValueError(f"fetch_depth must be an integer >= 2 (double buffering), "
                              f"not {fetch_depth!r}")
         if isinstance(ports, bool) or not isinstance(ports, int) or not 0 <= ports <= 8:
@@ -1075,6 +1077,9 @@ class ContractionEngine(wiring.Component):
         self._banks = banks
         self._slots = slots
         self._dim_bits = dim_bits
+        if fetch_depth is None:                 # the A port's vectors in flight (omega)
+            fetch_depth = 4 if route is None else \
+                max(4, omega_round_trip(max(lanes, slots * max_split, banks)))
         self._fetch_depth = fetch_depth
         self._stores = []
         for spec in stores:                     # built here to validate and report early;

@@ -48,7 +48,7 @@ def make_engine(cfg):
                              fetch_words=cfg.get("fetch_words"),
                              bank_skew=bool(cfg.get("bank_skew")),
                              row_operands=bool(cfg.get("row_operands")),
-                             route=cfg.get("route"), fetch_depth=cfg.get("fetch_depth", 4),
+                             route=cfg.get("route"), fetch_depth=cfg.get("fetch_depth"),
                              **units, **({"slots": cfg["slots"]} if cfg.get("slots") else {}))
 
 

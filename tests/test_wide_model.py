@@ -184,7 +184,8 @@ def test_omega_network_model():
     interleaved banks passes in one), a bank wanted twice costs a pass each, random sets agree
     with a link-by-link reference router; engine_cycles(route='omega') costs a conflict-free
     descriptor as the whole-vector machine does; bad arguments raise."""
-    from ttrain.golden.isa import bank_of, engine_cycles, omega_fill, omega_passes
+    from ttrain.golden.isa import (bank_of, engine_cycles, omega_fill, omega_passes,
+                                   omega_round_trip)
     lanes = np.arange(64)
     for stride in (1, 3, 5, 7, 63, 65):
         for base in (0, 17):
@@ -205,12 +206,13 @@ def test_omega_network_model():
     assert (bank_of(a, 256, True) == (a + a // 256) % 256).all()
     s = "s"
     d = Descriptor(16, 64, 40, View(s, 0, 41, 1), View(s, 4096, 64, 1), View(s, 8192, 64, 1))
-    # a conflict-free descriptor: the whole-vector machine's cycles plus the networks' fill
-    # (64 ports, 3 register stages per network: the first read's two networks, 6 cycles, and
-    # the last write's round trip, 7)
+    # one pass per vector: the whole-vector machine's cycles plus the networks' fill (64
+    # ports, 3 register stages per network: the first read's two networks, 6 cycles, and the
+    # last write's round trip, 7) and, as A and B share store s and their first vectors meet
+    # at a bank (2 cycles on the whole-vector machine), one more read round trip (8)
+    assert omega_fill(64) == 13 and omega_round_trip(64) == 8
     assert engine_cycles(d, 64, 16, banks=64, route="omega") == \
-        engine_cycles(d, 64, 16, banks=64, fetch_words=64) + omega_fill(64) == \
-        engine_cycles(d, 64, 16, banks=64, fetch_words=64) + 13
+        engine_cycles(d, 64, 16, banks=64, fetch_words=64) + 13 + 8
     with pytest.raises(ValueError, match="route"):
         engine_cycles(d, 64, 16, route="omega")
     with pytest.raises(ValueError, match="route"):
