@@ -1713,11 +1713,13 @@ def omega_round_trip(ports, register_every=2, bank_latency=2):
 
 def omega_fill(ports, register_every=2):
     """Cycles the Omega route adds to a descriptor's fill and drain for a one-pass first
-    fetch: its two networks beyond the arbiter route's bank latency, and the last C write's
-    round trip (request network, one cycle, acknowledgement network). A first fetch of ``p``
-    passes adds ``(p - 1)`` round trips more (:func:`engine_cycles`)."""
+    fetch: the register stages of the first fetch's two networks and of the last C write's
+    two (``4 x stages``) less 4 cycles the engine's pipeline hides (calibrated on the 8-lane
+    engine, rtl/engine.py ``route="omega"``: 0-5 cycles per descriptor of it; docs/
+    wide-engine.md, ninth session). A first fetch of ``p`` passes adds ``(p - 1)`` round trips
+    more (:func:`engine_cycles`)."""
     stages = -(-(int(ports).bit_length() - 1) // register_every)
-    return 2 * stages + (2 * stages + 1)
+    return max(0, 4 * stages - 4)
 
 
 def omega_read_schedule(passes, round_trip, *, ready=None):
@@ -1731,8 +1733,12 @@ def omega_read_schedule(passes, round_trip, *, ready=None):
     a pass returns ``round_trip`` cycles later, in the slot's next turn, which sends the next
     pass if one is needed; a vector is complete from the cycle after its last pass returned
     (the cycle after it was accepted, with no pass), and leaves, in the order accepted, in a
-    cycle it is complete and the consumer is ready, its slot free from the next cycle.
-    Returns ``[(accepted, left), ...]`` per vector."""
+    cycle it is complete and the consumer is ready, its slot free from the next cycle. A
+    vector complete in its slot's turn (its last pass returning then, or earlier) while it is
+    the oldest leaves in that cycle if the consumer is ready, and the slot accepts the next
+    vector in the same turn:
+    one-pass vectors then stream at one per cycle (without it a slot served a vector every
+    other turn). Returns ``[(accepted, left), ...]`` per vector."""
     R = int(round_trip)
     if R < 1:
         raise ValueError(f"omega_read_schedule: round_trip must be >= 1, not {round_trip}")
@@ -1750,7 +1756,12 @@ def omega_read_schedule(passes, round_trip, *, ready=None):
             left[s] -= 1                               # a pass comes home
             if left[s] == 0:
                 done_at[s] = t + 1
-        elif not start_busy and nxt < len(passes):
+        if start_busy and left[s] == 0 and head == s and ready(t):
+            out[busy[s]][1] = t                        # complete in its turn and the oldest:
+            busy[s], done_at[s] = None, None           # it leaves now and the slot takes the
+            order.pop(0)                               # next vector at once
+            head, start_busy = None, False
+        if not start_busy and nxt < len(passes):
             busy[s], left[s] = nxt, passes[nxt]
             done_at[s] = t + 1 if passes[nxt] == 0 else None
             out[nxt] = [t, None]

@@ -207,8 +207,10 @@ class _OmegaPort(wiring.Component):
         RB = A - nb                              # row bits
         m.submodules.fwd = fwd = self._fwd
         m.submodules.inv = inv = self._inv
+        # (R + 1 deep: with every slot busy the oldest may leave and its slot take the next
+        # vector in one cycle)
         m.submodules.order = order = fifo.SyncFIFO(width=max(1, (R - 1).bit_length()),
-                                                    depth=R)
+                                                    depth=R + 1)
         # per slot: the lanes' addresses (and a write's words), a read's words home
         m.submodules.addrs = addrs = memory.Memory(shape=unsigned(L * (A + 32 * W)), depth=R,
                                                    init=[])
@@ -230,8 +232,18 @@ class _OmegaPort(wiring.Component):
                      slot_pend.eq(Array(pend)[cur])]
         left = Signal(L, name="left")
         m.d.comb += left.eq(slot_pend & ~back)
+        head = Signal(range(R), name="head")
+        m.d.comb += head.eq(order.r_data)
+        # this cycle's slot completes now and is the oldest: it may leave at once (``o.valid``
+        # does not wait for the ``done`` register) and take the next vector in this turn
+        now = Signal(name="complete_now")
+        leave_now = Signal(name="leave_now")
+        m.d.comb += [now.eq(slot_busy & (left == 0) & order.r_rdy & (head == cur)),
+                     leave_now.eq(now & self.o.ready)]
+        free = Signal(name="slot_free")
+        m.d.comb += free.eq(~slot_busy | leave_now)
         accept = Signal(name="accept")
-        m.d.comb += [self.i.ready.eq(~slot_busy & order.w_rdy),
+        m.d.comb += [self.i.ready.eq(free & order.w_rdy),
                      accept.eq(self.i.valid & self.i.ready)]
         req = self.i.payload
         incoming = Cat(req.addr.as_value(), req.data.as_value()) if W else req.addr.as_value()
@@ -241,8 +253,8 @@ class _OmegaPort(wiring.Component):
         # the pass of this cycle: the slot's lanes still waiting, or the request accepted now
         send = Signal(L, name="send")
         src = Signal(len(incoming), name="send_req")
-        m.d.comb += [send.eq(Mux(slot_busy, left, Mux(accept, req.mask, 0))),
-                     src.eq(Mux(slot_busy, a_rd.data, incoming))]
+        m.d.comb += [send.eq(Mux(~free, left, Mux(accept, req.mask, 0))),
+                     src.eq(Mux(~free, a_rd.data, incoming))]
         for x in range(L):
             bank, row = self._bank_row(src[x * A:(x + 1) * A])
             word = [src[L * A + 32 * x:L * A + 32 * (x + 1)]] if W else []
@@ -264,10 +276,8 @@ class _OmegaPort(wiring.Component):
             m.d.comb += [inv.i[b].valid.eq(ret_valid), inv.i[b].tag.eq(ret_lane),
                          inv.i[b].data.eq(1 if W else self.rdata[b])]
 
-        head = Signal(range(R), name="head")
-        m.d.comb += [head.eq(order.r_data),
-                     order.w_en.eq(accept), order.w_data.eq(cur),
-                     self.o.valid.eq(order.r_rdy & done.bit_select(head, 1)),
+        m.d.comb += [order.w_en.eq(accept), order.w_data.eq(cur),
+                     self.o.valid.eq(order.r_rdy & (done.bit_select(head, 1) | now)),
                      order.r_en.eq(self.o.valid & self.o.ready)]
         if not W:
             # a read's words: written as they come home, cleared when a request is accepted
@@ -275,21 +285,25 @@ class _OmegaPort(wiring.Component):
                                                        init=[])
             w_wr = words.write_port(granularity=32)
             w_rd = words.read_port(domain="comb")
+            home = Cat(*[inv.o[x].data for x in range(L)])
             m.d.comb += [w_wr.addr.eq(cur),
-                         w_wr.en.eq(Mux(slot_busy, back, Mux(accept, (1 << L) - 1, 0))),
-                         w_wr.data.eq(Mux(slot_busy,
-                                          Cat(*[inv.o[x].data for x in range(L)]), 0)),
-                         w_rd.addr.eq(head), self.o.payload.eq(w_rd.data)]
+                         w_wr.en.eq(Mux(~free, back, Mux(accept, (1 << L) - 1, 0))),
+                         w_wr.data.eq(Mux(~free, home, 0)),
+                         w_rd.addr.eq(head)]
+            # leaving now: the words coming home this cycle are not in the memory yet
+            m.d.comb += [self.o.payload[x].eq(Mux(now & back[x], inv.o[x].data,
+                                                  w_rd.data[32 * x:32 * (x + 1)]))
+                         for x in range(L)]
         for s in range(R):
             here = cur == s
             leave = self.o.valid & self.o.ready & (head == s)
-            with m.If(here & slot_busy):
+            with m.If(leave):
+                m.d.sync += [busy[s].eq(0), done[s].eq(0)]
+            with m.If(here & ~free):
                 m.d.sync += [pend[s].eq(left), done[s].eq(left == 0)]
             with m.Elif(here & accept):
                 m.d.sync += [pend[s].eq(req.mask), busy[s].eq(1),
                              done[s].eq(req.mask == 0)]
-            with m.If(leave):
-                m.d.sync += [busy[s].eq(0), done[s].eq(0)]
         return m
 
 
