@@ -1839,21 +1839,27 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     a tile's C rows strided along the lanes but unit-stride down the rows (``C^T`` layouts)
     are buffered and written as the tile's columns, ``h`` consecutive words a lane.
 
-    ``route = "omega"`` (with ``banks``; a design-study machine, **not built**,
-    docs/wide-engine.md, eighth session: "the route from the banks to the lanes"): every
-    vector of the fetchers and the C writer goes whole through an Omega network from its
-    lanes to the banks and costs its :func:`omega_passes` (``fetch_words`` ignored);
-    ``bank_skew`` may also be ``"xor"`` (:func:`bank_of`). The fill adds what the networks'
-    registers cost the first fetch and the last write (:func:`omega_fill`); the engine built
-    with ``route="omega"`` (rtl/engine.py) runs -3 to +20 cycles per descriptor off this model
-    (measured at 8 lanes, docs/wide-engine.md, ninth session), not per k-step.
+    ``route = "omega"`` (with ``banks``; built, rtl/engine.py ``route="omega"``,
+    docs/wide-engine.md, eighth and ninth sessions): every vector of the fetchers and the C
+    writer goes whole through an Omega port from its lanes to the banks and costs its
+    :func:`omega_passes` (``fetch_words`` ignored); ``bank_skew`` may also be ``"xor"``
+    (:func:`bank_of`). The fill adds what the networks' registers cost the first fetch and
+    the last write (:func:`omega_fill`), and a many-pass first fetch its round trips. The
+    8-lane engine runs 0-5 cycles per descriptor off this model on clean descriptors; at 32
+    lanes random descriptors run 12% over it (split 8 and accumulate the most).
+
+    ``route = "omega-shared"`` (a design study, not built): the A, B and old-C vectors take
+    turns through **one** read port (the C writer keeps its own): a k-step's A and B passes
+    add instead of taking the larger, and a tile's old-C rows add to its k-steps' fetches.
     """
     if row_fetch is not None and banks is None:
         raise ValueError("engine_cycles: row_fetch needs banks")
-    if route not in (None, "omega"):
-        raise ValueError(f"engine_cycles: route must be None or 'omega', not {route!r}")
+    if route not in (None, "omega", "omega-shared"):
+        raise ValueError(f"engine_cycles: route must be None, 'omega' or 'omega-shared', not "
+                         f"{route!r}")
     if route is not None and (banks is None or row_fetch is not None):
-        raise ValueError("engine_cycles: route='omega' needs banks and no row_fetch")
+        raise ValueError(f"engine_cycles: route={route!r} needs banks and no row_fetch")
+    shared = route == "omega-shared"
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
     hp = max(h, add_latency + 1)
@@ -1878,7 +1884,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
         """(cycles, words per bank) of one k-step's vector of an operand (``row``: the
         vector's consecutive words go as row entries, ``row_operands``)."""
         if route is not None:
-            return _vector_cycles(addrs, active, None, banks, bank_skew, route)
+            return _vector_cycles(addrs, active, None, banks, bank_skew, "omega")
         if row_fetch is None:
             return _vector_cycles(addrs, active, addrs.size if row else width_, banks,
                                   bank_skew)
@@ -1902,6 +1908,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
         cyc_b, hits_b = operand(b.base + q_b * b.col_stride + g_b * kc * b.row_stride,
                                 (q_b < cols) & (g_b < s), cols == 1 or b.col_stride == 1,
                                 b.row_stride == 1, w, row_operands and b.col_stride == 1)
+        if shared:                               # in turns through one port
+            return cyc_a + cyc_b
         both = 0 if banks is None or a.store != b.store else int((hits_a + hits_b).max())
         return max(cyc_a, cyc_b, both)
 
@@ -1916,12 +1924,17 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
                            row_operands and c.col_stride == 1)[0]
 
     def tile(cols):
+        if shared and desc.accumulate:           # the old-C rows through the same port
+            f = fetch(cols)
+            return max(kc * max(hp, f), rows(cols), kc * f + rows(cols))
         return max(kc * max(hp, fetch(cols)), rows(cols))
     last = desc.n - (ntiles - 1) * pg
     first = pg if ntiles > 1 else last
     edges = max(0, fetch(first) - 4) + max(0, rows(last) - hp)     # 4: in the fill
     if route is not None:                        # the first vector's passes each a round trip
-        edges += (fetch(first) - 1) * omega_round_trip(max(lanes, slots * desc.split, banks))
+        f1 = fetch(first)
+        p1 = max(cyc_a, f1 - cyc_a) if shared else f1    # (shared: A and B side by side)
+        edges += (p1 - 1) * omega_round_trip(max(lanes, slots * desc.split, banks))
     if desc.accumulate:
         edges += max(0, rows(first) - hp)
     body = ((ntiles - 1) * tile(pg) if ntiles > 1 else 0) + tile(last)

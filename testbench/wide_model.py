@@ -37,13 +37,14 @@ It is a model for choosing the design, not a measurement: cycle counts of the RT
 ``--row-fetch F [--k-stage K]`` (with ``--banks``) make the machine row a design study of
 fetchers that are not built: one row entry per lane group for unit-stride vectors, ``F``
 per-lane ports otherwise, and with ``K`` strided operands staged along k (``engine_cycles``'s
-``row_fetch``/``k_stage``). ``--route omega`` (with ``--banks``) is the other study: every
-engine vector whole through an Omega network from its lanes to the banks
-(``engine_cycles``'s ``route``; ``--xor-skew`` the XOR bank hash beside it).
+``row_fetch``/``k_stage``). ``--route omega`` (with ``--banks``; built as
+``ContractionEngine(route="omega")``): every engine vector whole through an Omega port from
+its lanes to the banks (``engine_cycles``'s ``route``; ``--xor-skew`` the XOR bank hash beside
+it); ``--route omega-shared`` the study of one read port shared by A, B and old C.
 
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
 [--banks NB] [--bank-skew | --xor-skew] [--row-operands | --row-fetch F [--k-stage K] |
---route omega] [--positions P] [--order O] [--json]``
+--route omega|omega-shared] [--positions P] [--order O] [--json]``
 """
 
 import argparse
@@ -213,6 +214,8 @@ def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None
                                   k_stage=k_stage, compile_kw=compile_kw,
                                   row_operands=row_operands, route=route)
             how = ("whole vectors through an Omega network" if route == "omega" else
+                   "whole vectors, A/B/old C through one Omega port" if route == "omega-shared"
+                   else
                    f"W {fetch_words}{' + row operands' if row_operands else ''}"
                    if row_fetch is None else
                    f"row entries, {row_fetch}-port fallback, k-stage {k_stage or 1}")
@@ -291,10 +294,11 @@ def main(argv=None):
     p.add_argument("--xor-skew", action="store_true",
                    help="machine row, a design study (not built): word a in bank (a ^ (a >> "
                         "log2 NB)) %% NB")
-    p.add_argument("--route", choices=("omega",), default=None,
-                   help="machine row, a design study (not built): every engine vector whole "
-                        "through an Omega network from its lanes to the banks (golden.isa."
-                        "omega_passes)")
+    p.add_argument("--route", choices=("omega", "omega-shared"), default=None,
+                   help="machine row: every engine vector whole through an Omega port from "
+                        "its lanes to the banks (golden.isa.omega_passes; 'omega' built: "
+                        "ContractionEngine(route='omega')); 'omega-shared', a design study: "
+                        "A, B and old C in turns through one read port")
     p.add_argument("--row-operands", action="store_true",
                    help="machine row: unit-stride B/C vectors as row entries (the engine's "
                         "row_operands, built), the others through the --fetch-words ports")
@@ -324,7 +328,7 @@ def main(argv=None):
     if a.k_stage is not None and a.row_fetch is None:
         p.error("--k-stage needs --row-fetch F")
     if a.route is not None and (a.banks is None or a.row_fetch is not None or a.row_operands):
-        p.error("--route omega needs --banks NB and neither --row-fetch nor --row-operands")
+        p.error(f"--route {a.route} needs --banks NB and neither --row-fetch nor --row-operands")
     if a.xor_skew and (a.bank_skew or a.banks is None):
         p.error("--xor-skew needs --banks NB and replaces --bank-skew (choose one)")
     if a.special_lanes != 1 and a.vector_width is None:
