@@ -1775,18 +1775,19 @@ def omega_read_schedule(passes, round_trip, *, ready=None):
     return [tuple(o) for o in out]
 
 
-def _vector_cycles(addrs, active, width, banks, skew=False, route=None):
+def _vector_cycles(addrs, active, width, banks, skew=False, route=None, ports=None):
     """Cycles a vector client of the engine needs for one vector: its lanes in beats of
     ``width`` consecutive lanes, empty beats skipped, each beat as many cycles as its most
     requested bank (one per beat without ``banks``; the bank of :func:`bank_of`). With
     ``route = "omega"`` the whole vector goes at once through an Omega network from its lanes
-    to the banks (:func:`omega_passes`; ``width`` ignored). Returns ``(cycles, words per
-    bank)``."""
+    to the banks (:func:`omega_passes`; ``width`` ignored), a network of ``ports`` ports
+    (default: the fewest that hold the lanes and the banks; a port wider than the vector
+    routes it differently). Returns ``(cycles, words per bank)``."""
     addrs = np.asarray(addrs, dtype=np.int64)
     active = np.asarray(active, dtype=bool)
     if route == "omega":
         bank = bank_of(addrs[active], banks, skew)
-        ports = 1 << max(int(banks) - 1, addrs.size - 1, 0).bit_length()
+        ports = 1 << max(int(banks) - 1, addrs.size - 1, int(ports or 0) - 1, 0).bit_length()
         return (omega_passes(np.nonzero(active)[0], bank, ports),
                 np.bincount(bank, minlength=banks))
     beat = np.arange(addrs.size) // width
@@ -1800,7 +1801,7 @@ def _vector_cycles(addrs, active, width, banks, skew=False, route=None):
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
                   fetch_words=None, banks=None, bank_skew=False, row_fetch=None,
-                  k_stage=None, row_operands=False, route=None):
+                  k_stage=None, row_operands=False, route=None, omega_lanes=None):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
     model the compiler maps programs with.
 
@@ -1848,9 +1849,12 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     8-lane engine runs 0-5 cycles per descriptor off this model on clean descriptors; at 32
     lanes random descriptors run 12% over it (split 8 and accumulate the most).
 
-    ``route = "omega-shared"`` (a design study, not built): the A, B and old-C vectors take
-    turns through **one** read port (the C writer keeps its own): a k-step's A and B passes
-    add instead of taking the larger, and a tile's old-C rows add to its k-steps' fetches.
+    ``route = "omega-shared"`` (rtl/engine.py ``route="omega-shared"``): the A, B and old-C
+    vectors take turns through **one** read port (the C writer keeps its own): a k-step's A
+    and B passes add instead of taking the larger, and a tile's old-C rows add to its
+    k-steps' fetches. ``omega_lanes``: the A port's lanes (the engine's ``slots x
+    max_split``; default ``slots x split``); the shared port is as wide as A's and B's, and
+    a vector's passes are those of the network it actually crosses.
     """
     if row_fetch is not None and banks is None:
         raise ValueError("engine_cycles: row_fetch needs banks")
@@ -1860,6 +1864,10 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     if route is not None and (banks is None or row_fetch is not None):
         raise ValueError(f"engine_cycles: route={route!r} needs banks and no row_fetch")
     shared = route == "omega-shared"
+    if route is not None:                        # the networks the vectors cross
+        ports_a = max(omega_lanes or slots * desc.split, banks)
+        ports_bc = max(ports_a, lanes) if shared else max(lanes, banks)
+        ports_a = ports_bc if shared else ports_a
     mtiles = -(-desc.m // slots)
     h = -(-desc.m // mtiles)
     hp = max(h, add_latency + 1)
@@ -1867,7 +1875,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     ntiles = -(-desc.n // pg)
     fill = 4 + 5 + 1 + mul_latency + add_latency + 3 + 2
     if route is not None:
-        fill += omega_fill(max(lanes, slots * desc.split, banks))
+        fill += omega_fill(max(ports_a, ports_bc))
     fold = (desc.split.bit_length() - 1) * add_latency
     if fetch_words is None and banks is None:
         return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
@@ -1880,11 +1888,13 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
         w = wa = None                            # chosen per vector below
     stage = min(k_stage or 1, kc)
 
-    def operand(addrs, active, lane_unit, k_unit, width_, row=False):
+    def operand(addrs, active, lane_unit, k_unit, width_, row=False, ports=None):
         """(cycles, words per bank) of one k-step's vector of an operand (``row``: the
-        vector's consecutive words go as row entries, ``row_operands``)."""
+        vector's consecutive words go as row entries, ``row_operands``; ``ports``: its Omega
+        network's)."""
         if route is not None:
-            return _vector_cycles(addrs, active, None, banks, bank_skew, "omega")
+            return _vector_cycles(addrs, active, None, banks, bank_skew, "omega",
+                                  ports or ports_bc)
         if row_fetch is None:
             return _vector_cycles(addrs, active, addrs.size if row else width_, banks,
                                   bank_skew)
@@ -1900,7 +1910,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     g_a, t_a = j // slots, j % slots
     cyc_a, hits_a = operand(a.base + t_a * a.row_stride + g_a * kc * a.col_stride,
                             (t_a < h) & (g_a < s), h == 1 or a.row_stride == 1,
-                            a.col_stride == 1, wa)
+                            a.col_stride == 1, wa, ports=ports_a if route else None)
     p = np.arange(lanes)                         # B lane p: column q of group g
     g_b, q_b = p // pg, p % pg
 
@@ -1934,7 +1944,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     if route is not None:                        # the first vector's passes each a round trip
         f1 = fetch(first)
         p1 = max(cyc_a, f1 - cyc_a) if shared else f1    # (shared: A and B side by side)
-        edges += (p1 - 1) * omega_round_trip(max(lanes, slots * desc.split, banks))
+        edges += (p1 - 1) * omega_round_trip(max(ports_a, ports_bc))
     if desc.accumulate:
         edges += max(0, rows(first) - hp)
     body = ((ntiles - 1) * tile(pg) if ntiles > 1 else 0) + tile(last)

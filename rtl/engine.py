@@ -456,6 +456,7 @@ class _VectorClient:
         self.name = name
         self.lanes = lanes
         self.row = row
+        self.want = Signal(name=f"{name}_want")            # (unused by these clients)
         self.load = Signal(name=f"{name}_load")
         self.load_base = Signal(addr_bits, name=f"{name}_load_base")
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
@@ -660,61 +661,130 @@ class _WriteClient(_VectorClient):
         self.port_data = None if self.row else self.beats.port_values(self.data, 32)
 
 
-class _OmegaClient:
-    """A vector client of the engine through an Omega port (``route="omega"``): the A, B and
-    old-C fetchers (:class:`~ttrain.rtl.omega.OmegaReadPort`) and the C writer
-    (:class:`~ttrain.rtl.omega.OmegaWritePort`) of a wide engine, docs/wide-engine.md (ninth
-    session).
-
-    The same interface to the engine as :class:`_ReadClient` / :class:`_WriteClient`:
-    ``load`` (when ``can_load``) takes ``load_base``/``load_mask``/``load_store`` (a writer's
+class _OmegaView:
+    """One vector client (A, B, old C or the C writer) of an :class:`_OmegaClient`: the
+    interface of :class:`_ReadClient` / :class:`_WriteClient` to the engine. ``load`` (when
+    ``can_load``) takes ``load_base``/``load_mask``/``load_store`` (a writer's
     ``load_data``), lane ``p`` accessing word ``load_base + offsets[p]``; a read's vector
     comes out on ``out_valid``/``out_data`` in load order, a write's completion pulses
-    ``finishing``. Unlike those clients, up to the port's ``round_trip`` vectors are in
-    flight at once (the engine's credits bound them), and a vector's latency is its passes
-    through the request network times ``round_trip`` (:func:`ttrain.golden.isa.omega_read_schedule`).
+    ``finishing``."""
 
-    To the arbiter it is one entry that claims, per bank, the request the port's network
-    delivered there this cycle (:meth:`hot`); a bank taken by a higher-priority entry refuses
-    it and the port sends that lane again in its slot's next turn. The store is the one of
-    the run's vectors (latched at a load; a run's vectors all end before the next run).
-    """
-
-    def __init__(self, m, name, lanes, addr_bits, store_bits, nb_log2, skew, *, write,
-                 latency):
-        from .omega import OmegaReadPort, OmegaWritePort
-        self.name, self.lanes, self.nb_log2 = name, lanes, nb_log2
+    def __init__(self, name, lanes, addr_bits, store_bits, write):
+        self.name, self.lanes = name, lanes
         self.row, self.segs = False, []
         self.rowmode = Signal(name=f"{name}_rowmode")      # (no row entries on this route)
+        self.want = Signal(name=f"{name}_want")            # a vector waits to load
         self.load = Signal(name=f"{name}_load")
         self.load_base = Signal(addr_bits, name=f"{name}_load_base")
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
         self.load_store = Signal(store_bits, name=f"{name}_load_store")
-        self.store = Signal(store_bits, name=f"{name}_store")
         self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
-        cls = OmegaWritePort if write else OmegaReadPort
-        self.port = port = cls(lanes, addr_bits, banks=1 << nb_log2, skew=skew,
-                               latency=1 if write else latency)
-        m.submodules[f"{name}_omega"] = port
         self.can_load = Signal(name=f"{name}_can_load")
-        m.d.comb += [self.can_load.eq(port.i.ready), port.i.valid.eq(self.load),
-                     port.i.payload.mask.eq(self.load_mask), port.o.ready.eq(1)]
-        m.d.comb += [port.i.payload.addr[p].eq(self.load_base + self.offsets[p])
-                     for p in range(lanes)]
-        with m.If(self.load):
-            m.d.sync += self.store.eq(self.load_store)
-        self.grant = port.grant
         if write:
             self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
-            m.d.comb += [port.i.payload.data[p].eq(self.load_data[p]) for p in range(lanes)]
             self.finishing = Signal(name=f"{name}_finishing")
-            m.d.comb += self.finishing.eq(port.o.valid)
-            self.bank_data = [port.bank[b].data for b in range(1 << nb_log2)]
         else:
             self.out_valid = Signal(name=f"{name}_out_valid")
             self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
-            m.d.comb += [self.out_valid.eq(port.o.valid)]
-            m.d.comb += [self.out_data[p].eq(port.o.payload[p]) for p in range(lanes)]
+
+
+class _OmegaClient:
+    """Vector clients of the engine through one Omega port (``route="omega"``: the A, B and
+    old-C fetchers each through an :class:`~ttrain.rtl.omega.OmegaReadPort` and the C writer
+    through an :class:`~ttrain.rtl.omega.OmegaWritePort`; ``route="omega-shared"``: A, B and
+    old C in turns through one read port), docs/wide-engine.md (ninth session).
+
+    ``views``: ``[(name, lanes), ...]`` in priority order, each an :class:`_OmegaView`
+    (``self.views``) the engine drives like a :class:`_ReadClient` / :class:`_WriteClient`
+    (a writer has one). The port is as wide as the widest. The first ``turns`` views (default
+    all) take turns (round robin among those that want to load); a later view loads only when
+    none of them wants to. Unlike the per-lane clients, up to the port's ``round_trip`` vectors
+    are in flight at once (the engine's credits bound them), and a vector's latency is its
+    passes through the request network times ``round_trip``
+    (:func:`ttrain.golden.isa.omega_read_schedule`). Each request carries its store as the
+    port's tag to the banks, so vectors of different stores may be in flight together; the
+    vectors leave in load order and a small FIFO of view numbers says whose each one is.
+
+    To the arbiter it is one entry that claims, per bank, the request the port's network
+    delivered there this cycle (:meth:`hot`); a bank taken by a higher-priority entry refuses
+    it and the port sends that lane again in its slot's next turn.
+    """
+
+    def __init__(self, m, name, views, addr_bits, store_bits, nb_log2, skew, *, write,
+                 latency, turns=None):
+        from .omega import OmegaReadPort, OmegaWritePort
+        if write and len(views) != 1:
+            raise ValueError("_OmegaClient: a write port has one view")
+        self.name, self.nb_log2, self.store_bits = name, nb_log2, store_bits
+        self.write = bool(write)
+        self.views = [_OmegaView(n, lanes, addr_bits, store_bits, write) for n, lanes in views]
+        L = max(v.lanes for v in self.views)
+        cls = OmegaWritePort if write else OmegaReadPort
+        self.port = port = cls(L, addr_bits, banks=1 << nb_log2, skew=skew,
+                               latency=1 if write else latency, tag_bits=store_bits)
+        self.latency = 1 if write else latency
+        m.submodules[f"{name}_omega"] = port
+        R = port.round_trip
+        nv = len(self.views)
+        who = None
+        if nv > 1:                               # whose vector leaves next (load order)
+            who = m.submodules[f"{name}_who"] = fifo.SyncFIFO(width=ceil_log2(nv), depth=R + 1)
+        room = port.i.ready if who is None else port.i.ready & who.w_rdy
+        if nv == 1:
+            m.d.comb += self.views[0].can_load.eq(room)
+        else:
+            # round robin among the first ``turns`` views that want to load: the one served
+            # last goes last (a fixed order let one operand fill every slot before the next
+            # could start); the others after them in order
+            nt = nv if turns is None else turns
+            last = Signal(range(max(2, nt)), name=f"{name}_last")
+            group_wants = Cat(*[v.want for v in self.views[:nt]]).any()
+            for k, v in enumerate(self.views):
+                if k >= nt:
+                    before = Cat(group_wants, *[w.want for w in self.views[nt:k]]).any()
+                    m.d.comb += v.can_load.eq(room & ~before)
+                    continue
+                ahead = []                       # per rotation: a view before k wants
+                for r in range(nt):
+                    order = [(r + 1 + i) % nt for i in range(nt)]
+                    ahead.append(Cat(*[self.views[j].want
+                                       for j in order[:order.index(k)]]).any())
+                m.d.comb += v.can_load.eq(room & ~Array(ahead)[last])
+            with m.If(Cat(*[v.load for v in self.views[:nt]]).any()):
+                m.d.sync += last.eq(_first_index([v.load for v in self.views[:nt]],
+                                                 len(last)))
+        sel = [v.load for v in self.views]
+        taken = Cat(*sel).any()
+        req = port.i.payload
+        m.d.comb += [port.i.valid.eq(taken), port.o.ready.eq(1)]
+        addr = [Const(0, addr_bits)] * L
+        mask, store = Const(0, L), Const(0, store_bits)
+        words = [Const(0, 32)] * L
+        for k, v in reversed(list(enumerate(self.views))):
+            go = sel[k]
+            addr = [Mux(go, v.load_base + v.offsets[p], addr[p]) if p < v.lanes else addr[p]
+                    for p in range(L)]
+            mask = Mux(go, v.load_mask, mask)
+            store = Mux(go, v.load_store, store)
+            if write:
+                words = [Mux(go, v.load_data[p], words[p]) if p < v.lanes else words[p]
+                         for p in range(L)]
+        m.d.comb += [req.addr[p].eq(addr[p]) for p in range(L)]
+        m.d.comb += [req.mask.eq(mask), req.tag.eq(store)]
+        if write:
+            m.d.comb += [req.data[p].eq(words[p]) for p in range(L)]
+            m.d.comb += self.views[0].finishing.eq(port.o.valid)
+            self.bank_data = [port.bank[b].data for b in range(1 << nb_log2)]
+        else:
+            if who is not None:
+                m.d.comb += [who.w_en.eq(port.i.valid & port.i.ready),
+                             who.w_data.eq(_first_index(sel, len(who.w_data))),
+                             who.r_en.eq(port.o.valid)]
+            for k, v in enumerate(self.views):
+                mine = port.o.valid if who is None else port.o.valid & (who.r_data == k)
+                m.d.comb += [v.out_valid.eq(mine)]
+                m.d.comb += [v.out_data[p].eq(port.o.payload[p]) for p in range(v.lanes)]
+        self.grant = port.grant
 
     def ports(self):
         """The one arbiter entry of this client (for :func:`_arbitrate`)."""
@@ -728,34 +798,46 @@ class _OmegaClient:
         """The (store, bank) pairs this entry claims (``n_stores x banks`` bits)."""
         NB = 1 << self.nb_log2
         hot = Signal(n_stores * NB, name=f"{self.name}_hot")
-        m.d.comb += hot.eq(Cat(*[self.port.bank[b].valid & (self.store == s)
+        m.d.comb += hot.eq(Cat(*[self.port.bank[b].valid & (self.port.bank[b].tag == s)
                                  for s in range(n_stores) for b in range(NB)]))
         return hot
 
     def drive_grant(self, m, taken, n_stores):
         """Grant each bank's request unless ``taken`` (the higher-priority entries' claims,
-        ``n_stores x banks`` bits, or ``None``) holds that bank of the store."""
+        ``n_stores x banks`` bits, or ``None``) holds that bank of the request's store."""
         NB = 1 << self.nb_log2
         if taken is None:
             m.d.comb += self.grant.eq(Cat(*[self.port.bank[b].valid for b in range(NB)]))
             return
-        sel = Const(0, NB)
-        for s in reversed(range(n_stores)):
-            sel = Mux(self.store == s, taken[s * NB:(s + 1) * NB], sel)
         blocked = Signal(NB, name=f"{self.name}_blocked")
-        m.d.comb += [blocked.eq(sel),
-                     self.grant.eq(Cat(*[self.port.bank[b].valid & ~blocked[b]
-                                         for b in range(NB)]))]
+        for b in range(NB):
+            col = Cat(*[taken[s * NB + b] for s in range(n_stores)])
+            m.d.comb += blocked[b].eq(col.bit_select(self.port.bank[b].tag, 1))
+        m.d.comb += self.grant.eq(Cat(*[self.port.bank[b].valid & ~blocked[b]
+                                        for b in range(NB)]))
 
     def bank_value(self, b, rbits_total, nb_log2):
         """The word address at bank ``b`` (its row; the bank bits zero)."""
         return Cat(Const(0, nb_log2), self.port.bank[b].row)
 
     def connect_data(self, m, store_rdata):
-        """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``."""
+        """Wire the read data: ``store_rdata[s][b]`` is bank ``b`` of store ``s``, selected by
+        the store of the request granted there ``latency`` cycles ago."""
         for b in range(1 << self.nb_log2):
-            m.d.comb += self.port.rdata[b].eq(
-                Array([banks[b] for banks in store_rdata])[self.store])
+            tag = self.port.bank[b].tag
+            for j in range(self.latency):
+                nxt = Signal(self.store_bits, name=f"{self.name}_tag{b}_{j}")
+                m.d.sync += nxt.eq(tag)
+                tag = nxt
+            m.d.comb += self.port.rdata[b].eq(Array([banks[b] for banks in store_rdata])[tag])
+
+
+def _first_index(hits, width):
+    """The index of the first high bit of ``hits`` (0 if none), ``width`` bits."""
+    out = Const(0, width)
+    for k in reversed(range(len(hits))):
+        out = Mux(hits[k], k, out)
+    return out
 
 
 def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
@@ -764,7 +846,8 @@ def _arbitrate(m, name, lanes, n_stores, nb_log2, data=None):
     ``lanes`` is a list of arbiter entries in priority order: ``(req, store, bank, addr,
     grant)`` of one port (``grant`` is driven here), or a :class:`_RowPorts` (a row client's
     lanes, granted here as if they were separate entries in lane order) or an
-    :class:`_OmegaClient` (the requests its network delivers to the banks this cycle). ``data``: per entry,
+    :class:`_OmegaClient` (the requests its network delivers to the banks this cycle).
+    ``data``: per entry,
     its write word (a port) or ``None`` (a row entry, whose words are per bank). Returns
     ``sel[s][b]``: per entry in priority order a ``(hit, addr)`` pair, or with ``data`` a
     ``(hit, addr, word)`` triple, ``hit`` high when the entry requests (s, b); the first
@@ -1042,11 +1125,12 @@ class ContractionEngine(wiring.Component):
                 or port_width & (port_width - 1) or port_width > banks:
             raise ValueError(f"port_width must be a power of two in 1..banks ({banks}), not "
                              f"{port_width!r}")
-        if route not in (None, "omega"):
-            raise ValueError(f"route must be None (the arbiter's per-lane requests) or "
-                             f"\"omega\" (Omega networks to the banks), not {route!r}")
-        if route == "omega" and (banks < 2 or fetch_words is not None or row_operands):
-            raise ValueError(f"route=\"omega\" needs banks >= 2 (got {banks}), whole-vector "
+        if route not in (None, "omega", "omega-shared"):
+            raise ValueError(f"route must be None (the arbiter's per-lane requests), \"omega\" "
+                             f"(an Omega port per fetcher and the C writer) or "
+                             f"\"omega-shared\" (A, B and old C through one), not {route!r}")
+        if route is not None and (banks < 2 or fetch_words is not None or row_operands):
+            raise ValueError(f"route={route!r} needs banks >= 2 (got {banks}), whole-vector "
                              f"fetches (fetch_words=None, got {fetch_words!r}) and "
                              f"row_operands=False (got {row_operands!r}): its ports carry "
                              f"whole vectors through the network")
@@ -1110,8 +1194,9 @@ class ContractionEngine(wiring.Component):
     bank_skew = property(lambda self: self._bank_skew, doc="Rows skewed across the banks.")
     route = property(lambda self: self._route,
                      doc="How the A, B, old-C and C vectors reach the banks: ``None`` (each "
-                         "lane a request to the arbiter) or ``\"omega\"`` "
-                         "(:class:`_OmegaClient`, docs/wide-engine.md).")
+                         "lane a request to the arbiter), ``\"omega\"`` (an Omega port "
+                         "each) or ``\"omega-shared\"`` (A, B and old C in turns through "
+                         "one read port; :class:`_OmegaClient`, docs/wide-engine.md).")
     row_operands = property(lambda self: self._row_operands,
                             doc="B, old-C and C vectors of consecutive words go to the "
                                 "arbiter as row entries (one per lane group).")
@@ -1192,7 +1277,8 @@ class ContractionEngine(wiring.Component):
         return engine_cycles(desc, self._lanes, self._slots, mul_latency=self._mul_latency,
                              add_latency=self._add_latency, fetch_words=self._fetch_words,
                              banks=self._banks, bank_skew=self._bank_skew,
-                             row_operands=self._row_operands, route=self._route)
+                             row_operands=self._row_operands, route=self._route,
+                             omega_lanes=self._slots * self._max_split)
 
     def best_orientation(self, desc):
         """Return ``desc`` or ``desc.transposed()``, whichever :meth:`issue_cycles` says is
@@ -1207,7 +1293,7 @@ class ContractionEngine(wiring.Component):
                           mul_latency=self._mul_latency, add_latency=self._add_latency,
                           fetch_words=self._fetch_words, banks=self._banks,
                           bank_skew=self._bank_skew, row_operands=self._row_operands,
-                          route=self._route)
+                          route=self._route, omega_lanes=self._slots * self._max_split)
 
     @property
     def overhead_cycles(self):
@@ -1247,10 +1333,14 @@ class ContractionEngine(wiring.Component):
         SK = self._bank_skew
         ra = _ReadClient(m, "fa", S * G, AW, SB, lnb, FW, SK)  # A vectors (S words down a column
                                                         # per lane group)
-        if self._route == "omega":
+        omega = []                              # the _OmegaClients (arbiter entries)
+        if self._route is not None:
             # the stores answer a read two cycles after its grant (registered address, RAM)
-            def client(name, lanes, write=False):
-                return _OmegaClient(m, name, lanes, AW, SB, lnb, SK, write=write, latency=2)
+            def client(name, views, write=False, turns=None):
+                cl = _OmegaClient(m, name, views, AW, SB, lnb, SK, write=write, latency=2,
+                                  turns=turns)
+                omega.append(cl)
+                return cl.views
         else:
             client = None
         # row operands: B in one row entry per lane group (at most ``banks`` lanes each),
@@ -1260,13 +1350,16 @@ class ContractionEngine(wiring.Component):
         rb = _ReadClient(m, "fb", P, AW, SB, lnb, FW, SK, segments=seg_b)  # B vectors (P words
                                                                             # along a row)
         rc = _ReadClient(m, "fc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # old C (accumulate)
-        if client is not None:
-            ra, rb, rc = client("fa", S * G), client("fb", P), client("fc", P)
+        if self._route == "omega":
+            (ra,), (rb,), (rc,) = (client("fa", [("fa", S * G)]), client("fb", [("fb", P)]),
+                                   client("fc", [("fc", P)]))
+        elif self._route == "omega-shared":     # A and B take turns, old C when they rest
+            ra, rb, rc = client("fr", [("fa", S * G), ("fb", P), ("fc", P)], turns=2)
         RW = self._row_ports
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK, RW)    # host read
         wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # C results
         if client is not None:
-            wc = client("wc", P, write=True)
+            (wc,) = client("wc", [("wc", P)], write=True)
         wh = _WriteClient(m, "hw", NB, AW, SB, lnb, None, SK, RW)   # host write
 
         PW = self._port_width
@@ -1275,9 +1368,15 @@ class ContractionEngine(wiring.Component):
         pws = [_WriteClient(m, f"p{i}w", PW, AW, SB, lnb, None, SK, RW)
                for i in range(self._ports)]
 
-        rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
-                          n_stores, lnb)
-        wclients = [wh, wc] + pws
+        if omega:                               # the fetchers' and the writer's ports
+            reads = [cl for cl in omega if not cl.write]
+            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh] + reads + prs), []),
+                              n_stores, lnb)
+            wclients = [wh, next(cl for cl in omega if cl.write)] + pws
+        else:
+            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
+                              n_stores, lnb)
+            wclients = [wh, wc] + pws
         wdata = sum((cl.entry_data() for cl in wclients), [])
         wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb,
                           data=wdata)
@@ -1296,7 +1395,7 @@ class ContractionEngine(wiring.Component):
                 m.d.sync += [st.w_en[b].eq(w_any), st.w_addr[b].eq(w_word[:rbits]),
                              st.w_data[b].eq(w_word[rbits:])]
         rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
-        for cl in [ra, rb, rc, rh] + prs:
+        for cl in (reads if omega else [ra, rb, rc]) + [rh] + prs:
             cl.connect_data(m, rdata)
 
         # ---- host port -----------------------------------------------------------------
@@ -1562,14 +1661,14 @@ class ContractionEngine(wiring.Component):
                            for p in range(P)])
         g0_mask = held(Cat(*in_g0), P, "g0_mask")
         m.d.comb += [
-            ra.load.eq(running & ~g_a.done & (cred_a != 0) & ra.can_load),
+            ra.want.eq(running & ~g_a.done & (cred_a != 0)), ra.load.eq(ra.want & ra.can_load),
             ra.load_base.eq(g_a.addr),
             ra.load_mask.eq(Cat(*[Mux(kv_a[g], a_rows, 0) for g in range(G)])),
             ra.load_store.eq(d.a.store), g_a.advance.eq(ra.load),
-            rb.load.eq(running & ~g_b.done & (cred_b != 0) & rb.can_load),
+            rb.want.eq(running & ~g_b.done & (cred_b != 0)), rb.load.eq(rb.want & rb.can_load),
             rb.load_base.eq(g_b.addr), rb.load_mask.eq(b_mask),
             rb.load_store.eq(d.b.store), g_b.advance.eq(rb.load),
-            rc.load.eq(running & acc_on & ~g_c.done & (cred_c != 0) & rc.can_load),
+            rc.want.eq(running & acc_on & ~g_c.done & (cred_c != 0)), rc.load.eq(rc.want & rc.can_load),
             rc.load_base.eq(g_c.addr),
             rc.load_mask.eq(Mux((g_c.idx[3] < g_c.rem[1]) & (g_c.idx[3] < tile_h),
                                 thermo(P, g_c.rem[2]) & g0_mask, 0)),

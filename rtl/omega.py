@@ -127,12 +127,16 @@ class OmegaNetwork(wiring.Component):
         return m
 
 
-def omega_request_layout(lanes, addr_bits, write=False):
+def omega_request_layout(lanes, addr_bits, write=False, tag_bits=0):
     """A vector request of :class:`OmegaReadPort` (one word address per lane and the lanes'
-    mask) or, with ``write``, of :class:`OmegaWritePort` (a word per lane too)."""
+    mask) or, with ``write``, of :class:`OmegaWritePort` (a word per lane too); with
+    ``tag_bits``, a tag the request's messages carry to the banks (``bank[b].tag``: e.g. the
+    store, when one port serves several)."""
     fields = {"addr": data.ArrayLayout(addr_bits, lanes), "mask": lanes}
     if write:
         fields["data"] = data.ArrayLayout(32, lanes)
+    if tag_bits:
+        fields["tag"] = tag_bits
     return data.StructLayout(fields)
 
 
@@ -141,8 +145,11 @@ class _OmegaPort(wiring.Component):
     (their docstrings say how they work)."""
 
     def __init__(self, lanes, addr_bits, *, write, banks=None, skew=False, register_every=2,
-                 latency=1):
+                 latency=1, tag_bits=0):
         kind = type(self).__name__
+        if isinstance(tag_bits, bool) or not isinstance(tag_bits, int) or tag_bits < 0:
+            raise ValueError(f"{kind}: tag_bits must be an int >= 0, not {tag_bits!r}")
+        self._tag_bits = tag_bits
         banks = lanes if banks is None else banks
         for what, v in (("lanes", lanes), ("banks", banks)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 2 or v & (v - 1):
@@ -164,12 +171,15 @@ class _OmegaPort(wiring.Component):
         self._write = bool(write)
         # requests carry the row, the lane (and a write's word); the return network a read's
         # word, or a write's acknowledgement
-        self._fwd = OmegaNetwork(N, addr_bits - nb + self._n + (32 if write else 0),
+        self._fwd = OmegaNetwork(N, addr_bits - nb + self._n + (32 if write else 0) + tag_bits,
                                  register_every=register_every)
         self._inv = OmegaNetwork(N, 1 if write else 32, inverse=True,
                                  register_every=register_every)
         bank = {"valid": 1, "row": addr_bits - nb}
-        members = {"i": In(stream.Signature(omega_request_layout(lanes, addr_bits, write)))}
+        members = {"i": In(stream.Signature(omega_request_layout(lanes, addr_bits, write,
+                                                                 tag_bits)))}
+        if tag_bits:
+            bank["tag"] = tag_bits
         if write:
             bank["data"] = 32
             members["o"] = Out(stream.Signature(unsigned(1)))
@@ -203,7 +213,7 @@ class _OmegaPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, NB, n, nb = self._lanes, self._banks, self._n, self._nb
-        A, R, W = self._abits, self.round_trip, self._write
+        A, R, W, T = self._abits, self.round_trip, self._write, self._tag_bits
         RB = A - nb                              # row bits
         m.submodules.fwd = fwd = self._fwd
         m.submodules.inv = inv = self._inv
@@ -212,7 +222,8 @@ class _OmegaPort(wiring.Component):
         m.submodules.order = order = fifo.SyncFIFO(width=max(1, (R - 1).bit_length()),
                                                     depth=R + 1)
         # per slot: the lanes' addresses (and a write's words), a read's words home
-        m.submodules.addrs = addrs = memory.Memory(shape=unsigned(L * (A + 32 * W)), depth=R,
+        m.submodules.addrs = addrs = memory.Memory(shape=unsigned(L * (A + 32 * W) + T),
+                                                   depth=R,
                                                    init=[])
         a_wr = addrs.write_port()
         a_rd = addrs.read_port(domain="comb")
@@ -246,7 +257,8 @@ class _OmegaPort(wiring.Component):
         m.d.comb += [self.i.ready.eq(free & order.w_rdy),
                      accept.eq(self.i.valid & self.i.ready)]
         req = self.i.payload
-        incoming = Cat(req.addr.as_value(), req.data.as_value()) if W else req.addr.as_value()
+        incoming = Cat(req.addr.as_value(), *([req.data.as_value()] if W else []),
+                       *([req.tag] if T else []))
         m.d.comb += [a_rd.addr.eq(cur), a_wr.addr.eq(cur), a_wr.en.eq(accept),
                      a_wr.data.eq(incoming)]
 
@@ -259,14 +271,17 @@ class _OmegaPort(wiring.Component):
             bank, row = self._bank_row(src[x * A:(x + 1) * A])
             word = [src[L * A + 32 * x:L * A + 32 * (x + 1)]] if W else []
             m.d.comb += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
-                         fwd.i[x].data.eq(Cat(row, Const(x, n), *word))]
+                         fwd.i[x].data.eq(Cat(row, Const(x, n), *word,
+                                              *([src[L * (A + 32 * W):]] if T else [])))]
 
         # the banks: a granted request is answered ``latency`` cycles on, tagged with its lane
         for b in range(NB):
             m.d.comb += [self.bank[b].valid.eq(fwd.o[b].valid),
                          self.bank[b].row.eq(fwd.o[b].data[:RB])]
             if W:
-                m.d.comb += self.bank[b].data.eq(fwd.o[b].data[RB + n:])
+                m.d.comb += self.bank[b].data.eq(fwd.o[b].data[RB + n:RB + n + 32])
+            if T:
+                m.d.comb += self.bank[b].tag.eq(fwd.o[b].data[RB + n + 32 * W:])
             ret_valid, ret_lane = fwd.o[b].valid & self.grant[b], fwd.o[b].data[RB:RB + n]
             for j in range(self._latency):       # the bank's latency: the lane waits beside
                 v = Signal(name=f"ret_valid{b}_{j}")
@@ -339,7 +354,8 @@ class OmegaReadPort(_OmegaPort):
     o : ``Out(stream.Signature(ArrayLayout(32, lanes)))``
         The words, in request order.
     bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), banks))``
-        Bank ``b``'s read request this cycle (registered: the request network's outputs).
+        Bank ``b``'s read request this cycle (registered: the request network's outputs;
+        with ``tag_bits``, its request's ``tag`` too).
     grant : ``In(banks)``
         Bank ``b`` takes the request this cycle (combinational from the owner's arbiter).
     rdata : ``In(ArrayLayout(32, banks))``
@@ -348,9 +364,9 @@ class OmegaReadPort(_OmegaPort):
     """
 
     def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
-                 latency=1):
+                 latency=1, tag_bits=0):
         super().__init__(lanes, addr_bits, write=False, banks=banks, skew=skew,
-                         register_every=register_every, latency=latency)
+                         register_every=register_every, latency=latency, tag_bits=tag_bits)
 
 
 class OmegaWritePort(_OmegaPort):
@@ -380,6 +396,6 @@ class OmegaWritePort(_OmegaPort):
     """
 
     def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
-                 latency=1):
+                 latency=1, tag_bits=0):
         super().__init__(lanes, addr_bits, write=True, banks=banks, skew=skew,
-                         register_every=register_every, latency=latency)
+                         register_every=register_every, latency=latency, tag_bits=tag_bits)

@@ -653,18 +653,21 @@ def test_engine_row_operands_sim():
     assert rows.issue_cycles(unit) == whole.issue_cycles(unit)
 
 
-def test_engine_omega_route_sim():
+@pytest.mark.parametrize("route", ["omega", "omega-shared"])
+def test_engine_omega_route_sim(route):
     """``route="omega"``: the A, B, old-C and C vectors reach the banks through Omega
-    networks (rtl/omega.py) instead of one arbiter request per lane. Bit-exact on clean,
-    strided and random descriptors (lane groups, accumulate, integer mode, A and B in one
+    ports (rtl/omega.py) instead of one arbiter request per lane (``"omega-shared"``: A, B
+    and old C in turns through one read port, each vector tagged with its store). Bit-exact
+    on clean, strided and random descriptors (lane groups, accumulate, integer mode, A and B in one
     store, skewed banks, random stalls, the A port 16 lanes wide over 8 banks); a
-    unit-stride descriptor runs within 6% of the golden cycle model's omega route, and the
+    unit-stride descriptor runs within 6% of the golden cycle model's omega route (16% on
+    the shared port: the model misses part of its accumulate cost), and the
     route's constraints are named when broken."""
     sizes = {"a": 128, "b": 192, "c": 96}
     stores = [StoreSpec(n, s) for n, s in sizes.items()]
     eng = ContractionEngine(lanes=8, slots=8, stores=stores, max_split=2, bank_skew=True,
-                            route="omega")
-    assert eng.route == "omega"
+                            route=route)
+    assert eng.route == route
     rng = np.random.default_rng(71)
     image = _image(rng, sizes)
     unit = Descriptor(4, 8, 22, View("a", 3, 22, 1), View("b", 5, 8, 1), View("c", 1, 8, 1),
@@ -682,7 +685,9 @@ def test_engine_omega_route_sim():
         for name in sizes:
             np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
     cyc = runs[0][3]
-    assert abs(cyc - eng.issue_cycles(unit)) <= 0.06 * cyc, (cyc, eng.issue_cycles(unit))
+    # (shared: an accumulating descriptor runs ~15% over the model, docs/wide-engine.md)
+    tol = 0.06 if route == "omega" else 0.16
+    assert abs(cyc - eng.issue_cycles(unit)) <= tol * cyc, (cyc, eng.issue_cycles(unit))
     for bad, match in (({"banks": 1}, "needs banks >= 2"),
                        ({"fetch_words": 4}, "whole-vector fetches"),
                        ({"route": "mesh"}, "route must be None")):
