@@ -72,6 +72,12 @@ WAIVER_FILE = SIM_DIR / "waivers.vlt"
 # Verilator flags of every build: waivers keep the Amaranth-specific width/case warnings quiet,
 # every other warning stays fatal.
 _BASE_BUILD_ARGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast")
+# The C++ optimisation of the models' per-cycle code (Verilator's default is -Os): -O1
+# compiles ~2.5x faster here (a 32-lane engine's 34 files: 9.5 s against 23.6 s) and
+# simulates about as fast (the 4-lane engine's random test 5.3 s against 5.0 s;
+# docs/verification.md, "Suite time (2026-12-06, second session)");
+# $TTRAIN_VERILATOR_OPT overrides it (e.g. -O2 for long benchmark runs).
+_OPT_FAST = os.environ.get("TTRAIN_VERILATOR_OPT", "-O1")
 
 
 class SimulationError(RuntimeError):
@@ -412,6 +418,8 @@ def _seeded_runner(cache, names, public="all", label=None):
     class SeededVerilator(Verilator):
         def _build_command(self):
             verilate, *make = super()._build_command()
+            make = [[*cmd, f"OPT_FAST={_OPT_FAST}"] if cmd and cmd[0] == "make" else cmd
+                    for cmd in make]
             if public == "top":
                 verilate = [a for a in verilate if a != "--public-flat-rw"]
             if not names:
