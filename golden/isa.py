@@ -1722,55 +1722,55 @@ def omega_fill(ports, register_every=2):
     return max(0, 4 * stages - 4)
 
 
-def omega_read_schedule(passes, round_trip, *, ready=None):
-    """The cycle-exact schedule of vector reads through an Omega read port
-    (``rtl/omega.py: OmegaReadPort``) with every bank granted: ``passes[v]`` is vector ``v``'s
-    :func:`omega_passes` (0: no lane masked in), the vectors offered back to back from cycle
-    0, ``ready(t)`` (default always) whether the consumer takes a vector in cycle ``t``.
+def omega_read_schedule(passes, round_trip, *, ready=None, tickets=None):
+    """The cycle-exact schedule of vector reads (or writes) through an Omega port
+    (``rtl/omega.py: OmegaReadPort / OmegaWritePort``) with every bank granted: ``passes[v]``
+    is vector ``v``'s :func:`omega_passes` (0: no lane masked in), the vectors offered back to
+    back from cycle 0, ``ready(t)`` (default always) whether the consumer takes a vector in
+    cycle ``t``, ``tickets`` (default ``2 x round_trip``) how many vectors may be accepted and
+    not yet out.
 
-    ``round_trip`` slots take turns, slot ``t % round_trip`` in cycle ``t``. A free slot
-    (free at the cycle's start) accepts the next vector in its turn and sends its first pass;
-    a pass returns ``round_trip`` cycles later, in the slot's next turn, which sends the next
-    pass if one is needed; a vector is complete from the cycle after its last pass returned
-    (the cycle after it was accepted, with no pass), and leaves, in the order accepted, in a
-    cycle it is complete and the consumer is ready, its slot free from the next cycle. A
-    vector complete in its slot's turn (its last pass returning then, or earlier) while it is
-    the oldest leaves in that cycle if the consumer is ready, and the slot accepts the next
-    vector in the same turn:
-    one-pass vectors then stream at one per cycle (without it a slot served a vector every
-    other turn). Returns ``[(accepted, left), ...]`` per vector."""
+    ``round_trip`` slots take turns, slot ``t % round_trip`` in cycle ``t``. A pass returns
+    ``round_trip`` cycles after it was sent, in its slot's next turn, which sends the next
+    pass if one is needed; in the turn its last pass returns the vector is complete (from the
+    next cycle) and its slot free. A free slot accepts the next vector in its turn if fewer
+    than ``tickets`` vectors (counted at the cycle's start) are accepted and not out, and
+    sends its first pass (a vector with no pass takes no slot and is complete from the next
+    cycle). Vectors leave in the order accepted, one a cycle, once complete and the consumer
+    ready. So completed vectors wait for their turn to leave in their tickets, not in the
+    slots, and the network carries a pass in every turn there is a vector to take.
+    Returns ``[(accepted, left), ...]`` per vector."""
     R = int(round_trip)
     if R < 1:
         raise ValueError(f"omega_read_schedule: round_trip must be >= 1, not {round_trip}")
+    K = 2 * R if tickets is None else int(tickets)
+    if K < 1:
+        raise ValueError(f"omega_read_schedule: tickets must be >= 1, not {tickets}")
     passes = [int(p) for p in passes]
     if any(p < 0 for p in passes):
         raise ValueError("omega_read_schedule: passes must be >= 0")
     ready = ready or (lambda t: True)
-    busy, left, done_at = [None] * R, [0] * R, [None] * R
+    busy, left = [None] * R, [0] * R
+    done_at = [None] * len(passes)
     order, out, nxt, t = [], [None] * len(passes), 0, 0
     while nxt < len(passes) or order:
         s = t % R
-        head = order[0] if order else None
-        start_busy = busy[s] is not None
-        if start_busy and left[s] > 0:
+        in_use = len(order)
+        if busy[s] is not None:
             left[s] -= 1                               # a pass comes home
             if left[s] == 0:
-                done_at[s] = t + 1
-        if start_busy and left[s] == 0 and head == s and ready(t):
-            out[busy[s]][1] = t                        # complete in its turn and the oldest:
-            busy[s], done_at[s] = None, None           # it leaves now and the slot takes the
-            order.pop(0)                               # next vector at once
-            head, start_busy = None, False
-        if not start_busy and nxt < len(passes):
-            busy[s], left[s] = nxt, passes[nxt]
-            done_at[s] = t + 1 if passes[nxt] == 0 else None
+                done_at[busy[s]] = t + 1
+                busy[s] = None
+        if busy[s] is None and nxt < len(passes) and in_use < K:
             out[nxt] = [t, None]
-            order.append(s)
+            order.append(nxt)
+            if passes[nxt] == 0:
+                done_at[nxt] = t + 1
+            else:
+                busy[s], left[s] = nxt, passes[nxt]
             nxt += 1
-        if head is not None and done_at[head] is not None and done_at[head] <= t and ready(t):
-            out[busy[head]][1] = t
-            busy[head], done_at[head] = None, None
-            order.pop(0)
+        if order and done_at[order[0]] is not None and done_at[order[0]] <= t and ready(t):
+            out[order.pop(0)][1] = t
         t += 1
     return [tuple(o) for o in out]
 

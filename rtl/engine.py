@@ -671,7 +671,6 @@ class _OmegaView:
 
     def __init__(self, name, lanes, addr_bits, store_bits, write):
         self.name, self.lanes = name, lanes
-        self.row, self.segs = False, []
         self.rowmode = Signal(name=f"{name}_rowmode")      # (no row entries on this route)
         self.want = Signal(name=f"{name}_want")            # a vector waits to load
         self.load = Signal(name=f"{name}_load")
@@ -696,9 +695,9 @@ class _OmegaClient:
 
     ``views``: ``[(name, lanes), ...]`` in priority order, each an :class:`_OmegaView`
     (``self.views``) the engine drives like a :class:`_ReadClient` / :class:`_WriteClient`
-    (a writer has one). The port is as wide as the widest. The first ``turns`` views (default
-    all) take turns (round robin among those that want to load); a later view loads only when
-    none of them wants to. Unlike the per-lane clients, up to the port's ``round_trip`` vectors
+    (a writer has one). The port is as wide as the widest; the views take turns (round robin
+    among those that ``want`` to load: a fixed order let one operand fill every slot before
+    the next could start; old C first was no better overall, docs/wide-engine.md). Unlike the per-lane clients, up to the port's ``round_trip`` vectors
     are in flight at once (the engine's credits bound them), and a vector's latency is its
     passes through the request network times ``round_trip``
     (:func:`ttrain.golden.isa.omega_read_schedule`). Each request carries its store as the
@@ -711,7 +710,7 @@ class _OmegaClient:
     """
 
     def __init__(self, m, name, views, addr_bits, store_bits, nb_log2, skew, *, write,
-                 latency, turns=None):
+                 latency):
         from .omega import OmegaReadPort, OmegaWritePort
         if write and len(views) != 1:
             raise ValueError("_OmegaClient: a write port has one view")
@@ -724,35 +723,26 @@ class _OmegaClient:
                                latency=1 if write else latency, tag_bits=store_bits)
         self.latency = 1 if write else latency
         m.submodules[f"{name}_omega"] = port
-        R = port.round_trip
         nv = len(self.views)
         who = None
         if nv > 1:                               # whose vector leaves next (load order)
-            who = m.submodules[f"{name}_who"] = fifo.SyncFIFO(width=ceil_log2(nv), depth=R + 1)
+            who = m.submodules[f"{name}_who"] = fifo.SyncFIFO(width=ceil_log2(nv),
+                                                              depth=port.tickets)
         room = port.i.ready if who is None else port.i.ready & who.w_rdy
         if nv == 1:
             m.d.comb += self.views[0].can_load.eq(room)
         else:
-            # round robin among the first ``turns`` views that want to load: the one served
-            # last goes last (a fixed order let one operand fill every slot before the next
-            # could start); the others after them in order
-            nt = nv if turns is None else turns
-            last = Signal(range(max(2, nt)), name=f"{name}_last")
-            group_wants = Cat(*[v.want for v in self.views[:nt]]).any()
+            # round robin among the views that want to load: the one served last goes last
+            last = Signal(range(nv), name=f"{name}_last")
             for k, v in enumerate(self.views):
-                if k >= nt:
-                    before = Cat(group_wants, *[w.want for w in self.views[nt:k]]).any()
-                    m.d.comb += v.can_load.eq(room & ~before)
-                    continue
                 ahead = []                       # per rotation: a view before k wants
-                for r in range(nt):
-                    order = [(r + 1 + i) % nt for i in range(nt)]
+                for r in range(nv):
+                    order = [(r + 1 + i) % nv for i in range(nv)]
                     ahead.append(Cat(*[self.views[j].want
                                        for j in order[:order.index(k)]]).any())
                 m.d.comb += v.can_load.eq(room & ~Array(ahead)[last])
-            with m.If(Cat(*[v.load for v in self.views[:nt]]).any()):
-                m.d.sync += last.eq(_first_index([v.load for v in self.views[:nt]],
-                                                 len(last)))
+            with m.If(port.i.valid & port.i.ready):
+                m.d.sync += last.eq(_first_index([v.load for v in self.views], len(last)))
         sel = [v.load for v in self.views]
         taken = Cat(*sel).any()
         req = port.i.payload
@@ -1022,9 +1012,9 @@ class ContractionEngine(wiring.Component):
     dim_bits : int
         Width of ``m``, ``n``, ``k`` and ``batch`` (limit ``2**dim_bits - 1``).
     fetch_depth : int or None
-        A and B vectors fetched ahead (at least 2 = double buffering); default 4, or with
-        ``route="omega"`` at least the A port's round trip (its vectors in flight at once:
-        fewer throttle a many-pass vector stream, :func:`ttrain.golden.isa.omega_fill`).
+        A and B vectors fetched ahead (at least 2 = double buffering); default 4, or with an
+        Omega ``route`` at least the A port's round trip (its vectors in flight at once:
+        fewer throttle a many-pass vector stream, :func:`ttrain.golden.isa.omega_round_trip`).
     mul_unit, add_unit : class or None
         FP32 multiplier / adder components (default :class:`~ttrain.rtl.fp32.FP32Mul` /
         :class:`~ttrain.rtl.fp32.FP32Add`): ``i``/``o`` streams as those and a ``latency``
@@ -1336,9 +1326,8 @@ class ContractionEngine(wiring.Component):
         omega = []                              # the _OmegaClients (arbiter entries)
         if self._route is not None:
             # the stores answer a read two cycles after its grant (registered address, RAM)
-            def client(name, views, write=False, turns=None):
-                cl = _OmegaClient(m, name, views, AW, SB, lnb, SK, write=write, latency=2,
-                                  turns=turns)
+            def client(name, views, write=False):
+                cl = _OmegaClient(m, name, views, AW, SB, lnb, SK, write=write, latency=2)
                 omega.append(cl)
                 return cl.views
         else:
@@ -1353,8 +1342,8 @@ class ContractionEngine(wiring.Component):
         if self._route == "omega":
             (ra,), (rb,), (rc,) = (client("fa", [("fa", S * G)]), client("fb", [("fb", P)]),
                                    client("fc", [("fc", P)]))
-        elif self._route == "omega-shared":     # A and B take turns, old C when they rest
-            ra, rb, rc = client("fr", [("fa", S * G), ("fb", P), ("fc", P)], turns=2)
+        elif self._route == "omega-shared":     # A, B and old C take turns
+            ra, rb, rc = client("fr", [("fa", S * G), ("fb", P), ("fc", P)])
         RW = self._row_ports
         rh = _ReadClient(m, "hr", NB, AW, SB, lnb, None, SK, RW)    # host read
         wc = _WriteClient(m, "wc", P, AW, SB, lnb, FW, SK, segments=seg_c)  # C results

@@ -145,7 +145,7 @@ class _OmegaPort(wiring.Component):
     (their docstrings say how they work)."""
 
     def __init__(self, lanes, addr_bits, *, write, banks=None, skew=False, register_every=2,
-                 latency=1, tag_bits=0):
+                 latency=1, tag_bits=0, tickets=None):
         kind = type(self).__name__
         if isinstance(tag_bits, bool) or not isinstance(tag_bits, int) or tag_bits < 0:
             raise ValueError(f"{kind}: tag_bits must be an int >= 0, not {tag_bits!r}")
@@ -164,6 +164,10 @@ class _OmegaPort(wiring.Component):
             raise ValueError(f"{kind}: latency must be an int >= 1 (cycles from a grant to the "
                              f"bank's word), not {latency!r}")
         self._latency = latency
+        if tickets is not None and (isinstance(tickets, bool) or not isinstance(tickets, int)
+                                    or tickets < 1):
+            raise ValueError(f"{kind}: tickets must be an int >= 1, not {tickets!r}")
+        self._tickets = tickets
         N = max(lanes, banks)                    # the networks' ports
         self._lanes, self._banks, self._N = lanes, banks, N
         self._nb, self._n = nb, exact_log2(N)
@@ -193,6 +197,9 @@ class _OmegaPort(wiring.Component):
 
     lanes = property(lambda self: self._lanes, doc="Lanes (words per request).")
     banks = property(lambda self: self._banks, doc="Banks of the store.")
+    tickets = property(lambda self: self._tickets or 2 * self.round_trip,
+                       doc="Vectors accepted and not yet out, at most (default two round "
+                           "trips): a complete vector waits in its ticket, not in a slot.")
     round_trip = property(lambda self: self._fwd.latency + self._latency + self._inv.latency,
                           doc="Cycles from a lane's message sent to its answer back (the "
                               "request network, the bank, the return network); also the "
@@ -217,14 +224,10 @@ class _OmegaPort(wiring.Component):
         RB = A - nb                              # row bits
         m.submodules.fwd = fwd = self._fwd
         m.submodules.inv = inv = self._inv
-        # (R + 1 deep: with every slot busy the oldest may leave and its slot take the next
-        # vector in one cycle)
-        m.submodules.order = order = fifo.SyncFIFO(width=max(1, (R - 1).bit_length()),
-                                                    depth=R + 1)
-        # per slot: the lanes' addresses (and a write's words), a read's words home
+        K = self.tickets
+        # per slot: the lanes' addresses (and a write's words, the tag)
         m.submodules.addrs = addrs = memory.Memory(shape=unsigned(L * (A + 32 * W) + T),
-                                                   depth=R,
-                                                   init=[])
+                                                   depth=R, init=[])
         a_wr = addrs.write_port()
         a_rd = addrs.read_port(domain="comb")
 
@@ -232,29 +235,31 @@ class _OmegaPort(wiring.Component):
         m.d.sync += cur.eq(Mux(cur == R - 1, 0, cur + 1))
         busy = Signal(R, name="busy")
         pend = [Signal(L, name=f"pending{s}") for s in range(R)]
-        done = Signal(R, name="done")           # busy and nothing pending (registered)
+        tk = [Signal(range(K), name=f"ticket{s}") for s in range(R)]
+
+        # tickets: the vectors accepted and not yet out, in order (head .. tail)
+        head = Signal(range(K), name="head")
+        tail = Signal(range(K), name="tail")
+        count = Signal(range(K + 1), name="count")
+        tdone = Signal(K, name="tdone")         # the ticket's vector is complete
 
         # this cycle's slot: the answers coming home, what it still waits for
         back = Signal(L, name="back")
         m.d.comb += back.eq(Cat(*[inv.o[x].valid for x in range(L)]))
         slot_busy = Signal(name="slot_busy")
         slot_pend = Signal(L, name="slot_pend")
+        slot_tk = Signal(range(K), name="slot_ticket")
         m.d.comb += [slot_busy.eq(busy.bit_select(cur, 1)),
-                     slot_pend.eq(Array(pend)[cur])]
+                     slot_pend.eq(Array(pend)[cur]), slot_tk.eq(Array(tk)[cur])]
         left = Signal(L, name="left")
         m.d.comb += left.eq(slot_pend & ~back)
-        head = Signal(range(R), name="head")
-        m.d.comb += head.eq(order.r_data)
-        # this cycle's slot completes now and is the oldest: it may leave at once (``o.valid``
-        # does not wait for the ``done`` register) and take the next vector in this turn
-        now = Signal(name="complete_now")
-        leave_now = Signal(name="leave_now")
-        m.d.comb += [now.eq(slot_busy & (left == 0) & order.r_rdy & (head == cur)),
-                     leave_now.eq(now & self.o.ready)]
-        free = Signal(name="slot_free")
-        m.d.comb += free.eq(~slot_busy | leave_now)
+        # the slot's last pass returns now: its vector waits in its ticket and the slot is
+        # free for the next vector in this same turn
+        complete = Signal(name="complete")
+        sending = Signal(name="sending")        # the slot sends its waiting lanes again
+        m.d.comb += [complete.eq(slot_busy & (left == 0)), sending.eq(slot_busy & ~complete)]
         accept = Signal(name="accept")
-        m.d.comb += [self.i.ready.eq(free & order.w_rdy),
+        m.d.comb += [self.i.ready.eq(~sending & (count != K)),
                      accept.eq(self.i.valid & self.i.ready)]
         req = self.i.payload
         incoming = Cat(req.addr.as_value(), *([req.data.as_value()] if W else []),
@@ -265,8 +270,8 @@ class _OmegaPort(wiring.Component):
         # the pass of this cycle: the slot's lanes still waiting, or the request accepted now
         send = Signal(L, name="send")
         src = Signal(len(incoming), name="send_req")
-        m.d.comb += [send.eq(Mux(~free, left, Mux(accept, req.mask, 0))),
-                     src.eq(Mux(~free, a_rd.data, incoming))]
+        m.d.comb += [send.eq(Mux(sending, left, Mux(accept, req.mask, 0))),
+                     src.eq(Mux(sending, a_rd.data, incoming))]
         for x in range(L):
             bank, row = self._bank_row(src[x * A:(x + 1) * A])
             word = [src[L * A + 32 * x:L * A + 32 * (x + 1)]] if W else []
@@ -291,34 +296,52 @@ class _OmegaPort(wiring.Component):
             m.d.comb += [inv.i[b].valid.eq(ret_valid), inv.i[b].tag.eq(ret_lane),
                          inv.i[b].data.eq(1 if W else self.rdata[b])]
 
-        m.d.comb += [order.w_en.eq(accept), order.w_data.eq(cur),
-                     self.o.valid.eq(order.r_rdy & (done.bit_select(head, 1) | now)),
-                     order.r_en.eq(self.o.valid & self.o.ready)]
+        # out in order: the head ticket once complete
+        leave = Signal(name="leave")
+        m.d.comb += [self.o.valid.eq((count != 0) & tdone.bit_select(head, 1)),
+                     leave.eq(self.o.valid & self.o.ready)]
+
+        def wrap(x):
+            return Mux(x == K - 1, 0, x + 1)
+        with m.If(accept):
+            m.d.sync += tail.eq(wrap(tail))
+        with m.If(leave):
+            m.d.sync += head.eq(wrap(head))
+        m.d.sync += count.eq(count + accept - leave)
+        for k in range(K):
+            with m.If(accept & (tail == k)):
+                m.d.sync += tdone[k].eq(req.mask == 0)
+            with m.Elif(complete & (slot_tk == k)):
+                m.d.sync += tdone[k].eq(1)
+            with m.Elif(leave & (head == k)):
+                m.d.sync += tdone[k].eq(0)
         if not W:
-            # a read's words: written as they come home, cleared when a request is accepted
-            m.submodules.words = words = memory.Memory(shape=unsigned(L * 32), depth=R,
+            # a read's words, per ticket: written as they come home; the lanes not asked for
+            # read 0 (the ticket's mask)
+            m.submodules.words = words = memory.Memory(shape=unsigned(L * 32), depth=K,
                                                        init=[])
             w_wr = words.write_port(granularity=32)
             w_rd = words.read_port(domain="comb")
-            home = Cat(*[inv.o[x].data for x in range(L)])
-            m.d.comb += [w_wr.addr.eq(cur),
-                         w_wr.en.eq(Mux(~free, back, Mux(accept, (1 << L) - 1, 0))),
-                         w_wr.data.eq(Mux(~free, home, 0)),
-                         w_rd.addr.eq(head)]
-            # leaving now: the words coming home this cycle are not in the memory yet
-            m.d.comb += [self.o.payload[x].eq(Mux(now & back[x], inv.o[x].data,
-                                                  w_rd.data[32 * x:32 * (x + 1)]))
+            m.submodules.masks = masks = memory.Memory(shape=unsigned(L), depth=K, init=[])
+            k_wr = masks.write_port()
+            k_rd = masks.read_port(domain="comb")
+            m.d.comb += [w_wr.addr.eq(slot_tk), w_wr.en.eq(Mux(slot_busy, back, 0)),
+                         w_wr.data.eq(Cat(*[inv.o[x].data for x in range(L)])),
+                         w_rd.addr.eq(head),
+                         k_wr.addr.eq(tail), k_wr.en.eq(accept), k_wr.data.eq(req.mask),
+                         k_rd.addr.eq(head)]
+            m.d.comb += [self.o.payload[x].eq(Mux(k_rd.data[x],
+                                                  w_rd.data[32 * x:32 * (x + 1)], 0))
                          for x in range(L)]
         for s in range(R):
-            here = cur == s
-            leave = self.o.valid & self.o.ready & (head == s)
-            with m.If(leave):
-                m.d.sync += [busy[s].eq(0), done[s].eq(0)]
-            with m.If(here & ~free):
-                m.d.sync += [pend[s].eq(left), done[s].eq(left == 0)]
-            with m.Elif(here & accept):
-                m.d.sync += [pend[s].eq(req.mask), busy[s].eq(1),
-                             done[s].eq(req.mask == 0)]
+            with m.If(cur == s):
+                with m.If(sending):
+                    m.d.sync += pend[s].eq(left)
+                with m.Elif(accept):
+                    m.d.sync += [pend[s].eq(req.mask), busy[s].eq(req.mask != 0),
+                                 tk[s].eq(tail)]
+                with m.Elif(complete):
+                    m.d.sync += busy[s].eq(0)
         return m
 
 
@@ -349,8 +372,9 @@ class OmegaReadPort(_OmegaPort):
 
     Ports
     -----
-    i : ``In(stream.Signature(omega_request_layout(lanes, addr_bits)))``
-        Read requests.
+    i : ``In(stream.Signature(omega_request_layout(lanes, addr_bits, tag_bits=...)))``
+        Read requests. ``i.ready`` may follow ``o.ready`` in the same cycle (a slot whose
+        vector leaves takes the next one in its turn).
     o : ``Out(stream.Signature(ArrayLayout(32, lanes)))``
         The words, in request order.
     bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), banks))``
@@ -364,9 +388,10 @@ class OmegaReadPort(_OmegaPort):
     """
 
     def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
-                 latency=1, tag_bits=0):
+                 latency=1, tag_bits=0, tickets=None):
         super().__init__(lanes, addr_bits, write=False, banks=banks, skew=skew,
-                         register_every=register_every, latency=latency, tag_bits=tag_bits)
+                         register_every=register_every, latency=latency, tag_bits=tag_bits,
+                         tickets=tickets)
 
 
 class OmegaWritePort(_OmegaPort):
@@ -390,12 +415,13 @@ class OmegaWritePort(_OmegaPort):
     o : ``Out(stream.Signature(1))``
         A request's lanes all written (in request order; the payload is always 1).
     bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits, "data": 32}), banks))``
-        Bank ``b``'s write request this cycle.
+        Bank ``b``'s write request this cycle (with ``tag_bits``, its request's ``tag`` too).
     grant : ``In(banks)``
         Bank ``b`` writes it this cycle.
     """
 
     def __init__(self, lanes, addr_bits, *, banks=None, skew=False, register_every=2,
-                 latency=1, tag_bits=0):
+                 latency=1, tag_bits=0, tickets=None):
         super().__init__(lanes, addr_bits, write=True, banks=banks, skew=skew,
-                         register_every=register_every, latency=latency, tag_bits=tag_bits)
+                         register_every=register_every, latency=latency, tag_bits=tag_bits,
+                         tickets=tickets)
