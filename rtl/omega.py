@@ -364,17 +364,19 @@ class OmegaReadPort(_OmegaPort):
     again then. So, with every bank granted, a vector takes its
     :func:`~ttrain.golden.isa.omega_passes` turns of ``round_trip`` cycles, and up to
     ``round_trip`` vectors are in flight, one turn each per ``round_trip`` cycles: the network
-    carries one pass a cycle. Vectors leave in the order they came (masked lanes read 0);
-    :func:`ttrain.golden.isa.omega_read_schedule` is the cycle-exact model.
+    carries one pass a cycle. A slot is free in the turn its vector's last pass returns; the
+    vector then waits in one of :attr:`tickets` entries and vectors leave in the order they
+    came (masked lanes read 0); :func:`ttrain.golden.isa.omega_read_schedule` is the
+    cycle-exact model.
 
-    The slots' addresses and words are small memories (``round_trip`` deep, asynchronous
-    reads: LUT RAM on the U50), the pending masks registers.
+    The slots' addresses (``round_trip`` deep) and the tickets' words and masks
+    (:attr:`tickets` deep) are small memories (asynchronous reads: LUT RAM on the U50), the
+    pending masks registers.
 
     Ports
     -----
     i : ``In(stream.Signature(omega_request_layout(lanes, addr_bits, tag_bits=...)))``
-        Read requests. ``i.ready`` may follow ``o.ready`` in the same cycle (a slot whose
-        vector leaves takes the next one in its turn).
+        Read requests.
     o : ``Out(stream.Signature(ArrayLayout(32, lanes)))``
         The words, in request order.
     bank : ``Out(ArrayLayout(StructLayout({"valid": 1, "row": row bits}), banks))``

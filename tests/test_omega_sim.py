@@ -182,27 +182,29 @@ def _passes(vectors, lanes, banks, skew):
             for a, m, *_ in vectors]
 
 
-@pytest.mark.parametrize("lanes, banks, skew, every, latency", [
-    (8, 8, False, 2, 1), (16, 16, "xor", 2, 1), (32, 32, "xor", 3, 1), (8, 16, True, 2, 2),
-    (16, 4, "xor", 2, 3)])
-def test_read_port_cycle_exact_with_every_bank_granted(lanes, banks, skew, every, latency):
+@pytest.mark.parametrize("lanes, banks, skew, every, latency, tickets", [
+    (8, 8, False, 2, 1, None), (16, 16, "xor", 2, 1, None), (32, 32, "xor", 3, 1, None),
+    (8, 16, True, 2, 2, None), (16, 4, "xor", 2, 3, None), (8, 8, True, 2, 1, 3)])
+def test_read_port_cycle_exact_with_every_bank_granted(lanes, banks, skew, every, latency,
+                                                      tickets):
     """With every bank granted and the consumer always ready, every vector is accepted and
     leaves in exactly the cycles golden's schedule gives for its omega_passes, with the words
-    at its addresses (masked lanes 0); also with fewer or more lanes than banks and banks
-    answering 2 or 3 cycles after the grant."""
+    at its addresses (masked lanes 0); also with fewer or more lanes than banks, banks
+    answering 2 or 3 cycles after the grant, and fewer tickets than slots (3 of 5: accepts
+    wait for the oldest vectors to leave)."""
     from ttrain.golden.isa import omega_read_schedule
     from ttrain.rtl.omega import OmegaReadPort
     rng = np.random.default_rng(lanes + 7)
     abits = 12
     dut = OmegaReadPort(lanes, abits, banks=banks, skew=skew, register_every=every,
-                        latency=latency)
+                        latency=latency, tickets=tickets)
     vectors = _read_vectors(rng, lanes, abits, 24)
     words = rng.integers(0, 1 << 32, 1 << abits, dtype=np.uint64)
     mem = {int(_bank_addr(a, banks, skew)): int(words[a]) for a in range(1 << abits)}
     got = _run_read_port(dut, vectors, mem, latency=latency)
     passes = _passes(vectors, lanes, banks, skew)
     assert max(passes) > 1 and min(passes) == 0       # the set exercises retries and no-ops
-    want = omega_read_schedule(passes, dut.round_trip)
+    want = omega_read_schedule(passes, dut.round_trip, tickets=tickets)
     assert [(a, t) for a, t, _ in got] == want
     for (addr, mask), (_, _, w) in zip(vectors, got):
         assert w == [int(words[a]) if k else 0 for a, k in zip(addr, mask)]
@@ -231,7 +233,11 @@ def test_read_port_retries_what_the_banks_refuse(lanes, skew):
 @pytest.mark.parametrize("kw, msg", [({"lanes": 12, "addr_bits": 8}, "power of two"),
                                      ({"lanes": 8, "addr_bits": 3}, "addr_bits"),
                                      ({"lanes": 8, "addr_bits": 8, "banks": 6}, "banks"),
-                                     ({"lanes": 8, "addr_bits": 8, "skew": "add"}, "skew")])
+                                     ({"lanes": 8, "addr_bits": 8, "skew": "add"}, "skew"),
+                                     ({"lanes": 8, "addr_bits": 8, "latency": 0}, "latency"),
+                                     ({"lanes": 8, "addr_bits": 8, "tickets": 0}, "tickets"),
+                                     ({"lanes": 8, "addr_bits": 8, "tag_bits": -1},
+                                      "tag_bits")])
 def test_read_port_constructor_checks(kw, msg):
     from ttrain.rtl.omega import OmegaReadPort
     with pytest.raises(ValueError, match=msg):
