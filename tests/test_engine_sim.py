@@ -533,6 +533,19 @@ def test_engine_split_descriptors_back_to_back():
         np.testing.assert_array_equal(runs[-1][0][name], expect[name])
 
 
+def _run_bit_exact(eng, image, descs, *, stall_seed):
+    """:func:`run_engine` with every store checked against golden after each descriptor (no
+    error raised); returns the runs."""
+    runs = run_engine(eng, image, descs, stall_seed=stall_seed)
+    expect = image
+    for desc, (got, err, code, _) in zip(descs, runs):
+        expect = contract(desc, expect)
+        assert (err, code) == (0, ERROR_NONE), desc
+        for name in expect:
+            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    return runs
+
+
 def test_engine_fetch_beats_sim():
     """Operand fetchers and the C writer in beats of ``fetch_words`` words: 8 lanes through 2
     ports, lane groups, accumulate, masked beats skipped, strided operands, random stalls;
@@ -591,13 +604,7 @@ def test_engine_bank_skew_sim():
     kcont = Descriptor(4, 8, 20, View("a", 0, 20, 1), View("b", 0, 1, 24), View("c", 0, 8, 1))
     descs = [kcont] + [random_descriptor(rng, sizes, max_mn=9, max_k=9, max_batch=2,
                                          max_split=2, integer="random") for _ in range(3)]
-    expect = image
-    runs = run_engine(skewed, image, descs, stall_seed=7)
-    for desc, (got, err, code, cycles) in zip(descs, runs):
-        expect = contract(desc, expect)
-        assert (err, code) == (0, ERROR_NONE), desc
-        for name in sizes:
-            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    runs = _run_bit_exact(skewed, image, descs, stall_seed=7)
     cyc_skew = runs[0][3]
     cyc_plain = run_engine(plain, image, [kcont])[0][3]
     assert abs(cyc_skew - skewed.issue_cycles(kcont)) <= 0.06 * cyc_skew
@@ -635,13 +642,7 @@ def test_engine_row_operands_sim():
     descs = [unit, grouped, strided] + [
         random_descriptor(rng, sizes, max_mn=17, max_k=9, max_batch=2, max_split=4,
                           integer="random") for _ in range(4)]
-    expect = image
-    runs = run_engine(rows, image, descs, stall_seed=8)
-    for desc, (got, err, code, cycles) in zip(descs, runs):
-        expect = contract(desc, expect)
-        assert (err, code) == (0, ERROR_NONE), desc
-        for name in sizes:
-            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    runs = _run_bit_exact(rows, image, descs, stall_seed=8)
     for i, desc in ((0, unit), (2, strided)):   # (grouped: A-bound, the model 17% over)
         cyc = runs[i][3]
         assert abs(cyc - rows.issue_cycles(desc)) <= 0.06 * cyc, (desc, cyc,
@@ -677,13 +678,7 @@ def test_engine_omega_route_sim(route):
     descs = [unit, strided] + [random_descriptor(rng, sizes, max_mn=9, max_k=9, max_batch=2,
                                                  max_split=2, integer="random")
                                for _ in range(3)]
-    expect = image
-    runs = run_engine(eng, image, descs, stall_seed=9)
-    for desc, (got, err, code, cycles) in zip(descs, runs):
-        expect = contract(desc, expect)
-        assert (err, code) == (0, ERROR_NONE), desc
-        for name in sizes:
-            np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
+    runs = _run_bit_exact(eng, image, descs, stall_seed=9)
     cyc = runs[0][3]
     # (shared: an accumulating descriptor runs ~15% over the model, docs/wide-engine.md)
     tol = 0.06 if route == "omega" else 0.16
