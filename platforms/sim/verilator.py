@@ -72,12 +72,12 @@ WAIVER_FILE = SIM_DIR / "waivers.vlt"
 # Verilator flags of every build: waivers keep the Amaranth-specific width/case warnings quiet,
 # every other warning stays fatal.
 _BASE_BUILD_ARGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast")
-# The C++ optimisation of the models' per-cycle code (Verilator's default is -Os): -O1
-# compiles ~2.5x faster here (a 32-lane engine's 34 files: 9.5 s against 23.6 s) and
-# simulates about as fast (the 4-lane engine's random test 5.3 s against 5.0 s;
-# docs/verification.md, "Suite time (2026-12-06, second session)");
-# $TTRAIN_VERILATOR_OPT overrides it (e.g. -O2 for long benchmark runs).
-_OPT_FAST = os.environ.get("TTRAIN_VERILATOR_OPT", "-O1")
+# The C++ optimisation of the models' per-cycle code: Verilator's -Os unless
+# $TTRAIN_VERILATOR_OPT says otherwise. -O1 compiles ~2.5x faster (a 32-lane engine's 34
+# files: 9.5 s against 23.6 s) but the shared top's ZO steps simulate 41% slower (46.9 s
+# against 33.3 s), so over make test it is a wash (docs/verification.md, "Suite time
+# (2026-12-06, second session)").
+_OPT_FAST = os.environ.get("TTRAIN_VERILATOR_OPT", "-Os")
 
 
 class SimulationError(RuntimeError):
