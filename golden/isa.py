@@ -1715,8 +1715,8 @@ def omega_fill(ports, register_every=2):
     """Cycles the Omega route adds to a descriptor's fill and drain for a one-pass first
     fetch: the register stages of the first fetch's two networks and of the last C write's
     two (``4 x stages``) less 4 cycles the engine's pipeline hides (calibrated on the 8-lane
-    engine, rtl/engine.py ``route="omega"``: 0-5 cycles per descriptor of it; docs/
-    wide-engine.md, ninth session). A first fetch of ``p`` passes adds ``(p - 1)`` round trips
+    engine, rtl/engine.py ``route="omega"``, before its ports had tickets; with them it runs
+    2-3 cycles per descriptor over; docs/wide-engine.md, ninth session). A first fetch of ``p`` passes adds ``(p - 1)`` round trips
     more (:func:`engine_cycles`)."""
     stages = -(-(int(ports).bit_length() - 1) // register_every)
     return max(0, 4 * stages - 4)
@@ -1846,8 +1846,9 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     :func:`omega_passes` (``fetch_words`` ignored); ``bank_skew`` may also be ``"xor"``
     (:func:`bank_of`). The fill adds what the networks' registers cost the first fetch and
     the last write (:func:`omega_fill`), and a many-pass first fetch its round trips. The
-    8-lane engine runs 0-5 cycles per descriptor off this model on clean descriptors; at 32
-    lanes random descriptors run 12% over it (split 8 and accumulate the most).
+    8-lane engine runs 2-3 cycles per descriptor over this model on clean descriptors; at 32
+    lanes random descriptors run 12.5% over it (split 8 and accumulate the most), 5.6% with
+    the shared port.
 
     ``route = "omega-shared"`` (rtl/engine.py ``route="omega-shared"``): the A, B and old-C
     vectors take turns through **one** read port (the C writer keeps its own): a k-step's A
