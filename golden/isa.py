@@ -1705,21 +1705,22 @@ def omega_passes(sources, dests, ports):
 
 def omega_round_trip(ports, register_every=2, bank_latency=2):
     """Cycles from a lane's request into an Omega read port of ``ports`` ports to its word
-    back: the request network, the bank, the return network (each network
-    ``ceil(log2(ports) / register_every)`` register stages; rtl/omega.py ``round_trip``)."""
+    back: the input register, the request network, the bank, the return network (each
+    network ``ceil(log2(ports) / register_every)`` register stages; rtl/omega.py
+    ``round_trip``)."""
     stages = -(-(int(ports).bit_length() - 1) // register_every)
-    return 2 * stages + bank_latency
+    return 1 + 2 * stages + bank_latency
 
 
 def omega_fill(ports, register_every=2):
     """Cycles the Omega route adds to a descriptor's fill and drain for a one-pass first
-    fetch: the register stages of the first fetch's two networks and of the last C write's
-    two (``4 x stages``) less 4 cycles the engine's pipeline hides (calibrated on the 8-lane
-    engine, rtl/engine.py ``route="omega"``, before its ports had tickets; with them it runs
-    2-3 cycles per descriptor over; docs/wide-engine.md, ninth session). A first fetch of ``p`` passes adds ``(p - 1)`` round trips
+    fetch: the input registers and the register stages of the first fetch's two networks and
+    of the last C write's two (``2 + 4 x stages``) less 3 cycles the engine's pipeline hides
+    (calibrated on the 8-lane engine, rtl/engine.py ``route="omega"``: -2 to +3 cycles per
+    descriptor off it; docs/wide-engine.md, ninth session). A first fetch of ``p`` passes adds ``(p - 1)`` round trips
     more (:func:`engine_cycles`)."""
     stages = -(-(int(ports).bit_length() - 1) // register_every)
-    return max(0, 4 * stages - 4)
+    return max(0, 4 * stages - 1)
 
 
 def omega_read_schedule(passes, round_trip, *, ready=None, tickets=None):
@@ -1846,7 +1847,7 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     :func:`omega_passes` (``fetch_words`` ignored); ``bank_skew`` may also be ``"xor"``
     (:func:`bank_of`). The fill adds what the networks' registers cost the first fetch and
     the last write (:func:`omega_fill`), and a many-pass first fetch its round trips. The
-    8-lane engine runs 2-3 cycles per descriptor over this model on clean descriptors; at 32
+    8-lane engine runs -2 to +3 cycles per descriptor off this model on clean descriptors; at 32
     lanes random descriptors run 12.5% over it (split 8 and accumulate the most), 5.6% with
     the shared port.
 

@@ -200,10 +200,11 @@ class _OmegaPort(wiring.Component):
     tickets = property(lambda self: self._tickets or 2 * self.round_trip,
                        doc="Vectors accepted and not yet out, at most (default two round "
                            "trips): a complete vector waits in its ticket, not in a slot.")
-    round_trip = property(lambda self: self._fwd.latency + self._latency + self._inv.latency,
+    round_trip = property(lambda self: 1 + self._fwd.latency + self._latency
+                          + self._inv.latency,
                           doc="Cycles from a lane's message sent to its answer back (the "
-                              "request network, the bank, the return network); also the "
-                              "number of slots.")
+                              "input register, the request network, the bank, the return "
+                              "network); also the number of slots.")
 
     def _bank_row(self, addr):
         """Word ``addr``'s bank and row (:func:`ttrain.golden.isa.bank_of`)."""
@@ -275,7 +276,10 @@ class _OmegaPort(wiring.Component):
         for x in range(L):
             bank, row = self._bank_row(src[x * A:(x + 1) * A])
             word = [src[L * A + 32 * x:L * A + 32 * (x + 1)]] if W else []
-            m.d.comb += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
+            # registered into the network: the slot's completion (a reduction over the lanes)
+            # and the send select end here, not in the network's first stages (13 logic
+            # levels at 256 lanes without it; docs/wide-engine.md)
+            m.d.sync += [fwd.i[x].valid.eq(send[x]), fwd.i[x].tag.eq(bank),
                          fwd.i[x].data.eq(Cat(row, Const(x, n), *word,
                                               *([src[L * (A + 32 * W):]] if T else [])))]
 
