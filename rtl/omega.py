@@ -233,7 +233,9 @@ class _OmegaPort(wiring.Component):
         a_rd = addrs.read_port(domain="comb")
 
         cur = Signal(range(R), name="slot")
-        m.d.sync += cur.eq(Mux(cur == R - 1, 0, cur + 1))
+        nxt = Signal(range(R), name="next_slot")
+        m.d.comb += nxt.eq(Mux(cur == R - 1, 0, cur + 1))
+        m.d.sync += cur.eq(nxt)
         busy = Signal(R, name="busy")
         pend = [Signal(L, name=f"pending{s}") for s in range(R)]
         tk = [Signal(range(K), name=f"ticket{s}") for s in range(R)]
@@ -250,8 +252,10 @@ class _OmegaPort(wiring.Component):
         slot_busy = Signal(name="slot_busy")
         slot_pend = Signal(L, name="slot_pend")
         slot_tk = Signal(range(K), name="slot_ticket")
-        m.d.comb += [slot_busy.eq(busy.bit_select(cur, 1)),
-                     slot_pend.eq(Array(pend)[cur]), slot_tk.eq(Array(tk)[cur])]
+        # the next slot's pending mask, selected a cycle ahead (only a slot's own turn changes
+        # it): the select is off the path through the completion into the ticket count
+        m.d.sync += slot_pend.eq(Array(pend)[nxt])
+        m.d.comb += [slot_busy.eq(busy.bit_select(cur, 1)), slot_tk.eq(Array(tk)[cur])]
         left = Signal(L, name="left")
         m.d.comb += left.eq(slot_pend & ~back)
         # the slot's last pass returns now: its vector waits in its ticket and the slot is
