@@ -693,12 +693,13 @@ class _OmegaClient:
     through an :class:`~ttrain.rtl.omega.OmegaWritePort`; ``route="omega-shared"``: A, B and
     old C in turns through one read port), docs/wide-engine.md (ninth session).
 
-    ``views``: ``[(name, lanes), ...]`` in priority order, each an :class:`_OmegaView`
-    (``self.views``) the engine drives like a :class:`_ReadClient` / :class:`_WriteClient`
-    (a writer has one). The port is as wide as the widest; the views take turns (round robin
-    among those that ``want`` to load: a fixed order let one operand fill every slot before
-    the next could start; old C first was no better overall, docs/wide-engine.md). Unlike the per-lane clients, up to the port's ``round_trip`` vectors
-    are in flight at once (the engine's credits bound them), and a vector's latency is its
+    ``views``: ``[(name, lanes), ...]``, each an :class:`_OmegaView` (``self.views``) the
+    engine drives like a :class:`_ReadClient` / :class:`_WriteClient` (a writer has one).
+    The port is as wide as the widest; the views take turns (round robin among those that
+    ``want`` to load: a fixed order let one operand fill every slot before the next could
+    start; old C first was no better overall, docs/wide-engine.md). Unlike the per-lane
+    clients, up to the port's ``tickets`` vectors are in flight at once (the engine's credits
+    bound them), and a vector's latency is its
     passes through the request network times ``round_trip``
     (:func:`ttrain.golden.isa.omega_read_schedule`). Each request carries its store as the
     port's tag to the banks, so vectors of different stores may be in flight together; the
