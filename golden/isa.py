@@ -1854,7 +1854,10 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     ``route = "omega-shared"`` (rtl/engine.py ``route="omega-shared"``): the A, B and old-C
     vectors take turns through **one** read port (the C writer keeps its own): a k-step's A
     and B passes add instead of taking the larger, and a tile's old-C rows add to its
-    k-steps' fetches. ``omega_lanes``: the A port's lanes (the engine's ``slots x
+    k-steps' fetches (the engine sends old-C rows before further A and B vectors once each
+    has one loaded, so a tile's first k-step does not wait for them: accumulating
+    descriptors run 2-3 cycles over the non-accumulating ones at 8 lanes, which this model
+    does not charge). ``omega_lanes``: the A port's lanes (the engine's ``slots x
     max_split``; default ``slots x split``); the shared port is as wide as A's and B's, and
     a vector's passes are those of the network it actually crosses.
     """

@@ -673,6 +673,7 @@ class _OmegaView:
         self.name, self.lanes = name, lanes
         self.rowmode = Signal(name=f"{name}_rowmode")      # (no row entries on this route)
         self.want = Signal(name=f"{name}_want")            # a vector waits to load
+        self.urgent = Signal(name=f"{name}_urgent")        # goes before the others' wants
         self.load = Signal(name=f"{name}_load")
         self.load_base = Signal(addr_bits, name=f"{name}_load_base")
         self.load_mask = Signal(lanes, name=f"{name}_load_mask")
@@ -697,7 +698,9 @@ class _OmegaClient:
     engine drives like a :class:`_ReadClient` / :class:`_WriteClient` (a writer has one).
     The port is as wide as the widest; the views take turns (round robin among those that
     ``want`` to load: a fixed order let one operand fill every slot before the next could
-    start; old C first was no better overall, docs/wide-engine.md). Unlike the per-lane
+    start), and a view whose ``urgent`` is high goes before the others while it wants (the
+    engine makes old C urgent once A and B each have a vector loaded: a tile's first
+    k-step waits for its old-C rows, docs/wide-engine.md, tenth session). Unlike the per-lane
     clients, up to the port's ``tickets`` vectors are in flight at once (the engine's credits
     bound them), and a vector's latency is its
     passes through the request network times ``round_trip``
@@ -733,15 +736,19 @@ class _OmegaClient:
         if nv == 1:
             m.d.comb += self.views[0].can_load.eq(room)
         else:
-            # round robin among the views that want to load: the one served last goes last
+            # round robin among the views that want to load (the one served last goes
+            # last), among the urgent ones while any urgent view wants
             last = Signal(range(nv), name=f"{name}_last")
+            rush = Signal(name=f"{name}_rush")
+            m.d.comb += rush.eq(Cat(*[v.urgent & v.want for v in self.views]).any())
+            eligible = [v.urgent | ~rush for v in self.views]
             for k, v in enumerate(self.views):
-                ahead = []                       # per rotation: a view before k wants
+                ahead = []                       # per rotation: an eligible view before k wants
                 for r in range(nv):
                     order = [(r + 1 + i) % nv for i in range(nv)]
-                    ahead.append(Cat(*[self.views[j].want
+                    ahead.append(Cat(*[self.views[j].want & eligible[j]
                                        for j in order[:order.index(k)]]).any())
-                m.d.comb += v.can_load.eq(room & ~Array(ahead)[last])
+                m.d.comb += v.can_load.eq(room & eligible[k] & ~Array(ahead)[last])
             with m.If(port.i.valid & port.i.ready):
                 m.d.sync += last.eq(_first_index([v.load for v in self.views], len(last)))
         sel = [v.load for v in self.views]
@@ -1664,6 +1671,10 @@ class ContractionEngine(wiring.Component):
             rc.load_mask.eq(Mux((g_c.idx[3] < g_c.rem[1]) & (g_c.idx[3] < tile_h),
                                 thermo(P, g_c.rem[2]) & g0_mask, 0)),
             rc.load_store.eq(d.c.store), g_c.advance.eq(rc.load),
+            # through a shared port a tile's first k-step waits for its old-C rows: they go
+            # before further A and B vectors once each has one loaded (docs/wide-engine.md)
+            *([rc.urgent.eq((cred_a != FD) & (cred_b != FD))]
+              if self._route == "omega-shared" else []),
             fa.w_en.eq(ra.out_valid), fa.w_data.eq(Cat(*ra.out_data)),
             fb.w_en.eq(rb.out_valid), fb.w_data.eq(Cat(*rb.out_data)),
             fc.w_en.eq(rc.out_valid), fc.w_data.eq(Cat(*rc.out_data)),

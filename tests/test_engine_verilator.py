@@ -40,17 +40,19 @@ def test_engine_verilator_random_and_errors(engine_build, tmp_path):
                extra_env={"ENGINE_CONFIG": json.dumps(CONFIG)})
 
 
-#: A wide engine: 32 lanes in up to 8 lane groups, fetchers and writer in beats of 8 words,
-#: 16 banks with skewed rows, the FP32 units as instances of one Verilog module each
-#: (``shared_units``). Its
-#: build is ~100 s here (the 4-lane one without shared units takes longer).
+#: A wide engine: 32 lanes in up to 8 lane groups over 16 skewed banks, its operands on the
+#: route chosen for 256 lanes (``route="omega-shared"``: A, B and old C in turns through one
+#: Omega read port, the C writer through an Omega write port; docs/wide-engine.md), the FP32
+#: units as instances of one Verilog module each (``shared_units``). Its build is ~65 s here
+#: (the 8-word-beat, row-operand configuration this test ran before took ~150 s; those
+#: fetchers stay tested in the Amaranth simulator, tests/test_engine_sim.py).
 WIDE = {
-    "lanes": 32, "max_split": 8, "fetch_words": 8, "banks": 16, "slots": 8,
-    "bank_skew": True, "row_operands": True, "shared_units": True,
+    "lanes": 32, "max_split": 8, "banks": 16, "slots": 8, "bank_skew": True,
+    "route": "omega-shared", "shared_units": True,
     "stores": [["f", 4096, "block", "memory"], ["a", 2048, "ultra", "verilog"],
                ["s", 2048, "block", "memory"]],
     "seed": 2027,
-    "n_random": 10,
+    "n_random": 16,
     "max_mn": 70,
     "max_k": 48,
 }
@@ -58,9 +60,9 @@ WIDE = {
 
 def test_engine_verilator_wide_random_and_errors(tmp_path):
     """Random descriptors (splits 1-8, FP32 and integer, strides, accumulate, batches) with
-    random host stalls on the 32-lane engine (8-word beats, 16 skewed banks, row operands:
-    unit-stride B/C vectors as row entries), every store word against golden after each;
-    illegal descriptors change nothing."""
+    random host stalls on the 32-lane engine (16 skewed banks, the shared Omega read port
+    and the Omega write port), every store word against golden after each; illegal
+    descriptors change nothing."""
     build = build_engine(make_engine(WIDE), "ttrain_engine_l32_wide")
     run_cocotb(build, "tb_engine", test_dir=tmp_path, module_dirs=[TESTBENCH_DIR],
                testcase=["random_descriptors", "error_descriptors"],

@@ -28,7 +28,6 @@ from ttrain.testbench.vector_ref import VectorUnit
 from ttrain.platforms.sim.top import TopSession, layer_session, pad_image, run_top
 from ttrain.platforms.sim.verilator import SimulationError, lint_verilator
 from shared_top import layer_programs, shared_top
-from ttrain.rtl.store import ram_verilog_path
 
 
 
@@ -225,7 +224,13 @@ def test_units_lint_clean():
                               name=f"ttrain_sequencer_{max_dim or 0}") == ""
 
 
-def test_top_lint_clean():
-    assert lint_verilator(Accelerator(store_sizes={"param": 64, "grad": 64, "act": 128,
-                                                   "scratch": 256}, lanes=4, imem_depth=32),
-                          name="ttrain_top_lint", extra_sources=[ram_verilog_path()]) == ""
+def test_top_lint_clean(top):
+    """``verilator --lint-only -Wall`` of the Verilog the shared top was built from (the top,
+    its unit modules and the RAM; not the host driver): the configuration the other tests
+    run, linted without converting a second top."""
+    from pathlib import Path
+    build = top.build
+    sources = [Path(p) for p in build.sources if Path(p).suffix == ".v"
+               and Path(p).name != "top_driver_tb.v"]
+    assert f"{build.name}.v" in {p.name for p in sources} and "ram.v" in {p.name for p in sources}
+    assert lint_verilator(None, name=build.name, extra_sources=sources, top=build.name) == ""
