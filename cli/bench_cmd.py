@@ -176,15 +176,19 @@ def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
                                or args.row_operands or args.special_lanes is not None
-                               or args.engine_sums):
+                               or args.engine_sums or args.route != "arbiter"):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width, --special-lanes and --engine-sums apply "
+                         f"--vector-width, --special-lanes, --engine-sums and --route apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
     if args.rule != "sgd" and args.order != "auto":
         raise ValueError(f"--order applies to --rule sgd only (the {args.rule} programs have "
                          f"no TT layers): drop it")
+    if args.route != "arbiter" and (args.lanes < 2 or args.fetch_words is not None
+                                    or args.row_operands):
+        raise ValueError(f"--route {args.route} moves whole vectors over at least 2 banks: "
+                         f"drop --fetch-words and --row-operands and use --lanes 2 or more")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -222,7 +226,7 @@ def _step(args):
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
-                     engine_sums=args.engine_sums, **_top_args(args))
+                     engine_sums=args.engine_sums, route=args.route, **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -275,6 +279,7 @@ def _fp32(args):
 
 
 def register(sub):
+    from ttrain.platforms.hw import ROUTES
     p = sub.add_parser("bench", help="cycle-accurate benchmarks under Verilator",
                        description=__doc__.split("\n\n")[1])
     bsub = p.add_subparsers(dest="bench", required=True, metavar="WHAT")
@@ -360,6 +365,12 @@ def register(sub):
     st.add_argument("--bank-skew", action="store_true",
                     help="--rule sgd: word a in bank (a + a // banks) %% banks in every store "
                          "(rows skewed across the banks); the mapping's cycle model counts it")
+    st.add_argument("--route", choices=ROUTES, default="arbiter",
+                    help="--rule sgd: how the engine's operand and result vectors reach the "
+                         "banks: arbiter (default, a request per lane), omega (an Omega "
+                         "port per fetcher and the C writer) or omega-shared (A, B and old "
+                         "C through one Omega read port, the 256-lane design); needs whole "
+                         "vectors (no --fetch-words, --row-operands) and at least 2 lanes")
     st.add_argument("--positions", type=int, default=None, metavar="P",
                     help="run the program compiled for the first P positions (padding past P "
                          "skipped) on the full-size build (default: the full grid)")

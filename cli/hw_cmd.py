@@ -16,7 +16,9 @@ def format_hw(hw):
              f"  engine      {hw.lanes} lanes, {hw.slots} slots, {hw.dim_bits}-bit dims"
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
              + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else "")
-             + (", row operands" if hw.row_operands else ""),
+             + (", row operands" if hw.row_operands else "")
+             + (f", operands through {'an Omega port each' if hw.route == 'omega' else 'one shared Omega read port'}"
+                if hw.route != "arbiter" else ""),
              f"  vector      {hw.vector_lanes} lanes (vector and update units)"
              + (f", {hw.special_lanes} special-function units side by side"
                 if hw.special_lanes > 1 else ""),
@@ -45,13 +47,14 @@ def _run(args):
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
                           imem_depth=args.imem_depth, bank_skew=args.bank_skew,
                           vector_width=args.vector_width, row_operands=args.row_operands,
-                          special_lanes=args.special_lanes)
+                          special_lanes=args.special_lanes, route=args.route)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
 
 def register(sub):
     from .golden.config import preset_names
+    from .platforms.hw import ROUTES
     p = sub.add_parser(
         "hw", help="the hardware configuration of a preset (stores, imem, units, lanes)",
         description="Print the one hardware configuration of a preset: store sizes from its "
@@ -82,5 +85,9 @@ def register(sub):
                    help="special-function units side by side in the vector unit (power of "
                         "two up to its lanes; default 1): special ops stream S elements per "
                         "cycle")
+    p.add_argument("--route", choices=ROUTES, default="arbiter",
+                   help="how the engine's operand and result vectors reach the banks: "
+                        "arbiter (default), omega (an Omega port per fetcher and the C "
+                        "writer) or omega-shared (A, B and old C through one Omega read port)")
     p.add_argument("--json", action="store_true", help="print hw.json")
     p.set_defaults(func=_run)

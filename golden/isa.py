@@ -1974,10 +1974,11 @@ def best_split(desc, lanes, slots, max_split, **machine):
 
 def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
                  banks=None, bank_skew=False, row_fetch=None, k_stage=None,
-                 row_operands=False, route=None):
+                 row_operands=False, route=None, omega_lanes=None):
     """Map one CONTRACT for an engine: return ``(desc', step')``, the orientation (``desc``
     or its transpose, whose A/B step selects swap) and :func:`best_split` of the fewest
-    :func:`engine_cycles`; ties keep ``desc``'s orientation."""
+    :func:`engine_cycles`; ties keep ``desc``'s orientation. ``route`` and ``omega_lanes``
+    as in :func:`engine_cycles` (an engine's A port is ``slots x max_split`` lanes)."""
     c0, a0, b0 = step
     cands = [(desc, tuple(step))] + ([(desc.transposed(), (c0, b0, a0))] if orient else [])
     best = None
@@ -1989,6 +1990,8 @@ def map_contract(desc, step, lanes, slots, max_split=1, *, orient=True, fetch_wo
             machine["row_operands"] = True
         if route is not None:
             machine["route"] = route
+            if omega_lanes is not None:
+                machine["omega_lanes"] = omega_lanes
         d = best_split(d, lanes, slots, max_split, **machine)
         cyc = engine_cycles(d, lanes, slots, **machine)
         if best is None or cyc < best[0]:
@@ -2030,19 +2033,22 @@ class Program:
         return encode_program(self.instructions)
 
     def for_engine(self, lanes, slots, max_split=1, *, orient=True, fetch_words=None,
-                   banks=None, bank_skew=False, row_operands=False):
+                   banks=None, bank_skew=False, row_operands=False, route=None):
         """Return this program with every CONTRACT mapped for an engine of ``lanes`` lanes and
         ``slots`` slots: the orientation (``C`` or ``C^T``, the same words bit for bit) and the
         ``split`` (up to ``max_split``) of the fewest cycles of
         :func:`engine_cycles`, ties keeping the compiled choice. A
         new split is a new accumulation order, which golden follows (the program carries
-        it); everything else is unchanged."""
+        it); everything else is unchanged. ``route``: the engine's operand route
+        (``"omega"`` / ``"omega-shared"``, its A port ``slots x max_split`` lanes, as the
+        engine builds it; ``None`` the arbiter's)."""
         out = []
+        extra = {} if route is None else {"route": route, "omega_lanes": slots * max_split}
         for ins in self.instructions:
             if isinstance(ins, Contract):
                 d, st = map_contract(ins.desc, ins.step, lanes, slots, max_split,
                                      orient=orient, fetch_words=fetch_words, banks=banks,
-                                     bank_skew=bank_skew, row_operands=row_operands)
+                                     bank_skew=bank_skew, row_operands=row_operands, **extra)
                 ins = ins if (d, st) == (ins.desc, ins.step) else Contract(d, st)
             out.append(ins)
         return Program(out, dict(self.store_sizes), dict(self.memory_map))

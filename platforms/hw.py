@@ -46,7 +46,7 @@ from ..golden.isa import SPECIAL_OPS, STORE_IDS, Elementwise
 
 __all__ = ["HwConfig", "hw_config", "preset_hw_config", "write_hw_json", "read_hw_json",
            "program_needs_special", "round_store_words", "MIN_IMEM_DEPTH", "DEFAULT_LANES",
-           "DEFAULT_SLOTS", "FLAVORS", "HW_JSON"]
+           "DEFAULT_SLOTS", "FLAVORS", "HW_JSON", "ROUTES"]
 
 #: Smallest instruction memory a configuration gets.
 MIN_IMEM_DEPTH = 64
@@ -56,6 +56,8 @@ DEFAULT_LANES = 8
 DEFAULT_SLOTS = 16
 #: Build flavors of :meth:`HwConfig.accelerator_kwargs`.
 FLAVORS = ("sim", "synth")
+#: The engine's operand routes (:attr:`HwConfig.route`).
+ROUTES = ("arbiter", "omega", "omega-shared")
 #: File name every artefact records its configuration in.
 HW_JSON = "hw.json"
 #: Stores above this many words use the Verilog RAM template in ``"sim"`` builds (Amaranth
@@ -129,6 +131,12 @@ class HwConfig:
         Special-function units side by side in the vector unit (words per cycle into them;
         :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``; default 1). Only
         with ``special``.
+    route : str
+        How the engine's operand and result vectors reach the banks (one of :data:`ROUTES`;
+        :class:`~ttrain.rtl.engine.ContractionEngine` ``route``): ``"arbiter"`` (default)
+        one arbiter request per lane; ``"omega"`` an Omega port per fetcher and the C
+        writer; ``"omega-shared"`` A, B and old C in turns through one Omega read port,
+        the route chosen for 256 lanes (docs/wide-engine.md).
     source : str
         Provenance, as canonical JSON text (frozen and hashable): ``config`` (preset name or None) and ``programs`` (name, instructions and
         SHA-256 of the words of each program sized for). Two configurations of the same
@@ -153,6 +161,7 @@ class HwConfig:
     vector_width: int = 0
     row_operands: bool = False
     special_lanes: int = 1
+    route: str = "arbiter"
 
     @property
     def vector_lanes(self):
@@ -214,6 +223,8 @@ class HwConfig:
             kw["row_operands"] = True
         if self.special_lanes > 1:
             kw["special_lanes"] = self.special_lanes
+        if self.route != "arbiter":
+            kw["route"] = self.route
         if self.special:
             kw["special_impl"] = special_impl
         kw["engine_units"] = "verilog"
@@ -240,7 +251,8 @@ class HwConfig:
             raise ValueError(f"not a ttrain hw.json of format {_FORMAT}")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
-                                    "vector_width", "row_operands", "special_lanes"}
+                                    "vector_width", "row_operands", "special_lanes",
+                                    "route"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -261,7 +273,8 @@ def _canonical(obj):
 def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_bits=16,
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
-              bank_skew=False, vector_width=None, row_operands=False, special_lanes=None):
+              bank_skew=False, vector_width=None, row_operands=False, special_lanes=None,
+              route=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -301,6 +314,10 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     special_lanes : int or None
         Special-function units side by side (power of two up to the vector unit's lanes;
         ``None``: 1), :attr:`HwConfig.special_lanes`.
+    route : str or None
+        The engine's operand route (:data:`ROUTES`; ``None``: ``"arbiter"``),
+        :attr:`HwConfig.route`. The Omega routes need at least 2 banks, whole-vector
+        fetches and no row operands.
     """
     from .memory import fit_memory
 
@@ -357,6 +374,17 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     if row_operands and banks < 2:
         raise ValueError("row_operands needs at least 2 banks (a row entry rotates a vector "
                          "across the banks); use more banks or drop it")
+    route = "arbiter" if route is None else route
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {', '.join(ROUTES)}, not {route!r}")
+    if route != "arbiter":
+        clash = ([f"{banks} bank (it needs at least 2)"] if banks < 2 else []) + (
+            [f"fetch_words {fetch_words} (it moves whole vectors)"]
+            if fetch_words is not None else []) + (
+            ["row_operands (its ports carry whole vectors)"] if row_operands else [])
+        if clash:
+            raise ValueError(f"route {route!r} cannot have {' or '.join(clash)}; change those "
+                             f"or use route 'arbiter'")
     needs_special = any(program_needs_special(p) for p in progs.values())
     if special is None:
         special = needs_special
@@ -396,7 +424,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
                     fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
                     vector_width=int(vector_width or 0), row_operands=row_operands,
-                    special_lanes=int(special_lanes or 1))
+                    special_lanes=int(special_lanes or 1), route=route)
 
 
 def preset_hw_config(config, **overrides):

@@ -113,6 +113,13 @@ class Accelerator(wiring.Component):
     row_operands : bool
         The engine's unit-stride B, old-C and C vectors as row entries
         (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_operands``; default off).
+    route : None, "omega" or "omega-shared"
+        How the engine's A, B, old-C and C vectors reach the banks
+        (:class:`~ttrain.rtl.engine.ContractionEngine` ``route``): ``None`` (default) one
+        arbiter request per lane; ``"omega"`` an Omega port per fetcher and the C writer;
+        ``"omega-shared"`` A, B and old C in turns through one Omega read port (the route
+        chosen for 256 lanes, docs/wide-engine.md). The host, vector and update units keep
+        their arbiter entries.
 
     Members
     -------
@@ -141,7 +148,7 @@ class Accelerator(wiring.Component):
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
                  fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
-                 row_ports=True, row_operands=False, special_lanes=1):
+                 row_ports=True, row_operands=False, special_lanes=1, route=None):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -195,7 +202,7 @@ class Accelerator(wiring.Component):
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
                                          fetch_words=fetch_words, bank_skew=bank_skew,
                                          port_width=vector_width, row_ports=row_ports,
-                                         row_operands=row_operands, **units)
+                                         row_operands=row_operands, route=route, **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)

@@ -71,7 +71,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
-               row_operands=False, special_lanes=None, engine_sums=False):
+               row_operands=False, special_lanes=None, engine_sums=False, route=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -94,7 +94,9 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     (``HwConfig.row_operands``), counted by the mapping's model. ``special_lanes``:
     special-function units side by side in the vector unit (``HwConfig.special_lanes``).
     ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
-    faster as contractions (``compile_model(engine_sums=lanes)``).
+    faster as contractions (``compile_model(engine_sums=lanes)``). ``route``: the engine's
+    operand route (``HwConfig.route``: ``"omega"`` or ``"omega-shared"``; ``None`` the
+    arbiter), counted by the mapping's model.
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -121,10 +123,11 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         raise ValueError("positions runs one shorter program; buckets runs them all: pass one")
     say = progress or (lambda m: None)
     cfg, notes = chip_config(get_config(config))
-    mapping = max_split > 1 or fetch_words or bank_skew or row_operands
+    route = None if route == "arbiter" else route
+    mapping = max_split > 1 or fetch_words or bank_skew or row_operands or route
     engine_map = (lambda prog: prog.for_engine(lanes, slots, max_split, fetch_words=fetch_words,
                                                banks=lanes, bank_skew=bank_skew,
-                                               row_operands=row_operands)) \
+                                               row_operands=row_operands, route=route)) \
         if mapping else None
     ckw = {"engine_sums": lanes} if engine_sums else {}
     bk = lengths = lengths_source = None
@@ -150,11 +153,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "") + (
         "_r" if row_operands else "") + (
         f"_v{vector_width}" if vector_width else "") + (
-        f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "")
+        f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "") + (
+        {"omega": "_om", "omega-shared": "_os"}[route] if route else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
                    fetch_words=fetch_words,      # lane groups: the largest split mapped
                    bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
-                   special_lanes=special_lanes)
+                   special_lanes=special_lanes, route=route)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -189,7 +193,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
-              "row_operands": row_operands,
+              "row_operands": row_operands, "route": hw.route,
               "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order),

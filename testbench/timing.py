@@ -149,9 +149,14 @@ def _flat(comp):
     return Flat()
 
 
-def _omega_read(lanes):
+def _omega_read(lanes, tag_bits=0):
     from ..rtl.omega import OmegaReadPort
-    return _flat(OmegaReadPort(lanes, 20, skew="xor"))
+    return _flat(OmegaReadPort(lanes, 20, skew="xor", tag_bits=tag_bits))
+
+
+def _omega_write(lanes, tag_bits=0):
+    from ..rtl.omega import OmegaWritePort
+    return _flat(OmegaWritePort(lanes, 20, skew="xor", tag_bits=tag_bits))
 
 
 #: Unit name -> (constructor, description). Order: cheap first, ``special`` last.
@@ -196,6 +201,15 @@ UNITS = {
     "omega-read-256": (lambda: _omega_read(256),
                        "OmegaReadPort, 256 lanes over 256 banks, 20-bit word addresses, XOR "
                        "hash (9 slots)"),
+    "omega-write-64": (lambda: _omega_write(64, 2),
+                       "OmegaWritePort, 64 lanes over 64 banks, 20-bit word addresses, XOR "
+                       "hash, 2-bit store tags (the engine's C writer)"),
+    "omega-write-256": (lambda: _omega_write(256, 2),
+                        "OmegaWritePort, 256 lanes over 256 banks, 20-bit word addresses, XOR "
+                        "hash, 2-bit store tags (the 256-lane engine's C writer)"),
+    "omega-shared-256": (lambda: _omega_read(256, 2),
+                         "OmegaReadPort, 256 lanes over 256 banks, XOR hash, 2-bit store tags "
+                         "(the 256-lane engine's shared A/B/old-C read port)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
 }
 

@@ -69,6 +69,11 @@ def test_bench_step_max_split_is_checked():
     assert main(["hw", "--config", "tiny", "--special-lanes", "16"]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "3"]) == 2
     assert main(["bench", "step", "--rule", "zo", "--engine-sums"]) == 2
+    assert main(["bench", "step", "--rule", "zo", "--route", "omega"]) == 2
+    for bad in (["--lanes", "1"], ["--fetch-words", "4"], ["--row-operands"]):
+        assert main(["bench", "step", "--config", "tiny", "--route", "omega-shared",
+                     *bad]) == 2
+    assert main(["hw", "--config", "tiny", "--route", "omega", "--row-operands"]) == 2
 
 
 def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsys):

@@ -68,9 +68,15 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert sp.special_lanes == 4 and sp.accelerator_kwargs()["special_lanes"] == 4 and sp != a
     assert HwConfig.from_dict(json.loads(sp.to_json())) == sp
     assert a.special_lanes == 1 and "special_lanes" not in a.accelerator_kwargs()
+    for route in ("omega", "omega-shared"):
+        o = preset_hw_config("tiny", route=route)
+        assert o.route == route and o.accelerator_kwargs()["route"] == route and o != a
+        assert HwConfig.from_dict(json.loads(o.to_json())) == o
+    assert a.route == "arbiter" and "route" not in a.accelerator_kwargs()
+    assert preset_hw_config("tiny", route="arbiter") == a
     old = json.loads(a.to_json())
     del old["fetch_words"], old["bank_skew"], old["vector_width"]   # a file from before them
-    del old["row_operands"], old["special_lanes"]
+    del old["row_operands"], old["special_lanes"], old["route"]
     assert HwConfig.from_dict(old) == a
     c = preset_hw_config("tiny", lanes=4)
     assert c != a and c.lanes == c.banks == 4 and c.units == ("engine", "vector", "update",
@@ -106,6 +112,10 @@ def test_units_follow_the_programs():
     ({"special_lanes": 3}, "special_lanes must be a positive power of two"),
     ({"special_lanes": 16}, "special_lanes 16 is above the vector unit's 8 lanes"),
     ({"special_lanes": 4, "vector_width": 2}, "special_lanes 4 is above the vector unit's 2"),
+    ({"route": "mesh"}, "route must be one of arbiter, omega, omega-shared"),
+    ({"route": "omega", "lanes": 1}, "route 'omega' cannot have 1 bank"),
+    ({"route": "omega-shared", "fetch_words": 4}, "cannot have fetch_words 4"),
+    ({"route": "omega", "row_operands": True}, "cannot have row_operands"),
 ])
 def test_bad_overrides_name_what_to_change(kw, match):
     with pytest.raises(ValueError, match=match):

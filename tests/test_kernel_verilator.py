@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """The Vitis kernel (``platforms/kernel.py``) under Verilator, driven entirely through its AXI ports.
 
-One build (2 lanes, vector and update units of one lane, the special-function unit, stores
+One build (2 lanes, the engine's vectors on the shared Omega route, vector and update units
+of one lane, the special-function unit, stores
 and instruction memory sized for both a compiled TT-linear layer and the whole ``tiny`` model
 step of ``compile_model``), one cocotb run of several kernel invocations on the same kernel
 (the stores keep their words between calls), through cocotbext-axi (``AxiLiteMaster`` on
@@ -65,9 +66,11 @@ def config(layer, model):
     # one build for both scenarios: stores = the larger of both programs', imem a power of two
     # holding the longer program, the special-function unit the model step needs; vector and
     # update units one lane wide on the 2 banks (HwConfig.vector_width: units narrower than
-    # the banks, checked here through the whole kernel)
+    # the banks, checked here through the whole kernel); the engine's operands through one
+    # shared Omega read port and its results through an Omega write port (HwConfig.route, the
+    # 256-lane design; the shared top of the other chip tests runs the arbiter route)
     return hw_config({"tt": layer, "tiny": model}, config="kernel-test", lanes=2, slots=8,
-                     vector_width=1)
+                     vector_width=1, route="omega-shared")
 
 
 @pytest.fixture(scope="module")
