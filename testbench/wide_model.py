@@ -296,9 +296,10 @@ def main(argv=None):
                         "log2 NB)) %% NB")
     p.add_argument("--route", choices=("omega", "omega-shared"), default=None,
                    help="machine row: every engine vector whole through an Omega port from "
-                        "its lanes to the banks (golden.isa.omega_passes; 'omega' built: "
-                        "ContractionEngine(route='omega')); 'omega-shared', a design study: "
-                        "A, B and old C in turns through one read port")
+                        "its lanes to the banks (golden.isa.omega_passes; built: "
+                        "ContractionEngine(route=...), HwConfig.route): 'omega' a port per "
+                        "fetcher and the C writer, 'omega-shared' A, B and old C in turns "
+                        "through one read port")
     p.add_argument("--row-operands", action="store_true",
                    help="machine row: unit-stride B/C vectors as row entries (the engine's "
                         "row_operands, built), the others through the --fetch-words ports")
