@@ -1802,9 +1802,14 @@ def _vector_cycles(addrs, active, width, banks, skew=False, route=None, ports=No
 
 def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=ADD_LATENCY,
                   fetch_words=None, banks=None, bank_skew=False, row_fetch=None,
-                  k_stage=None, row_operands=False, route=None, omega_lanes=None):
+                  k_stage=None, row_operands=False, route=None, omega_lanes=None,
+                  parts=False):
     """The contraction engine's cycle model of CONTRACT descriptor ``desc``: the machine
-    model the compiler maps programs with.
+    model the compiler maps programs with. ``parts=True`` returns its terms instead, a dict
+    of ``body`` (the tiles' issue and fetch cycles), ``fill`` (the fixed fill and drain, the
+    networks' registers), ``fold`` (the split's adder latencies) and ``edges`` (what the
+    pipeline does not hide of the first fetch and the last tile's writes), which add up to
+    the cycles: ``fill + fold + edges`` is what overlapping descriptors could hide.
 
     Without ``fetch_words`` and ``banks`` (every vector fetched in one beat, no bank
     conflicts): ``batch * ceil(m/h') * ceil(n/(lanes/split)) * ceil(k/split) * hp`` issue
@@ -1883,7 +1888,10 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
         fill += omega_fill(max(ports_a, ports_bc))
     fold = (desc.split.bit_length() - 1) * add_latency
     if fetch_words is None and banks is None:
-        return desc.batch * mtiles * ntiles * desc.kc * hp + fill + fold
+        body = desc.batch * mtiles * ntiles * desc.kc * hp
+        if parts:
+            return {"body": body, "fill": fill, "fold": fold, "edges": 0}
+        return body + fill + fold
     a, b, c = desc.a, desc.b, desc.c
     kc = desc.kc
     s = min(desc.split, -(-desc.k // kc))        # lane groups with a part of k (the rest masked)
@@ -1953,6 +1961,8 @@ def engine_cycles(desc, lanes, slots, *, mul_latency=MUL_LATENCY, add_latency=AD
     if desc.accumulate:
         edges += max(0, rows(first) - hp)
     body = ((ntiles - 1) * tile(pg) if ntiles > 1 else 0) + tile(last)
+    if parts:
+        return {"body": desc.batch * mtiles * body, "fill": fill, "fold": fold, "edges": edges}
     return desc.batch * mtiles * body + fill + fold + edges
 
 

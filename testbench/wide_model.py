@@ -194,6 +194,57 @@ def machine_cycles(config, lanes, *, fetch_words=None, banks=None, bank_skew=Fal
     return total, macs
 
 
+def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slots=SLOTS,
+                  compile_kw=None):
+    """What descriptor overlap could hide on the engine as built (``max_split = lanes``;
+    a design study, not built): every dynamic CONTRACT of ``config``'s compiled step mapped
+    and costed by golden's cycle model, split into its body and its per-descriptor terms
+    (``fill + fold + edges`` of :func:`ttrain.golden.isa.engine_cycles` ``parts``). A
+    CONTRACT's terms are *hideable* when its operands touch no word written since the last
+    CONTRACT began, and no word that CONTRACT or the instructions between them read or write
+    is written by it (the sequencer's scoreboard rule: only then could it start while the
+    one before drains). Returns ``{contracts, independent, cycles, overhead, hideable,
+    macs}``."""
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.isa import Contract, engine_cycles, map_contract
+    from ..golden.model_compiler import _extents
+    prog = _program(config, compile_kw)
+    machine = {"banks": banks, "bank_skew": bank_skew}
+    if route is not None:
+        machine["route"] = route
+    memo = {}
+    out = {"contracts": 0, "independent": 0, "cycles": 0, "overhead": 0, "hideable": 0,
+           "macs": 0}
+    since = []                       # extents of the last CONTRACT and everything after it
+
+    def clash(mine, others):
+        for s, lo, hi, w in mine:
+            for s2, lo2, hi2, w2 in others:
+                if s == s2 and lo <= hi2 and lo2 <= hi and (w or w2):
+                    return True
+        return False
+    for _, ins in dynamic_stream(prog.instructions):
+        ext = _extents(ins)
+        if not isinstance(ins, Contract):
+            since.extend(ext)
+            continue
+        key = (ins.desc, ins.step)
+        if key not in memo:
+            d, _ = map_contract(ins.desc, ins.step, lanes, slots, lanes, **machine)
+            memo[key] = engine_cycles(d, lanes, slots, parts=True, **machine)
+        p = memo[key]
+        over = p["fill"] + p["fold"] + p["edges"]
+        free = bool(since) and not clash(ext, since)
+        out["contracts"] += 1
+        out["independent"] += free
+        out["cycles"] += over + p["body"]
+        out["overhead"] += over
+        out["hideable"] += over if free else 0
+        out["macs"] += ins.desc.macs
+        since = list(ext)
+    return out
+
+
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
           bank_skew=False, row_fetch=None, k_stage=None, compile_kw=None, row_operands=False,
           route=None):
@@ -300,6 +351,10 @@ def main(argv=None):
                         "ContractionEngine(route=...), HwConfig.route): 'omega' a port per "
                         "fetcher and the C writer, 'omega-shared' A, B and old C in turns "
                         "through one read port")
+    p.add_argument("--overlap-study", action="store_true",
+                   help="with --banks: what overlapping descriptors could hide on the machine "
+                        "row (overlap_study: the per-descriptor fill, fold and edge cycles, "
+                        "and those of CONTRACTs independent of the one before)")
     p.add_argument("--row-operands", action="store_true",
                    help="machine row: unit-stride B/C vectors as row entries (the engine's "
                         "row_operands, built), the others through the --fetch-words ports")
@@ -334,6 +389,10 @@ def main(argv=None):
         p.error("--xor-skew needs --banks NB and replaces --bank-skew (choose one)")
     if a.special_lanes != 1 and a.vector_width is None:
         p.error("--special-lanes needs --vector-width V")
+    if a.overlap_study and (a.banks is None or a.row_fetch is not None or a.fetch_words
+                            or a.row_operands):
+        p.error("--overlap-study studies the machine row of whole-vector fetches: give --banks "
+                "NB and no --row-fetch, --fetch-words or --row-operands")
     for flag, v in (("--fetch-words", a.fetch_words), ("--banks", a.banks),
                     ("--row-fetch", a.row_fetch), ("--k-stage", a.k_stage),
                     ("--vector-width", a.vector_width), ("--special-lanes", a.special_lanes)):
@@ -367,6 +426,16 @@ def main(argv=None):
                                               "utilization": e["ideal_cycles"]
                                               / (v["cycles"] + vtot)}
                                           for k, v in e["mappings"].items()}
+        if a.overlap_study:
+            rep["overlap_label"] = ("design study (not built): per-descriptor cycles of the "
+                                    "machine row; hideable = those of CONTRACTs whose "
+                                    "operands do not meet the words written since the "
+                                    "previous CONTRACT began")
+            for e in rep["lanes"]:
+                e["overlap_study"] = overlap_study(
+                    a.config, e["lanes"], banks=a.banks,
+                    bank_skew="xor" if a.xor_skew else a.bank_skew, route=a.route,
+                    compile_kw=kw)
     except (KeyError, ValueError) as e:
         p.error(str(e).strip("'\""))
     if a.json:
@@ -388,6 +457,15 @@ def main(argv=None):
             for k, x in e["whole_step_serial"].items():
                 if k.startswith("machine") or k in ("engine", "engine +overlap"):
                     print(f"    {k:<18} {x['cycles']:>12,} cycles  {x['utilization']:6.1%}")
+        if "overlap_study" in e:
+            o = e["overlap_study"]
+            print(f"  machine row's per-descriptor cycles (fill, fold, edges): "
+                  f"{o['overhead']:,} of {o['cycles']:,}; {o['independent']:,} of "
+                  f"{o['contracts']:,} CONTRACTs independent of the one before, their "
+                  f"{o['hideable']:,} hideable by descriptor overlap "
+                  f"({e['ideal_cycles'] / (o['cycles'] - o['hideable']):.1%} of the ideal "
+                  f"then; {e['ideal_cycles'] / (o['cycles'] - o['overhead']):.1%} with all "
+                  f"hidden)")
         print("  largest losses (best mapping, overlapped):")
         for w in e["worst_best_overlap"]:
             print(f"    {w['m']}x{w['n']}x{w['k']} batch {w['batch']} x{w['count']}: "

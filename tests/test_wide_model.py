@@ -271,3 +271,28 @@ def test_vector_model_of_the_tiny_step():
     with pytest.raises(SystemExit) as e:
         wide_model.main(["--config", "tiny", "--vector-width", "3"])
     assert e.value.code == 2
+
+
+def test_cycle_model_parts_and_the_overlap_study():
+    """``engine_cycles(parts=True)``'s terms add up to its cycles on every machine the
+    model knows, and the overlap study of tiny's step on the shared Omega route counts every
+    CONTRACT, its per-descriptor terms within its cycles and hides them only for
+    CONTRACTs independent of the one before (the step's chain makes that a minority)."""
+    from ttrain.golden.isa import engine_cycles
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        m, n, k = (int(v) for v in rng.integers(1, 40, 3))
+        d = Descriptor(m, n, k, View("act", 0, k, 1), View("param", 0, n, 1),
+                       View("scratch", 0, n, 1), accumulate=bool(rng.integers(2)),
+                       split=int(2 ** rng.integers(0, 3)))
+        for kw in ({}, {"banks": 8, "bank_skew": True}, {"fetch_words": 4, "banks": 8},
+                   {"banks": 16, "route": "omega"}, {"banks": 16, "route": "omega-shared"}):
+            p = engine_cycles(d, 8, 16, parts=True, **kw)
+            assert set(p) == {"body", "fill", "fold", "edges"} and min(p.values()) >= 0
+            assert sum(p.values()) == engine_cycles(d, 8, 16, **kw), (d, kw)
+    r = wide_model.overlap_study("tiny", 8, banks=8, bank_skew=True, route="omega-shared")
+    machine, macs = wide_model.machine_cycles("tiny", 8, banks=8, bank_skew=True,
+                                              route="omega-shared")
+    assert r["cycles"] == machine and r["macs"] == macs
+    assert 0 < r["independent"] < r["contracts"] / 2
+    assert 0 < r["hideable"] < r["overhead"] < r["cycles"]
