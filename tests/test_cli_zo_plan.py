@@ -1,6 +1,8 @@
 """``ttrain plan --rule zo`` (the compiled ZO step's memory, dense and sparse, beside an int8 BP
 estimate) and the argument checks of ``ttrain bench step --rule zo``."""
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -9,10 +11,22 @@ from ttrain.main import main
 
 from test_cli_errors import error_line
 
+# the module's tests share the MCUNet-scale plan (one compile) on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("mcunet_plan")
 
-def test_plan_zo_json_reports_the_compiled_steps(capsys):
-    assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
+
+@pytest.fixture(scope="module")
+def mcunet_plan():
+    """``ttrain plan --config mcunet-s --rule zo --json`` once per worker (it compiles the
+    dense, sparse, in-place and NP steps of the MCUNet-scale preset: ~20 s)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_plan_zo_json_reports_the_compiled_steps(mcunet_plan):
+    rep = mcunet_plan
     dense, sparse = rep["zo"]["dense"], rep["zo"]["sparse"]
     # packed int8 weights (4 to a word) and int32 biases
     assert rep["params"] / 4 < dense["words"]["trainable"] < rep["params"] / 3
@@ -44,7 +58,7 @@ def test_plan_zo_text(capsys):
     assert "node perturbation (zo-np, every layer, 80 queries)" in text
 
 
-def test_plan_zo_reports_the_node_perturbation_step_or_why_not(capsys):
+def test_plan_zo_reports_the_node_perturbation_step_or_why_not(capsys, mcunet_plan):
     """digits-cnn: the NP step's memory from its compiled map (the FP32 output gradients of
     the perturbed layers among the ZO buffers); mcunet-s too (its depthwise layers' local
     gradients are CONTRACTs batched over the groups)."""
@@ -53,8 +67,7 @@ def test_plan_zo_reports_the_node_perturbation_step_or_why_not(capsys):
     npst = rep["zo_np"]
     assert npst["queries"] == 80 and npst["words"]["zo_buffers"] > 1674
     assert npst["total_bytes"] > rep["zo"]["dense"]["total_bytes"]
-    assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
+    rep = mcunet_plan
     npst = rep["zo_np"]
     assert "not_compiled" not in npst and npst["instructions"] > rep["zo"]["dense"]["instructions"]
 

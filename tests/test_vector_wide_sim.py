@@ -604,14 +604,11 @@ def test_signature():
 
 
 def test_lint_clean():
+    # the unit alone at two widths; with its special-function unit it is linted inside the
+    # shared top (tests/test_top_verilator.py::test_top_lint_clean: every function, -Wall)
     for width, groups in ((4, None), (1, 1)):
         assert lint_verilator(WideVectorUnit(width=width, addr_bits=12, groups=groups),
                               name=f"ttrain_vector_wide_w{width}") == ""
-    # with a (small, impl="verilog") special-function unit and its FP32 unit modules
-    from ttrain.platforms.sim.top import special_fp_sources
-    assert lint_verilator(WideVectorUnit(width=4, addr_bits=12, special=True,
-                                         special_impl="verilog", special_functions=SP_FUNCS),
-                          name="ttrain_vector_wide_sp", extra_sources=special_fp_sources()) == ""
 
 
 # -- special functions ---------------------------------------------------------------------------
