@@ -63,6 +63,17 @@ def _engine():
                                      for n, w in hw.stores.items()])
 
 
+def _engine_omega(lanes, max_split):
+    """A slice of the 256-lane design: the engine on the shared Omega route (A, B and old C
+    through one read port of ``slots x max_split`` lanes, C through a write port; rows
+    skewed), 16 slots, 4 stores of 64 k words (RAMs black boxes), 2 unit ports."""
+    from ..rtl.engine import ContractionEngine, StoreSpec
+    return _flat(ContractionEngine(lanes=lanes, banks=lanes, slots=16, max_split=max_split,
+                                   ports=2, bank_skew=True, route="omega-shared",
+                                   stores=[StoreSpec(n, 1 << 16, style="ultra", impl="verilog")
+                                           for n in ("param", "grad", "act", "scratch")]))
+
+
 def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True):
     """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
     preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
@@ -177,6 +188,10 @@ UNITS = {
     "vector": (_vector, "WideVectorUnit, width 1 (the vector/update unit of the 1-lane top)"),
     "vector-w2": (lambda: _vector(width=2), "WideVectorUnit, width 2 (the 2-lane top's)"),
     "engine": (_engine, "ContractionEngine, 2 lanes, max_split 2, 1k-word stores"),
+    "engine-os-16": (lambda: _engine_omega(16, 4),
+                     "ContractionEngine, 16 lanes, max_split 4, route omega-shared (a 64-lane "
+                     "read port), 16 banks skewed, 64k-word stores: a slice of the 256-lane "
+                     "design (per-lane datapath, fold tree, route)"),
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
                                "(the 8-lane top's arbitration at half the ports)"),
