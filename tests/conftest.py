@@ -23,22 +23,3 @@ def shared_data(name):
     raise FileNotFoundError(
         f"data set {name!r} not found in {', '.join(map(str, candidates))}: set "
         f"TTRAIN_SHARED_DATA to the folder holding {name}/")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Keep each expensive shared build's tests on one pytest-xdist worker (``make test`` runs
-    ``--dist loadgroup``): the modules that use the shared top (``tests/shared_top.py``:
-    converted, its programs compiled and its build looked up once per worker) and the Vitis
-    kernel test (its module fixture runs every kernel call in one simulation). Spread over
-    both workers, the second waited on the first's build lock, converted the top again and
-    ran the kernel simulation twice."""
-    import pytest
-    for item in items:
-        mod = getattr(item, "module", None)
-        if mod is None:
-            continue
-        if "shared_top" in vars(mod) or item.name.startswith(
-                "test_verilator_build_records_its_configuration"):
-            item.add_marker(pytest.mark.xdist_group("shared_top"))
-        elif item.path.name == "test_kernel_verilator.py":
-            item.add_marker(pytest.mark.xdist_group("kernel"))
