@@ -11,14 +11,12 @@ from ttrain.main import main
 
 from test_cli_errors import error_line
 
-# the module's tests share the MCUNet-scale plan (one compile) on one pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("mcunet_plan")
-
 
 @pytest.fixture(scope="module")
 def mcunet_plan():
     """``ttrain plan --config mcunet-s --rule zo --json`` once per worker (it compiles the
-    dense, sparse, in-place and NP steps of the MCUNet-scale preset: ~20 s)."""
+    dense, sparse, in-place and NP steps of the MCUNet-scale preset: ~20 s; the two tests
+    that read it share it when they run on the same worker)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["plan", "--config", "mcunet-s", "--rule", "zo", "--json"]) == 0
