@@ -17,8 +17,8 @@ def format_hw(hw):
              + (f", {hw.max_split} lane groups (split)" if hw.max_split > 1 else "")
              + (f", operand beats of {hw.fetch_words} words" if hw.fetch_words else "")
              + (", row operands" if hw.row_operands else "")
-             + (f", operands through {'an Omega port each' if hw.route == 'omega' else 'one shared Omega read port'}"
-                if hw.route != "arbiter" else ""),
+             + {"arbiter": "", "omega": ", operands through an Omega port each",
+                "omega-shared": ", operands through one shared Omega read port"}[hw.route],
              f"  vector      {hw.vector_lanes} lanes (vector and update units)"
              + (f", {hw.special_lanes} special-function units side by side"
                 if hw.special_lanes > 1 else ""),

@@ -155,8 +155,10 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"_v{vector_width}" if vector_width else "") + (
         f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "") + (
         {"omega": "_om", "omega-shared": "_os"}[route] if route else "")
+    # lane groups: the largest split mapped, but on an Omega route the A port is slots x
+    # max_split lanes wide, which the mapping assumed, so the build keeps max_split
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
-                   fetch_words=fetch_words,      # lane groups: the largest split mapped
+                   fetch_words=fetch_words, max_split=max_split if route else None,
                    bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
                    special_lanes=special_lanes, route=route)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
