@@ -1,6 +1,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 import ttrain  # noqa: E402,F401  -- pins the float references' OpenBLAS kernels before the
 #                  tests import numpy (cli/__init__.py), the one place that rule lives
@@ -23,3 +25,19 @@ def shared_data(name):
     raise FileNotFoundError(
         f"data set {name!r} not found in {', '.join(map(str, candidates))}: set "
         f"TTRAIN_SHARED_DATA to the folder holding {name}/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that share one expensive module fixture on one pytest-xdist worker
+    (``make test`` runs ``--dist loadgroup``): the Vitis kernel test (its fixture runs every
+    kernel call in one Verilator simulation, ~110 s) and the MCUNet-scale ZO plan (one
+    compile, ~20 s). Spread over both workers, each worker ran the fixture once.
+
+    Grouping needs pytest < 9 (``pyproject.toml``): pytest-xdist 3.8 puts the group into
+    ``item._nodeid``, which pytest 9 no longer reads, so the groups silently vanished."""
+    groups = {"test_kernel_verilator.py": "kernel", "test_cli_zo_plan.py": "mcunet_plan"}
+    for item in items:
+        group = groups.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
