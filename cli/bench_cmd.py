@@ -176,9 +176,11 @@ def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
                                or args.row_operands or args.special_lanes is not None
-                               or args.engine_sums or args.route != "arbiter"):
+                               or args.engine_sums or args.route != "arbiter"
+                               or args.schedule is not None):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width, --special-lanes, --engine-sums and --route apply "
+                         f"--vector-width, --special-lanes, --engine-sums, --route and "
+                         f"--schedule apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
@@ -226,7 +228,8 @@ def _step(args):
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
-                     engine_sums=args.engine_sums, route=args.route, **_top_args(args))
+                     engine_sums=args.engine_sums, route=args.route,
+                     schedule=args.schedule or "interleave", **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -350,6 +353,11 @@ def register(sub):
     st.add_argument("--vector-width", type=int, default=None, metavar="W",
                     help="--rule sgd: lanes of the vector and update units (power of two up "
                          "to --lanes; default --lanes, one word per bank)")
+    st.add_argument("--schedule", choices=("interleave", "program"), default=None,
+                    help="--rule sgd: interleave (default) runs the program reordered by the "
+                         "compiler's scheduling pass for this chip (independent work of the "
+                         "engine and the vector unit side by side; the same words), program "
+                         "the compiled order")
     st.add_argument("--engine-sums", action="store_true",
                     help="--rule sgd: compile the step with the row sums this engine (--lanes) "
                          "does faster as contractions with a ones vector (the same words)")

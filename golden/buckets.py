@@ -125,6 +125,13 @@ class Buckets:
     def lengths(self):
         return tuple(self.programs)
 
+    def map_models(self, fn):
+        """Replace every bucket's compiled step ``cm`` by ``fn(cm)`` (e.g. the scheduling pass
+        :func:`ttrain.golden.schedule.interleave_model`; layouts and sizes are checked again)."""
+        self.programs = {p: fn(cm) for p, cm in self.programs.items()}
+        self.full = self.programs[self.cfg.seq_len]
+        self._check()
+
     def _check(self):
         full = self.full
         params = {k: r for k, r in full.memory_map.items() if r.store == "param"}

@@ -64,6 +64,7 @@ from .contract import View
 from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
                   Update, f32_bits)
 from .layers import MASK_VALUE
+from .schedule import extents
 from .tt import token_digits
 
 __all__ = ["CompiledModel", "compile_model", "model_unsupported", "chip_model_config",
@@ -568,7 +569,7 @@ def _operand_hulls(instrs):
                    or getattr(ins, "op", "") == "scatter_add" or isinstance(ins, Update))
         hulls = {}
         for v in versions:
-            for j, (store, lo, hi, _) in enumerate(_extents(v)):
+            for j, (store, lo, hi, _) in enumerate(extents(v)):
                 s0, a, b = hulls.get(j, (store, lo, hi))
                 hulls[j] = (store, min(a, lo), max(b, hi))
         for j, (store, lo, hi) in hulls.items():
@@ -714,30 +715,6 @@ def _allocate(instrs, regions, allocate, stores=("act", "scratch")):
 
 # ---- fused SGD update ----------------------------------------------------------------------
 
-def _extents(ins):
-    """``[(store, lo, hi, writes)]``: the address hull of each operand of ``ins`` (as the
-    sequencer's scoreboard sees it: slot 0 written, UPDATE's slot 1 written too)."""
-    if isinstance(ins, Contract):
-        d = ins.desc
-        ops = [(d.c, d.batch, d.m, d.n, True), (d.a, d.batch, d.m, d.k, False),
-               (d.b, d.batch, d.k, d.n, False)]
-    elif isinstance(ins, Elementwise):
-        ops = [(ins.d, 1, ins.rows, ins.cols, True)] + [
-            (v, 1, ins.rows, ins.cols, False) for v in (ins.a, ins.b) if v is not None]
-    elif isinstance(ins, Reduce):
-        ops = [(ins.d, 1, ins.rows, 1, True), (ins.a, 1, ins.rows, ins.cols, False)]
-    elif isinstance(ins, Gather):
-        r, c, tr = ins.rows, ins.cols, ins.table_rows
-        dshape, sshape = ((r, c), (tr, c)) if ins.op == "gather" else ((tr, c), (r, c))
-        ops = [(ins.dst, 1, *dshape, True), (ins.src, 1, *sshape, False),
-               (ins.index, 1, r, 1, False)]
-    elif isinstance(ins, Update):
-        ops = [(ins.theta, 1, 1, ins.count, True), (ins.grad, 1, 1, ins.count, True)]
-    else:
-        return []
-    return [(v.store, v.base, v.last_address(b, r, c), w) for v, b, r, c, w in ops]
-
-
 def _map_grad_views(ins, move):
     """Return ``ins`` with every grad-store view passed through ``move``."""
     def mv(v):
@@ -815,7 +792,7 @@ def _fuse_updates(instrs, regions, names):
                                                                cur_loop.count - 1)]
         hulls = {}                  # operand slot -> (store, lo, hi) over the iterations
         for v in versions:
-            for j, (store, lo, hi, _) in enumerate(_extents(v)):
+            for j, (store, lo, hi, _) in enumerate(extents(v)):
                 s0, a, b = hulls.get(j, (store, lo, hi))
                 hulls[j] = (store, min(a, lo), max(b, hi))
         for store, lo, hi in hulls.values():

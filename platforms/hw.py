@@ -188,6 +188,38 @@ class HwConfig:
         """Units of the chip, in dispatch order."""
         return ("engine", "vector", "update") + (("special",) if self.special else ())
 
+    def cycle_model(self):
+        """Return ``cost(ins)``: an instruction's cycles on this chip's unit, issue to done, as
+        the compiler's models give them: a CONTRACT by :func:`ttrain.golden.isa.engine_cycles`
+        with this build's lanes, slots, banks, skew, beats, row operands and route (the A port
+        of ``slots x max_split`` lanes on an Omega route), a vector or update instruction by
+        :func:`ttrain.golden.isa.vector_cycles` on :attr:`vector_lanes` lanes and
+        ``special_lanes``, with the special-function unit's latencies read off the RTL; control
+        instructions 0. Memoised per instruction. The compiler's scheduling pass
+        (:func:`ttrain.golden.schedule.interleave`) weighs the program with it."""
+        import functools
+
+        from ..golden.isa import Contract, engine_cycles, vector_cycles
+        from ..golden.schedule import unit_of
+        from ..rtl.special import SpecialFunctionUnit
+        unit = SpecialFunctionUnit(latency="per_function")
+        unit._MustUse__silence = True              # only asked for its latencies
+        lat = dict(unit.latencies)
+        machine = {"banks": self.banks, "bank_skew": self.bank_skew,
+                   "fetch_words": self.fetch_words or None,
+                   "row_operands": self.row_operands}
+        if self.route != "arbiter":
+            machine.update(route=self.route, omega_lanes=self.slots * self.max_split)
+
+        @functools.lru_cache(maxsize=None)
+        def cost(ins):
+            if isinstance(ins, Contract):
+                return engine_cycles(ins.desc, self.lanes, self.slots, **machine)
+            if unit_of(ins) is None:
+                return 0
+            return vector_cycles(ins, self.vector_lanes, self.special_lanes, lat)[1]
+        return cost
+
     def accelerator_kwargs(self, flavor="sim"):
         """Return the keyword arguments of :class:`ttrain.rtl.top.Accelerator` (and of
         :class:`ttrain.platforms.kernel.VitisKernel`) for build ``flavor``.

@@ -157,9 +157,11 @@ class Sequencer(wiring.Component):
     3. *execute*: walk again and issue each instruction to its unit (CONTRACT -> engine,
        elementwise/reduce/gather -> vector, UPDATE -> update) as soon as that unit is idle and
        the instruction's address intervals do not conflict (RAW, WAR, WAW) with the instruction
-       in flight on another unit; BARRIER and END wait for every unit; a gather/scatter runs
-       alone (its index error must stop everything after it). A unit error (``ERR_INDEX``)
-       stops the run with that instruction's pc.
+       in flight on another unit; BARRIER and END wait for every unit; nothing issues after
+       a gather/scatter until it is done (its index error must stop everything after it). A
+       unit error (``ERR_INDEX``) stops the run with that instruction's pc once the earlier
+       instructions still in flight are done (``done`` and ``error`` rise with everything
+       idle). :mod:`ttrain.golden.schedule` is the cycle model of this pass.
 
     An error in pass 1 or 2 means no instruction was issued, so no store word changed.
 
@@ -503,9 +505,10 @@ class Sequencer(wiring.Component):
                 if v != u:
                     ok = ok & ~conflict[v] & (~inflight[v] if not self._overlap else 1)
             others_ok.append(ok)
-        m.d.comb += can_issue.eq(Mux(cls["gather"], ~any_inflight,
-                                     Mux(unit_of == 0, others_ok[0],
-                                         Mux(unit_of == 1, others_ok[1], others_ok[2]))))
+        # a gather waits like any vector instruction (its unit idle, no conflict with the
+        # others' instructions in flight); nothing after it issues until it is done
+        m.d.comb += can_issue.eq(Mux(unit_of == 0, others_ok[0],
+                                     Mux(unit_of == 1, others_ok[1], others_ok[2])))
 
         dones = [self.eng_done, self.vec_done, self.upd_done]
         issued = [Signal(name=f"issued_{u}") for u in _UNITS]
@@ -573,6 +576,7 @@ class Sequencer(wiring.Component):
             m.d.sync += [cnt.eq(cnt + f) for cnt, f in
                          zip((self.busy_engine, self.busy_vector, self.busy_update), inflight)]
 
+        gather_err = Signal(4)                # a gather's index error, reported once idle
         control = _any(dec.cls[CLASS_NAMES.index(n)] for n in ("loop", "endloop", "barrier",
                                                                "end"))
         with m.FSM(name="seq"):
@@ -698,11 +702,16 @@ class Sequencer(wiring.Component):
             with m.State("GATHER_WAIT"):
                 with m.If(self.vec_done):
                     with m.If(self.vec_error != 0):
-                        m.d.sync += self.executed.eq(self.executed - 1)
-                        fail(self.vec_error, pc)
-                        m.next = "STOP"
+                        m.d.sync += [self.executed.eq(self.executed - 1),
+                                     gather_err.eq(self.vec_error)]
+                        m.next = "GATHER_FAIL"
                     with m.Else():
                         advance()
+            with m.State("GATHER_FAIL"):      # the earlier instructions still in flight end
+                with m.If(~any_inflight):
+                    fail(gather_err, pc)
+                    m.d.sync += self.busy.eq(0)
+                    m.next = "IDLE"
             with m.State("STATIC_DONE"):
                 with m.If(struct_err):
                     fail(ERR_LOOP, struct_pc)

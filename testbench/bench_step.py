@@ -13,7 +13,10 @@ import numpy as np
 from ..platforms.host.chip import ChipRun, build_model_top, chip_config
 from ..platforms.hw import hw_config
 
-__all__ = ["bench_step", "ATIS_TRAIN_SENTENCES"]
+__all__ = ["bench_step", "ATIS_TRAIN_SENTENCES", "SCHEDULES"]
+
+#: ``bench_step``'s ``schedule``: the scheduling pass's order, or the compiled one.
+SCHEDULES = ("interleave", "program")
 
 
 #: ATIS training sentences (``../shared/data/atis/train``), for the epoch-time estimate.
@@ -71,7 +74,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
-               row_operands=False, special_lanes=None, engine_sums=False, route=None):
+               row_operands=False, special_lanes=None, engine_sums=False, route=None,
+               schedule="interleave"):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -96,7 +100,12 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
     faster as contractions (``compile_model(engine_sums=lanes)``). ``route``: the engine's
     operand route (``HwConfig.route``: ``"omega"`` or ``"omega-shared"``; ``None`` the
-    arbiter), counted by the mapping's model.
+    arbiter), counted by the mapping's model. ``schedule``: ``"interleave"`` (default) runs
+    each program reordered for the sequencer by the compiler's scheduling pass
+    (:func:`ttrain.golden.schedule.interleave_model` with the build's
+    :meth:`~ttrain.platforms.hw.HwConfig.cycle_model`: independent work of different units
+    side by side, every conflicting pair in order, so the same words), ``"program"`` the
+    compiled order.
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -117,6 +126,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     from ..golden.config import get_config
     from ..golden.data import generate_dataset
     from ..golden.model_compiler import compile_model
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 20:
         raise ValueError(f"steps must be an int in 1..20, not {steps!r}")
     if buckets is not None and positions is not None:
@@ -161,6 +172,16 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                    fetch_words=fetch_words, max_split=max_split if route else None,
                    bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
                    special_lanes=special_lanes, route=route)
+    if schedule == "interleave":                # the same sizes and words: hw still holds
+        from ..golden.schedule import interleave_model
+        cost = hw.cycle_model()
+        if bk is not None:
+            bk.map_models(lambda c: interleave_model(c, cost))
+            full = cm = bk.full
+        else:
+            same = cm is full
+            full = interleave_model(full, cost)
+            cm = full if same else interleave_model(cm, cost)
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -198,7 +219,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "row_operands": row_operands, "route": hw.route,
               "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
-              "order": dict(full.order),
+              "order": dict(full.order), "schedule": schedule,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)

@@ -54,7 +54,7 @@ import math
 from collections import Counter, defaultdict
 
 __all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study",
-           "vector_cycles", "vector_study"]
+           "vector_cycles", "vector_study", "walk_study"]
 
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 27               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
@@ -207,7 +207,7 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
     macs}``."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, engine_cycles, map_contract
-    from ..golden.model_compiler import _extents
+    from ..golden.schedule import extents
     prog = _program(config, compile_kw)
     machine = {"banks": banks, "bank_skew": bank_skew}
     if route is not None:
@@ -224,7 +224,7 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
                     return True
         return False
     for _, ins in dynamic_stream(prog.instructions):
-        ext = _extents(ins)
+        ext = extents(ins)
         if not isinstance(ins, Contract):
             since.extend(ext)
             continue
@@ -243,6 +243,52 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
         out["macs"] += ins.desc.macs
         since = list(ext)
     return out
+
+
+def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=False,
+               route=None, slots=SLOTS, compile_kw=None):
+    """The whole step through the sequencer's issue model (:mod:`ttrain.golden.schedule`:
+    in program order, one instruction per unit, the scoreboard's conflicts), each CONTRACT
+    mapped for the engine as built (``max_split = lanes``, :meth:`Program.for_engine`) and
+    costed by :func:`ttrain.golden.isa.engine_cycles`, each vector and update instruction by
+    :func:`vector_cycles` on ``width`` lanes: in the compiled order, reordered by the
+    compiler's scheduling pass (:func:`~ttrain.golden.schedule.interleave`), and the
+    dependency bound (the longest chain of conflicting instructions). Returns ``{program,
+    interleave, critical_path, busy: {engine, vector, update}}`` in cycles; a model, not a
+    measurement (the engine and the vector unit do not compete for the store ports in it)."""
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.isa import Contract, engine_cycles
+    from ..golden.schedule import conflicts, extents, interleave, schedule, unit_of
+    prog = _program(config, compile_kw)
+    machine = {"banks": banks, "bank_skew": bank_skew}
+    if route is not None:
+        machine.update(route=route)
+    prog = prog.for_engine(lanes, slots, lanes, **machine)
+    if route is not None:
+        machine["omega_lanes"] = slots * lanes
+    lat = _special_latencies()
+
+    @functools.lru_cache(maxsize=None)
+    def cost(ins):
+        if isinstance(ins, Contract):
+            return engine_cycles(ins.desc, lanes, slots, **machine)
+        return vector_cycles(ins, width, special_lanes, lat)[1] if unit_of(ins) is not None \
+            else 0
+    dyn = [ins for _, ins in dynamic_stream(prog.instructions)]
+    new, _ = interleave(prog, cost)
+    busy = [0, 0, 0]
+    work = [ins for ins in dyn if unit_of(ins) is not None]
+    for ins in work:
+        busy[unit_of(ins)] += cost(ins)
+    ext = [extents(ins) for ins in work]
+    fin = []
+    for i, ins in enumerate(work):
+        start = max((fin[j] for j in range(i) if conflicts(ext[i], ext[j])), default=0)
+        fin.append(start + cost(ins))
+    return {"program": schedule(dyn, cost)[0],
+            "interleave": schedule([x for _, x in dynamic_stream(new.instructions)], cost)[0],
+            "critical_path": max(fin, default=0),
+            "busy": dict(zip(("engine", "vector", "update"), busy))}
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
@@ -367,7 +413,9 @@ def main(argv=None):
     p.add_argument("--vector-width", type=int, default=None, metavar="V",
                    help="add the vector and update work of the step on a V-lane vector unit "
                         "(vector_cycles: the chip's per-instruction costs) and the serial "
-                        "whole-step estimate beside each machine row")
+                        "whole-step estimate beside each machine row; with --banks and "
+                        "whole-vector fetches also the step through the sequencer's issue "
+                        "model, compiled and interleaved")
     p.add_argument("--special-lanes", type=int, default=1, metavar="S",
                    help="with --vector-width: words per cycle into the special-function unit "
                         "(1 as built)")
@@ -413,9 +461,10 @@ def main(argv=None):
                     route=a.route)
         if a.vector_width is not None:
             rep["vector_label"] = ("model of the chip's vector and update units, min(V, P) "
-                                   "lanes, no contention with the engine; the whole-step "
-                                   "figures add it to each mapping serially (the chip "
-                                   "overlaps almost none of it)")
+                                   "lanes, no contention with the engine; the serial "
+                                   "whole-step figures add it to each mapping; the walk "
+                                   "rows overlap what the sequencer's scoreboard lets "
+                                   "run side by side")
             for e in rep["lanes"]:
                 width = min(a.vector_width, e["lanes"])
                 vec = vector_study(a.config, width, a.special_lanes, kw)
@@ -426,6 +475,12 @@ def main(argv=None):
                                               "utilization": e["ideal_cycles"]
                                               / (v["cycles"] + vtot)}
                                           for k, v in e["mappings"].items()}
+                if a.banks is not None and a.fetch_words is None and a.row_fetch is None \
+                        and not a.row_operands:
+                    e["whole_step_walk"] = walk_study(
+                        a.config, e["lanes"], width, a.special_lanes, banks=a.banks,
+                        bank_skew="xor" if a.xor_skew else a.bank_skew, route=a.route,
+                        compile_kw=kw)
         if a.overlap_study:
             rep["overlap_label"] = ("design study (not built): per-descriptor cycles of the "
                                     "machine row; hideable = those of CONTRACTs whose "
@@ -457,6 +512,15 @@ def main(argv=None):
             for k, x in e["whole_step_serial"].items():
                 if k.startswith("machine") or k in ("engine", "engine +overlap"):
                     print(f"    {k:<18} {x['cycles']:>12,} cycles  {x['utilization']:6.1%}")
+        if "whole_step_walk" in e:
+            w, ideal = e["whole_step_walk"], e["ideal_cycles"]
+            print("  whole step through the sequencer's issue model (golden/schedule.py; "
+                  f"machine row's engine, busy: engine {w['busy']['engine']:,}, vector "
+                  f"{w['busy']['vector']:,}, update {w['busy']['update']:,}):")
+            for k, label in (("program", "compiled order"),
+                             ("interleave", "interleaved (the scheduling pass)"),
+                             ("critical_path", "dependency bound (longest chain)")):
+                print(f"    {label:<36} {w[k]:>10,} cycles  {ideal / w[k]:6.1%}")
         if "overlap_study" in e:
             o = e["overlap_study"]
             print(f"  machine row's per-descriptor cycles (fill, fold, edges): "

@@ -41,13 +41,22 @@ def layer_programs():
 
 def model_programs():
     from dataclasses import replace
+
+    from ttrain.golden.schedule import interleave_model
     tiny = C.get_config("tiny")
     cm = compile_model(tiny)
+    split = replace(cm, program=cm.program.for_engine(LANES, SLOTS, LANES))
+    # the scheduling pass with this build's cycle model (the same lanes, banks, skew and
+    # units as shared_top's configuration): tiny2's and tiny_split's instructions run in
+    # its order (tiny2's forward-only runs check that its sections held)
+    cost = hw_config({"tiny": split}, config="tiny", lanes=LANES, slots=SLOTS,
+                     max_split=LANES, bank_skew=True).cycle_model()
     return {"tiny": cm,
-            "tiny2": compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1),
+            "tiny2": interleave_model(compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1),
+                                      cost),
             # the same step mapped for the build's lane groups (orientation and k split per
             # CONTRACT by the cycle model): a new accumulation order the interpreter follows
-            "tiny_split": replace(cm, program=cm.program.for_engine(LANES, SLOTS, LANES))}
+            "tiny_split": interleave_model(split, cost)}
 
 
 #: A CNN with every node kind (padded and strided convolution, grouped, depthwise, residual

@@ -241,7 +241,7 @@ def test_fused_update_is_bit_identical_to_the_unfused_step(dataset, variant):
 
 
 def _touches(ins):
-    from ttrain.golden.model_compiler import _extents
+    from ttrain.golden.schedule import extents as _extents
     return _extents(ins)
 
 

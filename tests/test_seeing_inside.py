@@ -86,6 +86,20 @@ def test_trace_of_a_tiny_step_is_the_interpreters_stream(top, tiny, tmp_path):
     assert units["gather"] == "vector" and units["end"] == "seq"
     assert chip_recs[-1]["end"] <= res[0].cycles
     _vector_model_follows_the_trace(tiny, chip_recs)
+    _walk_follows_the_trace(tiny, chip_recs)
+
+
+def _walk_follows_the_trace(cm, recs):
+    """The sequencer's issue model (``golden/schedule.py``), given each instruction's unit
+    cycles as the chip took them, issues every instruction of the step within 4 cycles of
+    the chip's trace (the whole step is ~90 k cycles)."""
+    from ttrain.golden.interpreter import dynamic_stream
+    from ttrain.golden.schedule import schedule
+    dyn = [ins for _, ins in dynamic_stream(cm.program.instructions)]
+    _, times = schedule(dyn, [r["end"] - r["start"] for r in recs])
+    shift = recs[0]["start"] - times[0][0]
+    off = [t[0] + shift - r["start"] for t, r in zip(times, recs)]
+    assert max(map(abs, off)) <= 4, sorted(set(off))
 
 
 def _vector_model_follows_the_trace(cm, recs):

@@ -616,21 +616,33 @@ def test_verified_program_reruns_from_the_execute_pass_until_the_memory_changes(
     assert cycles[5] == cycles[0] and cycles[6] == cycles[1]   # patched back: checked once
 
 
-def test_sequencer_index_error_stops_at_the_gather():
+@pytest.mark.parametrize("bad", [True, False], ids=["index-error", "clean"])
+def test_sequencer_gather_runs_beside_an_earlier_contract_and_stops_at_its_error(bad):
+    """A gather issues while an earlier, independent CONTRACT is still on the engine (its unit
+    idle, no conflict), and nothing after it issues until it is done. With a bad index the run
+    stops at the gather's pc once the CONTRACT has finished: its words written, the fill after
+    the gather not run, as golden."""
     from ttrain.golden.isa import encode_program
     rng = np.random.default_rng(5)
     image = _random_image(rng)
-    first = Elementwise("fill", 1, 4, View("param", 40, 4, 1), imm=f32_bits(2.0))
+    con = Contract(Descriptor(2, 3, 4, View("param", 20, 4, 1), View("grad", 30, 3, 1),
+                              View("scratch", 20, 3, 1)))
     g = Gather("gather", 3, 2, 4, View("act", 0, 2, 1), View("grad", 0, 2, 1),
                View("scratch", 10, 1, 0))
-    image["scratch"][10:13] = [1, 4, 0]                      # 4 is outside the 4-row table
+    image["scratch"][10:13] = [1, 4 if bad else 3, 0]        # 4 is outside the 4-row table
     after = Elementwise("fill", 1, 4, View("param", 50, 4, 1), imm=f32_bits(5.0))
-    prog = encode_program([first, g, after, End()])
-    (got, code, pc, executed, *_), = run_sequencer([prog], image)
+    prog = encode_program([con, g, after, End()])
+    (got, code, pc, executed, _, _, busy_vec, _, concurrent), = run_sequencer(
+        [prog], image, engine_delay=300)
     want, st = run(prog, image)
-    assert (code, pc, executed) == (ERR_INDEX, 1, st.instructions) == (st.error, st.error_pc, 1)
+    if bad:
+        assert (code, pc, executed) == (ERR_INDEX, 1, st.instructions) == (st.error,
+                                                                           st.error_pc, 1)
+    else:
+        assert (code, executed) == (0, st.instructions) and st.ok
     for s in STORES:
         np.testing.assert_array_equal(got[s], want[s])
+    assert concurrent > 0 and busy_vec > 0      # the gather ran while the engine was busy
 
 
 def test_decoder_without_special_unit_rejects_special_opcodes():

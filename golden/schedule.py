@@ -1,0 +1,232 @@
+"""The sequencer's issue model and the compiler pass that interleaves a program for it.
+
+The chip's sequencer (``rtl/sequencer.py``, execute pass) walks the dynamic instruction stream
+in program order and issues each instruction to its unit (CONTRACT -> engine, elementwise /
+reduce / gather -> vector, UPDATE -> update) once that unit is idle and the instruction's
+operand hulls do not conflict (RAW, WAR, WAW on one store) with the instruction in flight on
+another unit; nothing is issued after a gather until it is done; BARRIER and END wait for
+every unit. So work on different units overlaps only where
+consecutive instructions are independent.
+
+:func:`schedule` is the cycle model of that walk, given each instruction's unit time (the
+engine's :func:`~ttrain.golden.isa.engine_cycles`, the vector unit's
+:func:`~ttrain.golden.isa.vector_cycles`, or the chip's own trace). :func:`interleave` is the
+compiler pass that reorders the straight-line stretches of a program (never across a LOOP,
+ENDLOOP, BARRIER, END or gather) into an order this walk runs in fewer cycles: every pair of
+conflicting instructions keeps its order, so every store word after each stretch, and so
+after the program, is bit-identical (``tests/test_golden_schedule.py``).
+"""
+
+from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
+                  Update)
+
+__all__ = ["ISSUE_GAP", "CONTROL_GAP", "unit_of", "extents", "conflicts", "schedule",
+           "interleave", "interleave_model"]
+
+#: Cycles from one instruction's issue (the sequencer's ACT state) to the next one's ACT at
+#: the earliest: FETCH, DECODE and the six WAIT cycles of the operand pipeline (``SETTLE``).
+ISSUE_GAP = 9
+#: Cycles of a LOOP, ENDLOOP or BARRIER with nothing to wait for (FETCH, DECODE, ACT).
+CONTROL_GAP = 3
+
+ENGINE, VECTOR, UPDATE = 0, 1, 2
+
+
+def unit_of(ins):
+    """The unit an instruction runs on (0 engine, 1 vector, 2 update), None for control."""
+    if isinstance(ins, Contract):
+        return ENGINE
+    if isinstance(ins, Update):
+        return UPDATE
+    if isinstance(ins, (Elementwise, Reduce, Gather)):
+        return VECTOR
+    return None
+
+
+def extents(ins):
+    """``[(store, lo, hi, writes)]``: each operand's address hull as the scoreboard sees it
+    (slot 0 written; UPDATE's gradient slot too)."""
+    if isinstance(ins, Contract):
+        d = ins.desc
+        ops = [(d.c, d.batch, d.m, d.n, True), (d.a, d.batch, d.m, d.k, False),
+               (d.b, d.batch, d.k, d.n, False)]
+    elif isinstance(ins, Elementwise):
+        ops = [(ins.d, 1, ins.rows, ins.cols, True)] + [
+            (v, 1, ins.rows, ins.cols, False) for v in (ins.a, ins.b) if v is not None]
+    elif isinstance(ins, Reduce):
+        ops = [(ins.d, 1, ins.rows, 1, True), (ins.a, 1, ins.rows, ins.cols, False)]
+    elif isinstance(ins, Gather):
+        r, c, tr = ins.rows, ins.cols, ins.table_rows
+        dshape, sshape = ((r, c), (tr, c)) if ins.op == "gather" else ((tr, c), (r, c))
+        ops = [(ins.dst, 1, *dshape, True), (ins.src, 1, *sshape, False),
+               (ins.index, 1, r, 1, False)]
+    elif isinstance(ins, Update):
+        ops = [(ins.theta, 1, 1, ins.count, True), (ins.grad, 1, 1, ins.count, True)]
+    else:
+        return []
+    return [(v.store, v.base, v.last_address(b, r, c), w) for v, b, r, c, w in ops]
+
+
+def conflicts(ext_a, ext_b):
+    """Do two instructions' hulls meet on one store with at least one of them writing?"""
+    for s, lo, hi, w in ext_a:
+        for s2, lo2, hi2, w2 in ext_b:
+            if s == s2 and lo <= hi2 and lo2 <= hi and (w or w2):
+                return True
+    return False
+
+
+class _Walk:
+    """The sequencer's execute walk, one instruction at a time (see :func:`schedule`)."""
+
+    def __init__(self):
+        self.t = 0                    # the earliest ACT of the next instruction
+        self.free = [0, 0, 0]         # the cycle each unit is idle again
+        self.rec = [[], [], []]       # the hulls of the instruction last issued to each unit
+
+    def issue_time(self, ins, ext=None):
+        """Cycle the next instruction would issue in (its unit's cycles not yet counted)."""
+        u = unit_of(ins)
+        at = max(self.t + ISSUE_GAP, self.free[u])
+        ext = extents(ins) if ext is None else ext
+        for v in range(3):
+            if v != u and self.free[v] > at and conflicts(ext, self.rec[v]):
+                at = max(at, self.free[v])
+        return at
+
+    def step(self, ins, cycles, ext=None):
+        """Walk past ``ins`` taking ``cycles`` on its unit; return ``(issue, done)``."""
+        u = unit_of(ins)
+        if u is None:
+            if isinstance(ins, (Barrier, End)):
+                self.t = max(self.t + CONTROL_GAP, *self.free)
+            else:
+                self.t += CONTROL_GAP
+            return self.t, self.t
+        at = self.issue_time(ins, ext)
+        done = at + cycles
+        self.free[u] = done + 1           # the done pulse clears the unit's record next cycle
+        self.rec[u] = extents(ins) if ext is None else ext
+        self.t = done if isinstance(ins, Gather) else at
+        return at, done
+
+
+def schedule(stream, cost):
+    """The cycle model of the sequencer's execute pass over ``stream`` (the dynamic
+    instructions in order, e.g. :func:`ttrain.golden.interpreter.dynamic_stream`'s without
+    the pcs): ``cost(ins)`` gives an instruction's cycles on its unit, from issue to its done
+    pulse (or ``cost`` is a sequence, one entry per instruction of ``stream``, e.g. the
+    chip's trace). Returns ``(total, [(issue, done), ...])``, one pair per instruction
+    (control instructions: the cycle they are passed)."""
+    walk = _Walk()
+    stream = list(stream)
+    cycles = list(cost) if not callable(cost) else [
+        cost(ins) if unit_of(ins) is not None else 0 for ins in stream]
+    times = [walk.step(ins, c) for ins, c in zip(stream, cycles, strict=True)]
+    return max([walk.t] + walk.free), times
+
+
+def _stretches(instructions, fences=()):
+    """``[(first, end)]`` index ranges of the reorderable stretches: runs of engine, vector
+    (not gather) and update instructions outside the loop bodies, also cut before every pc
+    of ``fences``."""
+    out, start, in_loop = [], None, False
+    fences = set(fences)
+    for pc, ins in enumerate(instructions):
+        movable = (not in_loop and unit_of(ins) is not None and not isinstance(ins, Gather))
+        if start is not None and (not movable or pc in fences):
+            out.append((start, pc))
+            start = None
+        if movable and start is None:
+            start = pc
+        if isinstance(ins, Loop):
+            in_loop = True
+        elif isinstance(ins, EndLoop):
+            in_loop = False
+    if start is not None:
+        out.append((start, len(instructions)))
+    return out
+
+
+def interleave(program, cost, *, window=64, fences=()):
+    """Return ``(program', order)``: ``program`` with each straight-line stretch reordered
+    for the sequencer (:func:`schedule`), and ``order[new pc] = old pc``.
+
+    A list scheduler over each stretch's dependence graph (an edge for every pair whose
+    hulls conflict, in program order) walks the sequencer model and emits, among the ready
+    instructions (every earlier conflicting one emitted) within ``window`` of the first
+    unemitted one, the one that issues first; ties go to the longer remaining chain of
+    unit cycles, then to program order. The model walk runs on from the instructions before
+    each stretch, so the choice sees what is still in flight. ``fences``: pcs no instruction
+    moves across (a stretch ends before each)."""
+    ins = list(program.instructions)
+    order = list(range(len(ins)))
+    walk = _Walk()
+    exts = [extents(i) for i in ins]
+    stretches = {a: b for a, b in _stretches(ins, fences)}
+    pc = 0
+    while pc < len(ins):
+        if pc not in stretches or isinstance(ins[pc], Loop):
+            walk.step(ins[pc], cost(ins[pc]) if unit_of(ins[pc]) is not None else 0,
+                      exts[pc])
+            pc += 1
+            continue
+        end = stretches[pc]
+        idx = list(range(pc, end))
+        cyc = {i: cost(ins[i]) for i in idx}
+        preds = {i: [j for j in idx if j < i and conflicts(exts[i], exts[j])] for i in idx}
+        succs = {i: [] for i in idx}
+        for i in idx:
+            for j in preds[i]:
+                succs[j].append(i)
+        chain = {}
+        for i in reversed(idx):
+            chain[i] = cyc[i] + max((chain[s] for s in succs[i]), default=0)
+        left = {i: len(preds[i]) for i in idx}
+        todo = list(idx)                              # unemitted, in program order
+        new = []
+        while todo:
+            lim = todo[0] + window
+            best = None
+            for i in todo:
+                if i >= lim:
+                    break
+                if left[i]:
+                    continue
+                key = (walk.issue_time(ins[i], exts[i]), -chain[i], i)
+                if best is None or key < best[0]:
+                    best = (key, i)
+            i = best[1]
+            walk.step(ins[i], cyc[i], exts[i])
+            new.append(i)
+            todo.remove(i)
+            for s in succs[i]:
+                left[s] -= 1
+        order[pc:end] = new
+        pc = end
+    out = Program([ins[i] for i in order], dict(program.store_sizes), dict(program.memory_map))
+    return out, order
+
+
+def interleave_model(cm, cost, *, window=64):
+    """Return the :class:`~ttrain.golden.model_compiler.CompiledModel` ``cm`` with its program
+    reordered by :func:`interleave`, no instruction moving out of its section
+    (``cm.sections``: the forward-only runs end where they did), and the liveness intervals
+    and peak pcs of its regions mapped to the new pcs (an interval becomes the hull of its
+    old pcs' new places)."""
+    from dataclasses import replace
+    fences = sorted({pc for lo, hi in cm.sections.values() for pc in (lo, hi)})
+    prog, order = interleave(cm.program, cost, window=window, fences=fences)
+    where = {old: new for new, old in enumerate(order)}
+    liveness = {}
+    for store, info in cm.liveness.items():
+        info = dict(info)
+        if "at" in info and info["at"] in where:
+            info["at"] = where[info["at"]]
+        if "intervals" in info:
+            info["intervals"] = {
+                name: (min(where[p] for p in range(a, b + 1) if p in where),
+                       max(where[p] for p in range(a, b + 1) if p in where))
+                for name, (a, b) in info["intervals"].items()}
+        liveness[store] = info
+    return replace(cm, program=prog, liveness=liveness)

@@ -1,0 +1,174 @@
+"""The sequencer's issue model and the compiler's scheduling pass (``golden/schedule.py``).
+
+* the walk on hand-made programs: independent instructions of two units overlap, conflicting
+  ones wait for each other, nothing issues after a gather until it is done, BARRIER and END
+  wait for every unit, one instruction per unit at a time;
+* ``interleave``: on compiled whole-model steps every store word after the step (and after
+  the forward section alone) equals the compiled order's, each instruction appears once, each
+  conflicting pair keeps its order, no instruction leaves its section or a loop body, and the
+  modelled step is no slower (and on ``tiny`` at 8 lanes clearly faster).
+
+The walk's cycle accuracy against the chip is checked on the chip's own instruction trace in
+``tests/test_seeing_inside.py``.
+"""
+
+import numpy as np
+import pytest
+
+from ttrain.golden import config as C
+from ttrain.golden import model as M
+from ttrain.golden.contract import Descriptor, View
+from ttrain.golden.data import generate_dataset
+from ttrain.golden.interpreter import dynamic_stream, run
+from ttrain.golden.isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop,
+                               f32_bits)
+from ttrain.golden.model_compiler import compile_model
+from ttrain.golden.schedule import (CONTROL_GAP, ISSUE_GAP, conflicts, extents, interleave,
+                                    interleave_model, schedule)
+from ttrain.platforms.hw import hw_config
+
+
+def _con(c_base, a_base=0, store="scratch"):
+    return Contract(Descriptor(2, 2, 2, View("param", a_base, 2, 1), View("param", 8, 2, 1),
+                               View(store, c_base, 2, 1)))
+
+
+def _fill(base, store="act"):
+    return Elementwise("fill", 1, 4, View(store, base, 4, 1), imm=f32_bits(1.0))
+
+
+def _copy(dst, src, store="scratch"):
+    return Elementwise("copy", 1, 4, View("act", dst, 4, 1), View(store, src, 4, 1))
+
+
+def _cost(table):
+    return lambda ins: table[type(ins).__name__]
+
+
+def test_walk_overlaps_independent_units_and_orders_conflicts():
+    cost = _cost({"Contract": 100, "Elementwise": 30, "Gather": 50})
+    g = ISSUE_GAP
+    # a CONTRACT then an independent fill: the fill issues one gap later, beside it
+    total, t = schedule([_con(0), _fill(0), End()], cost)
+    assert t[0] == (g, g + 100) and t[1] == (2 * g, 2 * g + 30)
+    assert total == g + 100 + 1                      # END waits for the engine
+    # the copy reads what the CONTRACT writes: it waits for the done pulse
+    total, t = schedule([_con(0), _copy(0, 0), End()], cost)
+    assert t[1][0] == g + 100 + 1
+    # two fills: the vector unit takes one at a time
+    total, t = schedule([_fill(0), _fill(8), End()], cost)
+    assert t[1][0] == t[0][1] + 1
+    # nothing issues after a gather until it is done; the gather itself waits only for its
+    # unit and for conflicts, so it runs beside the earlier CONTRACT
+    gather = Gather("gather", 2, 2, 4, View("act", 16, 2, 1), View("grad", 0, 2, 1),
+                    View("act", 40, 1, 0))
+    later = _fill(32, "scratch")                      # independent of both
+    assert not conflicts(extents(later), extents(gather) + extents(_con(0)))
+    total, t = schedule([_con(0), gather, later, End()], cost)
+    assert t[1][0] == 2 * g and t[2][0] == t[1][1] + g
+    # a BARRIER waits for every unit
+    total, t = schedule([_con(0), Barrier(), _fill(0), End()], cost)
+    assert t[1][0] == g + 100 + 1 and t[2][0] == t[1][0] + g
+    # control instructions pass in CONTROL_GAP cycles
+    total, t = schedule([Loop(1, (0, 0, 0)), EndLoop(), End()], cost)
+    assert [x[0] for x in t] == [CONTROL_GAP, 2 * CONTROL_GAP, 3 * CONTROL_GAP]
+
+
+def test_interleave_moves_independent_work_beside_a_long_contract():
+    # compiled order: CONTRACT, a copy of its result, then an unrelated fill; the fill can
+    # run while the CONTRACT does, so the pass moves it ahead of the dependent copy
+    prog_ins = [_con(0), _copy(0, 0), _fill(32), End()]
+    from ttrain.golden.isa import Program
+    prog = Program(prog_ins, {"param": 64, "act": 64, "scratch": 64})
+    cost = _cost({"Contract": 100, "Elementwise": 30})
+    new, order = interleave(prog, cost)
+    assert order == [0, 2, 1, 3]
+    before = schedule(prog.instructions, cost)[0]
+    after = schedule(new.instructions, cost)[0]
+    assert after < before
+
+
+def _step_image(cm, seed=0):
+    params = M.init_params(cm.cfg, np.random.default_rng(seed))
+    ds = generate_dataset(seed=0, seq_len=cm.cfg.seq_len, vocab_size=min(cm.cfg.vocab, 128))
+    batch = next(ds.batches("train", cm.cfg.batch, seed=np.random.default_rng([seed, 1])))
+    image = cm.initial_image(params)
+    for name, words in cm.sample_words(batch).items():
+        r = cm.memory_map[name]
+        image[r.store][r.base:r.base + r.size] = words
+    return image
+
+
+def _check_order(cm, new, order):
+    old, ins = cm.program.instructions, new.program.instructions
+    assert sorted(order) == list(range(len(old)))
+    assert all(ins[i] == old[o] for i, o in enumerate(order))
+    where = {o: i for i, o in enumerate(order)}
+    ext = [extents(x) for x in old]
+    for i in range(len(old)):
+        for j in range(i):
+            if conflicts(ext[i], ext[j]):
+                assert where[j] < where[i], (j, i)
+    for lo, hi in cm.sections.values():                  # nothing leaves its section
+        assert sorted(order[lo:hi]) == list(range(lo, hi))
+    for pc, x in enumerate(old):                          # loops and gathers stay put
+        if isinstance(x, (Loop, EndLoop, Gather, End, Barrier)):
+            assert order[pc] == pc
+    in_loop = False
+    for pc, x in enumerate(old):
+        if isinstance(x, Loop):
+            in_loop = True
+        elif isinstance(x, EndLoop):
+            in_loop = False
+        elif in_loop:
+            assert order[pc] == pc
+
+
+@pytest.mark.parametrize("name,lanes,kw", [("tiny", 8, {}), ("tiny", 4, {"max_split": 4}),
+                                           ("tiny2", 8, {})])
+def test_interleaved_step_writes_the_same_words(name, lanes, kw):
+    cfg = C.get_config("tiny")
+    if name == "tiny2":
+        cfg = cfg.with_(batch=2, n_layers=2)
+    cm = compile_model(cfg)
+    if kw:
+        from dataclasses import replace
+        cm = replace(cm, program=cm.program.for_engine(lanes, 16, kw["max_split"]))
+    hw = hw_config({cfg.name: cm}, config=cfg.name, lanes=lanes, slots=16, **kw)
+    cost = hw.cycle_model()
+    new = interleave_model(cm, cost)
+    _check_order(cm, new, _order_of(cm, new))
+    image = _step_image(cm)
+    want, st = run(cm.program, image)
+    got, st2 = run(new.program, image)
+    assert st.ok and st2.ok and st.instructions == st2.instructions
+    for s in want:
+        np.testing.assert_array_equal(got[s], want[s], err_msg=s)
+    assert new.loss(got) == cm.loss(want)
+    # the forward section alone (ChipRun's forward-only runs) ends in the same words too
+    lo, hi = cm.sections["forward"]
+    from ttrain.golden.isa import Program
+    fw = [Program(p.instructions[:hi] + [End()], p.store_sizes, p.memory_map)
+          for p in (cm.program, new.program)]
+    a, _ = run(fw[0], image)
+    b, _ = run(fw[1], image)
+    for s in a:
+        np.testing.assert_array_equal(a[s], b[s], err_msg=f"forward {s}")
+    before = schedule([x for _, x in dynamic_stream(cm.program.instructions)], cost)[0]
+    after = schedule([x for _, x in dynamic_stream(new.program.instructions)], cost)[0]
+    assert after <= before
+    if name == "tiny" and not kw:
+        assert after < 0.97 * before, (before, after)
+
+
+def _order_of(cm, new):
+    """``order[new pc] = old pc`` recovered by matching instructions in sequence (the pass
+    keeps identical instructions in their relative order: every instruction writes, so two
+    identical ones conflict)."""
+    used, order = set(), []
+    old = cm.program.instructions
+    for x in new.program.instructions:
+        i = next(i for i, y in enumerate(old) if i not in used and y == x)
+        used.add(i)
+        order.append(i)
+    return order
