@@ -20,8 +20,8 @@ after the program, is bit-identical (``tests/test_golden_schedule.py``).
 from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
                   Update)
 
-__all__ = ["ISSUE_GAP", "CONTROL_GAP", "unit_of", "extents", "conflicts", "schedule",
-           "interleave", "interleave_model"]
+__all__ = ["ISSUE_GAP", "CONTROL_GAP", "POLICIES", "unit_of", "extents", "conflicts",
+           "schedule", "interleave", "interleave_model"]
 
 #: Cycles from one instruction's issue (the sequencer's ACT state) to the next one's ACT at
 #: the earliest: FETCH, DECODE and the six WAIT cycles of the operand pipeline (``SETTLE``).
@@ -148,17 +148,66 @@ def _stretches(instructions, fences=()):
     return out
 
 
+def _loop_stream(ins, pc):
+    """The dynamic instructions of the LOOP at ``pc`` (the LOOP, its body once per iteration
+    with the bases stepped, the ENDLOOP) and the pc after its ENDLOOP."""
+    from .interpreter import dynamic_stream
+    end = next(j for j in range(pc, len(ins)) if isinstance(ins[j], EndLoop))
+    return [x for _, x in dynamic_stream(ins[pc:end + 1] + [End()])][:-1], end + 1
+
+
+#: The orders :func:`interleave` tries on each stretch (see there).
+POLICIES = ("program", "earliest", "earliest-window", "longest-chain")
+
+
+def _order(idx, ins, exts, cyc, preds, succs, chain, walk, policy, window):
+    """One list-scheduled order of the stretch ``idx`` from the walk state ``walk`` (changed
+    in place: it ends after the stretch)."""
+    if policy == "program":
+        for i in idx:
+            walk.step(ins[i], cyc[i], exts[i])
+        return list(idx)
+    left = {i: len(preds[i]) for i in idx}
+    todo = list(idx)                                  # unemitted, in program order
+    new = []
+    while todo:
+        lim = todo[0] + (window if policy == "earliest-window" else len(ins))
+        best = None
+        for i in todo:
+            if i >= lim:
+                break
+            if left[i]:
+                continue
+            at = walk.issue_time(ins[i], exts[i])
+            key = (-chain[i], at, i) if policy == "longest-chain" else (at, -chain[i], i)
+            if best is None or key < best[0]:
+                best = (key, i)
+        i = best[1]
+        walk.step(ins[i], cyc[i], exts[i])
+        new.append(i)
+        todo.remove(i)
+        for s in succs[i]:
+            left[s] -= 1
+    return new
+
+
 def interleave(program, cost, *, window=64, fences=()):
     """Return ``(program', order)``: ``program`` with each straight-line stretch reordered
     for the sequencer (:func:`schedule`), and ``order[new pc] = old pc``.
 
-    A list scheduler over each stretch's dependence graph (an edge for every pair whose
-    hulls conflict, in program order) walks the sequencer model and emits, among the ready
-    instructions (every earlier conflicting one emitted) within ``window`` of the first
-    unemitted one, the one that issues first; ties go to the longer remaining chain of
-    unit cycles, then to program order. The model walk runs on from the instructions before
-    each stretch, so the choice sees what is still in flight. ``fences``: pcs no instruction
-    moves across (a stretch ends before each)."""
+    Each stretch's dependence graph has an edge for every pair whose hulls conflict (in
+    program order); any order that keeps those edges writes the same words. The pass walks
+    the sequencer model (:func:`schedule`, loop bodies once per iteration) and, per stretch,
+    tries the orders of :data:`POLICIES` from the walk's state at the stretch's start: the
+    compiled order, and list schedules that emit among the ready instructions (every earlier
+    conflicting one emitted) the one that issues first (``earliest``; ``earliest-window``:
+    only within ``window`` of the first unemitted instruction), ties to the longer remaining
+    chain of unit cycles, or the one with the longest remaining chain (``longest-chain``),
+    ties to the earliest issue; ties then go to program order. It keeps the order whose walk
+    has every unit idle first (ties: the earlier policy), so the modelled program is never
+    slower than compiled, stretch by stretch. ``fences``: pcs no instruction moves across (a
+    stretch ends before each)."""
+    import copy
     ins = list(program.instructions)
     order = list(range(len(ins)))
     walk = _Walk()
@@ -166,7 +215,12 @@ def interleave(program, cost, *, window=64, fences=()):
     stretches = {a: b for a, b in _stretches(ins, fences)}
     pc = 0
     while pc < len(ins):
-        if pc not in stretches or isinstance(ins[pc], Loop):
+        if isinstance(ins[pc], Loop):
+            body, pc = _loop_stream(ins, pc)          # LOOP, the iterations, ENDLOOP
+            for x in body:
+                walk.step(x, cost(x) if unit_of(x) is not None else 0)
+            continue
+        if pc not in stretches:
             walk.step(ins[pc], cost(ins[pc]) if unit_of(ins[pc]) is not None else 0,
                       exts[pc])
             pc += 1
@@ -182,27 +236,15 @@ def interleave(program, cost, *, window=64, fences=()):
         chain = {}
         for i in reversed(idx):
             chain[i] = cyc[i] + max((chain[s] for s in succs[i]), default=0)
-        left = {i: len(preds[i]) for i in idx}
-        todo = list(idx)                              # unemitted, in program order
-        new = []
-        while todo:
-            lim = todo[0] + window
-            best = None
-            for i in todo:
-                if i >= lim:
-                    break
-                if left[i]:
-                    continue
-                key = (walk.issue_time(ins[i], exts[i]), -chain[i], i)
-                if best is None or key < best[0]:
-                    best = (key, i)
-            i = best[1]
-            walk.step(ins[i], cyc[i], exts[i])
-            new.append(i)
-            todo.remove(i)
-            for s in succs[i]:
-                left[s] -= 1
-        order[pc:end] = new
+        best = None
+        for policy in POLICIES:
+            w = copy.deepcopy(walk)
+            new = _order(idx, ins, exts, cyc, preds, succs, chain, w, policy, window)
+            key = (max([w.t] + w.free), sum(w.free))
+            if best is None or key < best[0]:
+                best = (key, new, w)
+        order[pc:end] = best[1]
+        walk = best[2]
         pc = end
     out = Program([ins[i] for i in order], dict(program.store_sizes), dict(program.memory_map))
     return out, order
