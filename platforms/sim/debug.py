@@ -61,6 +61,7 @@ def waves_requested():
 def _test_name():
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
     name = current.split(" ")[0].split("::")[-1] if current else "run"
+    name = re.sub(r"@[A-Za-z0-9_]+$", "", name)    # pytest-xdist loadgroup's "@group" suffix
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "run"
 
 
