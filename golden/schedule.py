@@ -5,20 +5,21 @@ in program order and issues each instruction to its unit (CONTRACT -> engine, el
 reduce / gather -> vector, UPDATE -> update) once that unit is idle and the instruction's
 operand hulls do not conflict (RAW, WAR, WAW on one store) with the instruction in flight on
 another unit; nothing is issued after a gather until it is done; BARRIER and END wait for
-every unit. So work on different units overlaps only where
-consecutive instructions are independent.
+every unit. So work on different units overlaps only where consecutive instructions are
+independent.
 
 :func:`schedule` is the cycle model of that walk, given each instruction's unit time (the
 engine's :func:`~ttrain.golden.isa.engine_cycles`, the vector unit's
 :func:`~ttrain.golden.isa.vector_cycles`, or the chip's own trace). :func:`interleave` is the
 compiler pass that reorders the straight-line stretches of a program (never across a LOOP,
-ENDLOOP, BARRIER, END or gather) into an order this walk runs in fewer cycles: every pair of
+ENDLOOP, BARRIER, END, gather or a given fence such as a section's end; loop bodies stay as
+compiled) into an order this walk runs in no more cycles: every pair of
 conflicting instructions keeps its order, so every store word after each stretch, and so
 after the program, is bit-identical (``tests/test_golden_schedule.py``).
 """
 
-from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Reduce,
-                  Update)
+from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Program, Random,
+                  Reduce, Update)
 
 __all__ = ["ISSUE_GAP", "CONTROL_GAP", "POLICIES", "unit_of", "extents", "conflicts",
            "schedule", "interleave", "interleave_model"]
@@ -38,7 +39,7 @@ def unit_of(ins):
         return ENGINE
     if isinstance(ins, Update):
         return UPDATE
-    if isinstance(ins, (Elementwise, Reduce, Gather)):
+    if isinstance(ins, (Elementwise, Reduce, Gather, Random)):
         return VECTOR
     return None
 
@@ -62,6 +63,9 @@ def extents(ins):
                (ins.index, 1, r, 1, False)]
     elif isinstance(ins, Update):
         ops = [(ins.theta, 1, 1, ins.count, True), (ins.grad, 1, 1, ins.count, True)]
+    elif isinstance(ins, Random):
+        ops = [(ins.d, 1, ins.rows, ins.cols, True), (ins.a, 1, ins.rows, ins.cols, False),
+               (ins.seed, 1, 1, 1, False)]
     else:
         return []
     return [(v.store, v.base, v.last_address(b, r, c), w) for v, b, r, c, w in ops]

@@ -196,10 +196,11 @@ class HwConfig:
         :func:`ttrain.golden.isa.vector_cycles` on :attr:`vector_lanes` lanes and
         ``special_lanes``, with the special-function unit's latencies read off the RTL; control
         instructions 0. Memoised per instruction. The compiler's scheduling pass
-        (:func:`ttrain.golden.schedule.interleave`) weighs the program with it."""
+        (:func:`ttrain.golden.schedule.interleave`) weighs the program with it. The PRNG ops
+        (ZO programs) have no cycle model yet: ValueError."""
         import functools
 
-        from ..golden.isa import Contract, engine_cycles, vector_cycles
+        from ..golden.isa import Contract, Random, engine_cycles, vector_cycles
         from ..golden.schedule import unit_of
         from ..rtl.special import SpecialFunctionUnit
         unit = SpecialFunctionUnit(latency="per_function")
@@ -217,6 +218,9 @@ class HwConfig:
                 return engine_cycles(ins.desc, self.lanes, self.slots, **machine)
             if unit_of(ins) is None:
                 return 0
+            if isinstance(ins, Random):
+                raise ValueError(f"HwConfig.cycle_model: no cycle model of the PRNG op "
+                                 f"{ins.op} yet; schedule ZO programs in their compiled order")
             return vector_cycles(ins, self.vector_lanes, self.special_lanes, lat)[1]
         return cost
 

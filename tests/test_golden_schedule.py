@@ -172,3 +172,20 @@ def _order_of(cm, new):
         used.add(i)
         order.append(i)
     return order
+
+
+def test_prng_ops_run_on_the_vector_unit_with_the_sequencers_hulls():
+    from ttrain.golden.isa import Random
+    from ttrain.golden.schedule import VECTOR, unit_of
+    r = Random("perturb8", 2, 3, View("act", 10, 3, 1), View("param", 0, 3, 1),
+               View("scratch", 7, 1, 0), sigma=1)
+    assert unit_of(r) == VECTOR
+    # slots 0 and 1 rows x cols, slot 2 the one seed word (rtl/sequencer.py's extents)
+    assert extents(r) == [("act", 10, 15, True), ("param", 0, 5, False),
+                          ("scratch", 7, 7, False)]
+    total, t = schedule([_con(0), r, End()], _cost({"Contract": 100, "Random": 20}))
+    assert t[1][0] == 2 * ISSUE_GAP                   # independent: beside the CONTRACT
+    hw = hw_config({"tiny": compile_model(C.get_config("tiny"))}, config="tiny", lanes=4,
+                   slots=8)
+    with pytest.raises(ValueError, match="no cycle model of the PRNG op perturb8"):
+        hw.cycle_model()(r)
