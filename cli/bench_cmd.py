@@ -49,6 +49,21 @@ def _vector_width(args):
     return _upto_lanes(args, "vector_width")
 
 
+def _ttm_group(args):
+    """``--ttm-group``: ``auto`` or a positive int (the TTM embedding's rows per group)."""
+    v = args.ttm_group
+    if v is None or v == "auto":
+        return "auto"
+    try:
+        g = int(v)
+        if g < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--ttm-group takes auto or a positive number of rows, not {v!r}") \
+            from None
+    return g
+
+
 def _special_lanes(args):
     """``--special-lanes``: special-function units side by side (None: one), a power of two
     up to the vector unit's lanes."""
@@ -177,10 +192,10 @@ def _step(args):
                                or args.bank_skew or args.vector_width is not None
                                or args.row_operands or args.special_lanes is not None
                                or args.engine_sums or args.route != "arbiter"
-                               or args.schedule is not None):
+                               or args.schedule is not None or args.ttm_group is not None):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width, --special-lanes, --engine-sums, --route and "
-                         f"--schedule apply "
+                         f"--vector-width, --special-lanes, --engine-sums, --route, "
+                         f"--schedule and --ttm-group apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
                          f"yet): drop them")
@@ -229,7 +244,8 @@ def _step(args):
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
                      engine_sums=args.engine_sums, route=args.route,
-                     schedule=args.schedule or "interleave", **_top_args(args))
+                     schedule=args.schedule or "interleave",
+                     ttm_group=_ttm_group(args), **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
@@ -243,6 +259,11 @@ def _step(args):
               f"{e['engine_cycles']:,}, ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs / "
               f"{rep['lanes']} lanes): utilization {e['utilization']:.1%}; loss {e['loss']:.6f}, "
               f"bit-exact")
+        if "model" in e:
+            mo = e["model"]
+            print(f"  the compiler's model of the step (issue walk, {rep['schedule']} order): "
+                  f"{mo['cycles']:,} cycles, engine {mo['engine']:,}, vector "
+                  f"{mo['vector']:,}, update {mo['update']:,}")
     if "sim_cycles_per_second" in rep:
         print(f"Verilator: {rep['sim_cycles_per_second']:,.0f} simulated cycles per second "
               f"(session wall time, start-up included; build {rep['seconds']['build']:.0f} s)")
@@ -358,6 +379,11 @@ def register(sub):
                          "compiler's scheduling pass for this chip (independent work of the "
                          "engine and the vector unit side by side; the same words), program "
                          "the compiled order")
+    st.add_argument("--ttm-group", default=None, metavar="auto|G",
+                    help="--rule sgd: the TTM embedding's grid rows per LOOP iteration (auto, "
+                         "the default: the largest group that needs no more words than one "
+                         "row; larger groups trade on-chip words for fewer, larger "
+                         "contractions)")
     st.add_argument("--engine-sums", action="store_true",
                     help="--rule sgd: compile the step with the row sums this engine (--lanes) "
                          "does faster as contractions with a ones vector (the same words)")

@@ -70,12 +70,32 @@ def _bucket_epoch(cfg, bk, entries, lengths, source):
             **{f"seconds_at_{f}MHz": total / (f * 1e6) for f in (250, 300)}}
 
 
+def _walk_model(programs, hw):
+    """``{positions: {cycles, engine, vector, update}}``: the compiler's models of each step
+    on ``hw`` (golden/schedule.py's issue walk with ``hw.cycle_model()``; the units' busy
+    cycles), for the report beside the chip's measured cycles. The chip's second and later
+    steps skip the static and check passes, so they compare with the verified reruns."""
+    from ..golden.interpreter import dynamic_stream
+    from ..golden.schedule import schedule, unit_of
+    cost = hw.cycle_model()
+    out = {}
+    for p, cm in programs.items():
+        dyn = [x for _, x in dynamic_stream(cm.program.instructions)]
+        busy = [0, 0, 0]
+        for x in dyn:
+            if unit_of(x) is not None:
+                busy[unit_of(x)] += cost(x)
+        out[p] = {"cycles": schedule(dyn, cost)[0],
+                  **dict(zip(("engine", "vector", "update"), busy))}
+    return out
+
+
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
                row_operands=False, special_lanes=None, engine_sums=False, route=None,
-               schedule="interleave"):
+               schedule="interleave", ttm_group="auto"):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -105,7 +125,10 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     (:func:`ttrain.golden.schedule.interleave_model` with the build's
     :meth:`~ttrain.platforms.hw.HwConfig.cycle_model`: independent work of different units
     side by side, every conflicting pair in order, so the same words), ``"program"`` the
-    compiled order.
+    compiled order. ``ttm_group``: the TTM embedding's rows per LOOP iteration
+    (``compile_model``'s ``ttm_group``; ``"auto"`` by default: the largest group that needs no
+    more words than token by token); a larger group holds more words and runs fewer, larger
+    contractions (the same words after the step).
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -141,6 +164,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                                                row_operands=row_operands, route=route)) \
         if mapping else None
     ckw = {"engine_sums": lanes} if engine_sums else {}
+    if ttm_group != "auto":
+        ckw["ttm_group"] = ttm_group
     bk = lengths = lengths_source = None
     if buckets is not None:
         from ..golden.buckets import Buckets, parse_buckets
@@ -202,6 +227,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     say(f"running {steps} step(s) (forward-only and whole-step runs each)" + (
         f", one per bucket {', '.join(map(str, step_positions))}" if bk is not None else ""))
     res = chip.run_steps(batches, breakdown=True, timeout=8 * 3600, positions=step_positions)
+    model = _walk_model(bk.programs if bk is not None else {cm.positions: cm}, hw)
     steps_per_epoch = -(-ATIS_TRAIN_SENTENCES // cfg.batch)
     entries = []
     for s, r in enumerate(res):
@@ -212,14 +238,15 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             "engine_cycles": r.engine_cycles, "ideal_cycles": ideal, "macs": r.macs,
             "utilization": ideal / r.cycles, "engine_utilization": ideal / r.engine_cycles,
             "busy_vector": r.busy_vector, "busy_update": r.busy_update,
-            "instructions": r.instructions, "positions": r.positions, "bit_exact": True})
+            "instructions": r.instructions, "positions": r.positions, "bit_exact": True,
+            "model": model[r.positions or cm.positions]})
     cyc = entries[-1]["cycles"]
     report = {"config": cfg.name, "notes": notes, "lanes": lanes, "slots": slots,
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "row_operands": row_operands, "route": hw.route,
               "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
-              "order": dict(full.order), "schedule": schedule,
+              "order": dict(full.order), "schedule": schedule, "ttm_group": full.ttm_group,
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)

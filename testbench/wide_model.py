@@ -422,8 +422,13 @@ def main(argv=None):
     p.add_argument("--engine-sums", type=int, default=None, metavar="P",
                    help="compile the step with the row sums a P-lane engine does faster as "
                         "contractions with a ones vector (compile_model engine_sums)")
+    p.add_argument("--ttm-group", type=int, default=None, metavar="G",
+                   help="compile the step with G grid rows per TTM LOOP iteration "
+                        "(compile_model ttm_group; default auto)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.ttm_group is not None and a.ttm_group < 1:
+        p.error(f"--ttm-group must be a positive number of rows, not {a.ttm_group}")
     if a.row_fetch is not None and a.banks is None:
         p.error("--row-fetch needs --banks NB (the row entries' cost is their banks)")
     if a.row_operands and (a.banks is None or a.row_fetch is not None):
@@ -453,7 +458,8 @@ def main(argv=None):
     except ValueError:
         p.error(f"--lanes takes comma-separated positive integers, not {a.lanes!r}")
     kw = {"order": a.order, **({} if a.positions is None else {"positions": a.positions}),
-          **({} if a.engine_sums is None else {"engine_sums": a.engine_sums})}
+          **({} if a.engine_sums is None else {"engine_sums": a.engine_sums}),
+          **({} if a.ttm_group is None else {"ttm_group": a.ttm_group})}
     try:
         rep = study(a.config, lanes, fetch_words=a.fetch_words, banks=a.banks,
                     bank_skew="xor" if a.xor_skew else a.bank_skew, row_fetch=a.row_fetch,

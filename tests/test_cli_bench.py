@@ -1,6 +1,8 @@
 """`ttrain bench step` prints the report bench_step returns, fused-update steps included;
 `ttrain bench engine` passes its lane groups on and rejects bad ones."""
 
+import pytest
+
 from ttrain.main import main
 
 
@@ -95,3 +97,40 @@ def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsy
     for rule in ("zo", "lrt"):
         assert main(["bench", "step", "--rule", rule, "--order", "dp_best"]) == 2
         assert "--order applies to --rule sgd only" in capsys.readouterr().err
+
+
+def test_bench_step_passes_the_schedule_and_ttm_group_and_rejects_bad_ones(monkeypatch,
+                                                                           capsys):
+    """--schedule (default interleave) and --ttm-group (default auto) reach bench_step; the
+    model row is printed beside the chip's figures; a bad group or either flag with another
+    rule is a one-line error."""
+    from ttrain.testbench import bench_step
+    seen = {}
+
+    def fake(*a, **k):
+        seen.update(k)
+        rep = _report({"step": 0, "cycles": 100, "forward_cycles": 30, "backward_cycles": 70,
+                       "engine_cycles": 60, "ideal_cycles": 40, "macs": 160,
+                       "utilization": 0.4, "loss": 1.5, "update_busy_cycles": 9,
+                       "model": {"cycles": 95, "engine": 58, "vector": 30, "update": 9}})
+        return {**rep, "schedule": k["schedule"]}
+    monkeypatch.setattr(bench_step, "bench_step", fake)
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "4"]) == 0
+    assert (seen["schedule"], seen["ttm_group"]) == ("interleave", "auto")
+    out = capsys.readouterr().out
+    assert "the compiler's model of the step (issue walk, interleave order): 95 cycles" in out
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "4", "--schedule", "program",
+                 "--ttm-group", "4"]) == 0
+    assert (seen["schedule"], seen["ttm_group"]) == ("program", 4)
+    capsys.readouterr()
+    for bad in ("0", "two"):
+        assert main(["bench", "step", "--config", "tiny", "--ttm-group", bad]) == 2
+        assert f"--ttm-group takes auto or a positive number of rows, not '{bad}'" in \
+            capsys.readouterr().err
+    for flag in (["--schedule", "program"], ["--ttm-group", "2"]):
+        assert main(["bench", "step", "--rule", "zo", *flag]) == 2
+        assert "apply to --rule sgd only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:                 # argparse's own choices check
+        main(["bench", "step", "--schedule", "fast"])
+    assert e.value.code == 2
+    assert "invalid choice: 'fast'" in capsys.readouterr().err
