@@ -641,8 +641,8 @@ def test_engine_row_operands_sim():
                          accumulate=True)
     descs = [unit, grouped, strided] + [
         random_descriptor(rng, sizes, max_mn=17, max_k=9, max_batch=2, max_split=4,
-                          integer="random") for _ in range(4)]
-    runs = _run_bit_exact(rows, image, descs, stall_seed=8)
+                          integer="random") for _ in range(2)]     # (the route chosen
+    runs = _run_bit_exact(rows, image, descs, stall_seed=8)       # for 256 lanes is Omega's)
     for i, desc in ((0, unit), (2, strided)):   # (grouped: A-bound, the model 17% over)
         cyc = runs[i][3]
         assert abs(cyc - rows.issue_cycles(desc)) <= 0.06 * cyc, (desc, cyc,
