@@ -207,7 +207,7 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
     macs}``."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, engine_cycles, map_contract
-    from ..golden.schedule import extents
+    from ..golden.schedule import conflicts, extents
     prog = _program(config, compile_kw)
     machine = {"banks": banks, "bank_skew": bank_skew}
     if route is not None:
@@ -216,13 +216,6 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
     out = {"contracts": 0, "independent": 0, "cycles": 0, "overhead": 0, "hideable": 0,
            "macs": 0}
     since = []                       # extents of the last CONTRACT and everything after it
-
-    def clash(mine, others):
-        for s, lo, hi, w in mine:
-            for s2, lo2, hi2, w2 in others:
-                if s == s2 and lo <= hi2 and lo2 <= hi and (w or w2):
-                    return True
-        return False
     for _, ins in dynamic_stream(prog.instructions):
         ext = extents(ins)
         if not isinstance(ins, Contract):
@@ -234,7 +227,7 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
             memo[key] = engine_cycles(d, lanes, slots, parts=True, **machine)
         p = memo[key]
         over = p["fill"] + p["fold"] + p["edges"]
-        free = bool(since) and not clash(ext, since)
+        free = bool(since) and not conflicts(ext, since)
         out["contracts"] += 1
         out["independent"] += free
         out["cycles"] += over + p["body"]
