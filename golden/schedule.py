@@ -22,7 +22,7 @@ from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Pr
                   Reduce, Update)
 
 __all__ = ["ISSUE_GAP", "CONTROL_GAP", "POLICIES", "unit_of", "extents", "conflicts",
-           "schedule", "interleave", "interleave_model"]
+           "schedule", "busy_cycles", "interleave", "interleave_model"]
 
 #: Cycles from one instruction's issue (the sequencer's ACT state) to the next one's ACT at
 #: the earliest: FETCH, DECODE and the six WAIT cycles of the operand pipeline (``SETTLE``).
@@ -128,6 +128,17 @@ def schedule(stream, cost):
         cost(ins) if unit_of(ins) is not None else 0 for ins in stream]
     times = [walk.step(ins, c) for ins, c in zip(stream, cycles, strict=True)]
     return max([walk.t] + walk.free), times
+
+
+def busy_cycles(stream, cost):
+    """``[engine, vector, update]``: the cycles each unit is busy over ``stream`` (as in
+    :func:`schedule`), the sums the walk overlaps."""
+    busy = [0, 0, 0]
+    for ins in stream:
+        u = unit_of(ins)
+        if u is not None:
+            busy[u] += cost(ins)
+    return busy
 
 
 def _stretches(instructions, fences=()):

@@ -76,17 +76,13 @@ def _walk_model(programs, hw):
     cycles), for the report beside the chip's measured cycles. The chip's second and later
     steps skip the static and check passes, so they compare with the verified reruns."""
     from ..golden.interpreter import dynamic_stream
-    from ..golden.schedule import schedule, unit_of
+    from ..golden.schedule import busy_cycles, schedule
     cost = hw.cycle_model()
     out = {}
     for p, cm in programs.items():
         dyn = [x for _, x in dynamic_stream(cm.program.instructions)]
-        busy = [0, 0, 0]
-        for x in dyn:
-            if unit_of(x) is not None:
-                busy[unit_of(x)] += cost(x)
         out[p] = {"cycles": schedule(dyn, cost)[0],
-                  **dict(zip(("engine", "vector", "update"), busy))}
+                  **dict(zip(("engine", "vector", "update"), busy_cycles(dyn, cost)))}
     return out
 
 

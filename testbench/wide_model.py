@@ -251,7 +251,8 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
     measurement (the engine and the vector unit do not compete for the store ports in it)."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, engine_cycles
-    from ..golden.schedule import conflicts, extents, interleave, schedule, unit_of
+    from ..golden.schedule import (busy_cycles, conflicts, extents, interleave, schedule,
+                                   unit_of)
     prog = _program(config, compile_kw)
     machine = {"banks": banks, "bank_skew": bank_skew}
     if route is not None:
@@ -269,10 +270,8 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
             else 0
     dyn = [ins for _, ins in dynamic_stream(prog.instructions)]
     new, _ = interleave(prog, cost)
-    busy = [0, 0, 0]
+    busy = busy_cycles(dyn, cost)
     work = [ins for ins in dyn if unit_of(ins) is not None]
-    for ins in work:
-        busy[unit_of(ins)] += cost(ins)
     ext = [extents(ins) for ins in work]
     fin = []
     for i, ins in enumerate(work):

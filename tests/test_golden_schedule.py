@@ -189,3 +189,18 @@ def test_prng_ops_run_on_the_vector_unit_with_the_sequencers_hulls():
                    slots=8)
     with pytest.raises(ValueError, match="no cycle model of the PRNG op perturb8"):
         hw.cycle_model()(r)
+
+
+def test_bench_steps_model_is_the_walk_of_the_step():
+    """``ttrain bench step``'s model row: the walk's cycles and the units' busy sums."""
+    from ttrain.golden.schedule import busy_cycles
+    from ttrain.testbench.bench_step import _walk_model
+    cm = compile_model(C.get_config("tiny"))
+    hw = hw_config({"tiny": cm}, config="tiny", lanes=8, slots=16)
+    got = _walk_model({cm.positions: cm}, hw)[cm.positions]
+    dyn = [x for _, x in dynamic_stream(cm.program.instructions)]
+    cost = hw.cycle_model()
+    assert got["cycles"] == schedule(dyn, cost)[0]
+    assert [got[k] for k in ("engine", "vector", "update")] == busy_cycles(dyn, cost)
+    assert max(got["engine"], got["vector"]) < got["cycles"] < sum(busy_cycles(dyn, cost)) + \
+        ISSUE_GAP * len(dyn)
