@@ -33,8 +33,7 @@ def pytest_collection_modifyitems(config, items):
     (``make test`` runs ``--dist loadgroup``): the Vitis kernel test (its fixture runs every
     kernel call in one Verilator simulation, ~110 s) and the MCUNet-scale ZO plan (one
     compile, ~20 s). Spread over both workers, each worker ran the fixture once. (The shared
-    top's modules in one group measured slower: 18 min 12-22 s of pytest against 16 min 47 s,
-    docs/verification.md.)
+    top's modules in a group of their own gained nothing measurable, docs/verification.md.)
 
     Grouping needs pytest < 9 (``pyproject.toml``): pytest-xdist 3.8 puts the group into
     ``item._nodeid``, which pytest 9 no longer reads, so the groups silently vanished."""
