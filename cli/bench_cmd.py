@@ -191,10 +191,12 @@ def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
                                or args.row_operands or args.special_lanes is not None
+                               or args.vector_reads is not None
                                or args.engine_sums or args.route != "arbiter"
                                or args.schedule is not None or args.ttm_group is not None):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width, --special-lanes, --engine-sums, --route, "
+                         f"--vector-width, --special-lanes, --vector-reads, --engine-sums, "
+                         f"--route, "
                          f"--schedule and --ttm-group apply "
                          f"to --rule sgd "
                          f"only (the {args.rule} programs are not mapped for the wide engine "
@@ -244,7 +246,7 @@ def _step(args):
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
                      engine_sums=args.engine_sums, route=args.route,
-                     schedule=args.schedule or "interleave",
+                     vector_reads=args.vector_reads, schedule=args.schedule or "interleave",
                      ttm_group=_ttm_group(args), **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
@@ -390,6 +392,9 @@ def register(sub):
     st.add_argument("--special-lanes", type=int, default=None, metavar="S",
                     help="--rule sgd: special-function units side by side in the vector unit "
                          "(power of two up to its lanes; default 1)")
+    st.add_argument("--vector-reads", type=int, choices=(1, 2), default=None, metavar="R",
+                    help="--rule sgd: vectors per read request of the vector unit's port (1, "
+                         "the default, or 2: both sources of an element beat at once)")
     st.add_argument("--max-split", type=int, default=1, metavar="G",
                     help="--rule sgd: lane groups; every contraction mapped for them "
                          "(orientation and k split by the cycle model; default 1 = none)")

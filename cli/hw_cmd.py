@@ -21,7 +21,8 @@ def format_hw(hw):
                 "omega-shared": ", operands through one shared Omega read port"}[hw.route],
              f"  vector      {hw.vector_lanes} lanes (vector and update units)"
              + (f", {hw.special_lanes} special-function units side by side"
-                if hw.special_lanes > 1 else ""),
+                if hw.special_lanes > 1 else "")
+             + (", two read vectors a request" if hw.vector_reads == 2 else ""),
              f"  stores      {hw.banks} banks each"
              + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
                 else ""),
@@ -47,7 +48,8 @@ def _run(args):
     hw = preset_hw_config(args.config, lanes=args.lanes, banks=args.banks, slots=args.slots,
                           imem_depth=args.imem_depth, bank_skew=args.bank_skew,
                           vector_width=args.vector_width, row_operands=args.row_operands,
-                          special_lanes=args.special_lanes, route=args.route)
+                          special_lanes=args.special_lanes, route=args.route,
+                          vector_reads=args.vector_reads)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -85,6 +87,9 @@ def register(sub):
                    help="special-function units side by side in the vector unit (power of "
                         "two up to its lanes; default 1): special ops stream S elements per "
                         "cycle")
+    p.add_argument("--vector-reads", type=int, choices=(1, 2), default=None, metavar="R",
+                   help="vectors per read request of the vector unit's port (1, the default, "
+                        "or 2: both sources of an element beat in one request)")
     p.add_argument("--route", choices=ROUTES, default="arbiter",
                    help="how the engine's operand and result vectors reach the banks: "
                         "arbiter (default), omega (an Omega port per fetcher and the C "

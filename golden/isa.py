@@ -2095,17 +2095,27 @@ GATHER_ROW_MIN = 6
 SCATTER_WAIT = 10
 
 
-def vector_cycles(ins, width, special_lanes=1, latencies=None):
+def vector_cycles(ins, width, special_lanes=1, latencies=None, read_streams=1, banks=None,
+                  bank_skew=False):
     """Model cycles of one vector or update instruction on a unit of ``width`` lanes (one
     store port: two read beats per element beat for two sources; ``special_lanes`` words per
     cycle into the special-function units; ``latencies``: each special function's latency in
     the unit, needed for special ops) with the engine not competing for the port: the
     compiler weighs the vector unit against the engine with it, as with :func:`engine_cycles`.
+    ``read_streams=2``: the unit's store port carries two vectors per read request
+    (``HwConfig.vector_reads``, ``WideVectorUnit(reads=2)``), so a two-source elementwise op
+    reads both sources of a beat in one cycle, unless they are in one store and their first
+    beats meet in a bank (``banks``, ``bank_skew``: then two cycles a beat, as the arbiter
+    serves one of them a cycle later; without ``banks`` no beat meets). UPDATE stays two
+    cycles a beat (it also writes two beats), scatter_add keeps its two read beats.
     ``(kind, cycles)``; ``kind`` is ``"binary"``, ``"unary"``, ``"special"``,
     ``"reduce"``, ``"gather"`` or ``"update"``. Within a few cycles of the chip's trace for
     most instructions of the tiny and demo steps (``tests/test_seeing_inside.py`` checks the
     tiny step's total)."""
     W = width
+    if read_streams not in (1, 2):
+        raise ValueError(f"vector_cycles: read_streams must be 1 (as built) or 2, not "
+                         f"{read_streams!r}")
 
     def cdiv(a, b):
         return -(-a // b)
@@ -2153,4 +2163,20 @@ def vector_cycles(ins, width, special_lanes=1, latencies=None):
         beats = ins.cols * cdiv(ins.rows, W)
     two = ins.b is not None
     fixed = VECTOR_FIXED["mul" if ins.op in ("mul", "scale") else "add"]
-    return ("binary" if two else "unary"), (2 if two else 1) * beats + fixed
+    per = 2 if two else 1
+    if two and read_streams == 2:
+        per = 1
+        if banks is not None and ins.a.store == ins.b.store:
+            # the first beat's words of each source: W consecutive words along the walk
+            # (one when the unit runs a word a beat or the source is broadcast)
+            along_cols = wcol and W > 1
+            along_rows = not along_cols and wrow and W > 1
+
+            def first_beat(v):
+                stride = v.col_stride if along_cols else v.row_stride if along_rows else 1
+                k = min(W, n if dense else ins.cols if along_cols else ins.rows) \
+                    if (along_cols or along_rows) and stride else 1
+                return set(bank_of(v.base + np.arange(k), banks, bank_skew).tolist())
+            if first_beat(ins.a) & first_beat(ins.b):
+                per = 2
+    return ("binary" if two else "unary"), per * beats + fixed

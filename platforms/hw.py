@@ -131,6 +131,10 @@ class HwConfig:
         Special-function units side by side in the vector unit (words per cycle into them;
         :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``; default 1). Only
         with ``special``.
+    vector_reads : int
+        Vectors per read request of the vector unit's store port (1, the default, or 2:
+        both sources of an element beat in one request, :class:`~ttrain.rtl.vector_wide.
+        WideVectorUnit` ``reads``; the update unit keeps 1).
     route : str
         How the engine's operand and result vectors reach the banks (one of :data:`ROUTES`;
         :class:`~ttrain.rtl.engine.ContractionEngine` ``route``): ``"arbiter"`` (default)
@@ -162,6 +166,7 @@ class HwConfig:
     row_operands: bool = False
     special_lanes: int = 1
     route: str = "arbiter"
+    vector_reads: int = 1
 
     @property
     def vector_lanes(self):
@@ -221,7 +226,8 @@ class HwConfig:
             if isinstance(ins, Random):
                 raise ValueError(f"HwConfig.cycle_model: no cycle model of the PRNG op "
                                  f"{ins.op} yet; schedule ZO programs in their compiled order")
-            return vector_cycles(ins, self.vector_lanes, self.special_lanes, lat)[1]
+            return vector_cycles(ins, self.vector_lanes, self.special_lanes, lat,
+                                 self.vector_reads, self.banks, self.bank_skew)[1]
         return cost
 
     def accelerator_kwargs(self, flavor="sim"):
@@ -261,6 +267,8 @@ class HwConfig:
             kw["special_lanes"] = self.special_lanes
         if self.route != "arbiter":
             kw["route"] = self.route
+        if self.vector_reads != 1:
+            kw["vector_reads"] = self.vector_reads
         if self.special:
             kw["special_impl"] = special_impl
         kw["engine_units"] = "verilog"
@@ -288,7 +296,7 @@ class HwConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
                                     "vector_width", "row_operands", "special_lanes",
-                                    "route"}
+                                    "route", "vector_reads"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -310,6 +318,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
               imem_depth=None, overlap=True, special=None, clock_mhz=300.0,
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
               bank_skew=False, vector_width=None, row_operands=False, special_lanes=None,
+              vector_reads=None,
               route=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
@@ -350,6 +359,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     special_lanes : int or None
         Special-function units side by side (power of two up to the vector unit's lanes;
         ``None``: 1), :attr:`HwConfig.special_lanes`.
+    vector_reads : int or None
+        Vectors per read request of the vector unit's port (1 or 2; ``None``: 1),
+        :attr:`HwConfig.vector_reads`.
     route : str or None
         The engine's operand route (:data:`ROUTES`; ``None``: ``"arbiter"``),
         :attr:`HwConfig.route`. The Omega routes need at least 2 banks, whole-vector
@@ -399,6 +411,10 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                              f"vector units' beats are at most a row; use at most {banks}")
     if not isinstance(bank_skew, bool):
         raise ValueError(f"bank_skew must be True or False, not {bank_skew!r}")
+    if vector_reads is not None and (isinstance(vector_reads, bool)
+                                     or vector_reads not in (1, 2)):
+        raise ValueError(f"vector_reads must be 1 or 2 (vectors per read request of the "
+                         f"vector unit's port), not {vector_reads!r}")
     if special_lanes is not None:
         _pos_int("special_lanes", special_lanes, power_of_two=True)
         if special_lanes > (vector_width or banks):
@@ -460,7 +476,8 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     fits_u50=bool(fits), source=_canonical(source), max_split=int(max_split),
                     fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
                     vector_width=int(vector_width or 0), row_operands=row_operands,
-                    special_lanes=int(special_lanes or 1), route=route)
+                    special_lanes=int(special_lanes or 1), route=route,
+                    vector_reads=int(vector_reads or 1))
 
 
 def preset_hw_config(config, **overrides):

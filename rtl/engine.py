@@ -1056,6 +1056,12 @@ class ContractionEngine(wiring.Component):
         width of the units behind them (the vector and update units), which need not grow
         with the engine (docs/wide-engine.md: at 256 lanes their lanes would be most of the
         chip's DSPs). Lane ``w`` of a beat is word ``addr + w`` as before.
+    port_reads : sequence of int or None
+        Vectors per read request of each store port (1 or 2; default 1 each): a port with 2
+        serves a request's second vector (``addr2``, ``mask2``; :mod:`ttrain.rtl.port`)
+        through a second read client beside the first, loaded in the same cycle, and
+        returns both in one beat, so the vector unit reads both sources of an element beat
+        at once. The second client is an arbiter entry after every other.
     row_ports : bool
         Serve the host port and the store ports as row clients (default): one arbiter entry
         per client whose bank claims, rows and data are the beat rotated by its base's bank,
@@ -1086,7 +1092,7 @@ class ContractionEngine(wiring.Component):
     def __init__(self, *, lanes, stores, banks=None, slots=None, dim_bits=16, fetch_depth=None,
                  mul_unit=None, add_unit=None, ports=0, integer=True, max_split=1,
                  fetch_words=None, bank_skew=False, port_width=None, row_ports=True,
-                 row_operands=False, route=None):
+                 row_operands=False, route=None, port_reads=None):
         from .fp32 import FP32Add, FP32Mul
         if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= 256 \
                 or lanes & (lanes - 1):
@@ -1132,6 +1138,12 @@ class ContractionEngine(wiring.Component):
                              f"fetches (fetch_words=None, got {fetch_words!r}) and "
                              f"row_operands=False (got {row_operands!r}): its ports carry "
                              f"whole vectors through the network")
+        port_reads = (1,) * ports if port_reads is None else tuple(port_reads)
+        if len(port_reads) != ports or any(isinstance(r, bool) or r not in (1, 2)
+                                           for r in port_reads):
+            raise ValueError(f"port_reads must give 1 or 2 read vectors for each of the "
+                             f"{ports} store ports, not {port_reads!r}")
+        self._port_reads = port_reads
         self._route = route
         self._port_width = port_width
         self._row_ports = bool(row_ports)
@@ -1176,7 +1188,10 @@ class ContractionEngine(wiring.Component):
         self._host_layout = host_request_layout(self._store_bits, self._addr_bits, banks)
         self._port_sig = StorePortSignature(store_bits=self._store_bits,
                                             addr_bits=self._addr_bits, width=port_width)
-        members = {f"port{i}": In(self._port_sig) for i in range(ports)}
+        self._port_sigs = [StorePortSignature(store_bits=self._store_bits,
+                                              addr_bits=self._addr_bits, width=port_width,
+                                              reads=r) for r in port_reads]
+        members = {f"port{i}": In(sig) for i, sig in enumerate(self._port_sigs)}
         super().__init__({**members,
             "desc": In(stream.Signature(self._desc_layout)),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(3),
@@ -1207,7 +1222,10 @@ class ContractionEngine(wiring.Component):
     port_width = property(lambda self: self._port_width,
                           doc="Words per beat of the store ports (at most ``banks``).")
     port_signature = property(lambda self: self._port_sig,
-                              doc="The :class:`~ttrain.rtl.port.StorePortSignature` of a port.")
+                              doc="The :class:`~ttrain.rtl.port.StorePortSignature` of a port "
+                                  "with one read vector.")
+    port_reads = property(lambda self: self._port_reads,
+                          doc="Read vectors per request of each store port (1 or 2).")
     banks = property(lambda self: self._banks, doc="Banks per store (= host beat width).")
     slots = property(lambda self: self._slots, doc="Interleaved output rows per tile.")
     dim_bits = property(lambda self: self._dim_bits, doc="Width of the dimension fields.")
@@ -1362,17 +1380,20 @@ class ContractionEngine(wiring.Component):
         PW = self._port_width
         prs = [_ReadClient(m, f"p{i}r", PW, AW, SB, lnb, None, SK, RW)
                for i in range(self._ports)]
+        # a port's second read vector (port_reads 2): its own client, after every other
+        prs2 = {i: _ReadClient(m, f"p{i}q", PW, AW, SB, lnb, None, SK, RW)
+                for i in range(self._ports) if self._port_reads[i] == 2}
         pws = [_WriteClient(m, f"p{i}w", PW, AW, SB, lnb, None, SK, RW)
                for i in range(self._ports)]
 
         if omega:                               # the fetchers' and the writer's ports
             reads = [cl for cl in omega if not cl.write]
-            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh] + reads + prs), []),
-                              n_stores, lnb)
+            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh] + reads + prs
+                                              + list(prs2.values())), []), n_stores, lnb)
             wclients = [wh, next(cl for cl in omega if cl.write)] + pws
         else:
-            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs), []),
-                              n_stores, lnb)
+            rsel = _arbitrate(m, "rarb", sum((c.ports() for c in [rh, rc, rb, ra] + prs
+                                              + list(prs2.values())), []), n_stores, lnb)
             wclients = [wh, wc] + pws
         wdata = sum((cl.entry_data() for cl in wclients), [])
         wsel = _arbitrate(m, "warb", sum((c.ports() for c in wclients), []), n_stores, lnb,
@@ -1392,7 +1413,7 @@ class ContractionEngine(wiring.Component):
                 m.d.sync += [st.w_en[b].eq(w_any), st.w_addr[b].eq(w_word[:rbits]),
                              st.w_data[b].eq(w_word[rbits:])]
         rdata = [[st.r_data[b] for b in range(NB)] for st in self._stores]
-        for cl in (reads if omega else [ra, rb, rc]) + [rh] + prs:
+        for cl in (reads if omega else [ra, rb, rc]) + [rh] + prs + list(prs2.values()):
             cl.connect_data(m, rdata)
 
         # ---- host port -----------------------------------------------------------------
@@ -1403,10 +1424,12 @@ class ContractionEngine(wiring.Component):
         depth_of = Array([Const(st.depth, AB + 1) for st in self._stores]
                          + [Const(0, AB + 1)] * ((1 << SB) - n_stores))
 
-        def in_store(req):
-            """A beat's lane mask without the lanes past the end of its store."""
-            return Cat(*[req.mask[w] & ((req.addr + w) < depth_of[req.store])
-                         for w in range(len(req.mask))])
+        def in_store(req, second=False):
+            """A beat's lane mask without the lanes past the end of its store (``second``: of
+            a request's second vector)."""
+            mask, addr, store = ((req.mask2, req.addr2, req.store2) if second
+                                 else (req.mask, req.addr, req.store))
+            return Cat(*[mask[w] & ((addr + w) < depth_of[store]) for w in range(len(mask))])
         h_mask = Signal(NB)
         m.d.comb += h_mask.eq(in_store(hreq))
         m.d.comb += [
@@ -1437,6 +1460,7 @@ class ContractionEngine(wiring.Component):
             # consumer that is always ready (the credit loop is 5 cycles long)
             presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * PW, depth=8)
             pcredit = Signal(range(9), init=8, name=f"port{i}_credit")
+            pq = prs2.get(i)
             rfifo = m.submodules[f"port{i}_rq"] = fifo.SyncFIFO(
                 width=Value.cast(port.rd.payload).shape().width, depth=2)
             wfifo = m.submodules[f"port{i}_wq"] = fifo.SyncFIFO(
@@ -1444,10 +1468,11 @@ class ContractionEngine(wiring.Component):
             rq = port.rd.payload.shape()(rfifo.r_data)
             wq = port.wr.payload.shape()(wfifo.r_data)
             r_take = Signal(name=f"port{i}_rtake")
+            both = pr.can_load & (pq.can_load if pq is not None else 1)
             m.d.comb += [
                 port.rd.ready.eq(rfifo.w_rdy & (pcredit != 0)),
                 rfifo.w_en.eq(port.rd.valid & port.rd.ready), rfifo.w_data.eq(port.rd.payload),
-                pr.load.eq(rfifo.r_rdy & pr.can_load), rfifo.r_en.eq(pr.load),
+                pr.load.eq(rfifo.r_rdy & both), rfifo.r_en.eq(pr.load),
                 pr.load_base.eq(rq.addr), pr.load_mask.eq(in_store(rq)),
                 pr.load_store.eq(rq.store),
                 port.wr.ready.eq(wfifo.w_rdy),
@@ -1457,15 +1482,36 @@ class ContractionEngine(wiring.Component):
                 pw.load_store.eq(wq.store),
                 port.wr_idle.eq(pw.idle & (wfifo.level == 0)),
                 presp.w_en.eq(pr.out_valid), presp.w_data.eq(Cat(*pr.out_data)),
-                port.rd_data.valid.eq(presp.r_rdy), port.rd_data.payload.eq(presp.r_data),
-                presp.r_en.eq(port.rd_data.ready),
                 r_take.eq(port.rd.valid & port.rd.ready),
             ]
+            if pq is None:
+                m.d.comb += [port.rd_data.valid.eq(presp.r_rdy),
+                             port.rd_data.payload.eq(presp.r_data),
+                             presp.r_en.eq(port.rd_data.ready)]
+                r_give = presp.r_rdy & port.rd_data.ready
+            else:
+                # the second vector: loaded with the first (an all-zero mask when unused,
+                # which completes at once), its data in a FIFO of its own; a beat leaves
+                # when both halves are there
+                presp2 = m.submodules[f"port{i}_resp2"] = fifo.SyncFIFO(width=32 * PW,
+                                                                        depth=8)
+                r_give = Signal(name=f"port{i}_rgive")
+                m.d.comb += [
+                    pq.load.eq(pr.load), pq.load_base.eq(rq.addr2),
+                    pq.load_mask.eq(in_store(rq, second=True)), pq.load_store.eq(rq.store2),
+                    presp2.w_en.eq(pq.out_valid), presp2.w_data.eq(Cat(*pq.out_data)),
+                    port.rd_data.valid.eq(presp.r_rdy & presp2.r_rdy),
+                    port.rd_data.payload.eq(Cat(presp.r_data, presp2.r_data)),
+                    r_give.eq(presp.r_rdy & presp2.r_rdy & port.rd_data.ready),
+                    presp.r_en.eq(r_give), presp2.r_en.eq(r_give),
+                ]
+                if pq.offsets is not None:
+                    m.d.comb += [pq.offsets[w].eq(w) for w in range(PW)]
             for cl in (pr, pw):
                 if cl.offsets is not None:
                     m.d.comb += [cl.offsets[w].eq(w) for w in range(PW)]
             m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(PW)]
-            m.d.sync += pcredit.eq(pcredit - r_take + (presp.r_rdy & port.rd_data.ready))
+            m.d.sync += pcredit.eq(pcredit - r_take + r_give)
 
         # ---- descriptor check ------------------------------------------------------------
         # Pipelined over the check cycles so no path is deeper than one add or compare of

@@ -106,6 +106,10 @@ class Accelerator(wiring.Component):
         Special-function units side by side in the vector unit (power of two, at most its
         lanes; :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``): special
         ops stream that many elements per cycle. Default 1.
+    vector_reads : int
+        Vectors per read request of the vector unit's store port (1 or 2; the engine's
+        ``port_reads`` of port 0, the unit's ``reads``): with 2 a two-source elementwise op
+        or UPDATE reads both sources of a beat at once. The update unit keeps 1. Default 1.
     row_ports : bool
         The engine's host and store ports as row clients (default) or as per-lane arbiter
         entries (:class:`~ttrain.rtl.engine.ContractionEngine` ``row_ports``; the same
@@ -148,7 +152,8 @@ class Accelerator(wiring.Component):
                  imem_depth=256, overlap=True, vector="wide", store_impl="auto",
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
                  fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
-                 row_ports=True, row_operands=False, special_lanes=1, route=None):
+                 row_ports=True, row_operands=False, special_lanes=1, route=None,
+                 vector_reads=1):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -168,6 +173,10 @@ class Accelerator(wiring.Component):
             raise ValueError("special_lanes > 1 needs special=True (the special-function "
                              "unit)")
         self._special_lanes = special_lanes
+        if isinstance(vector_reads, bool) or vector_reads not in (1, 2):
+            raise ValueError(f"vector_reads must be 1 or 2 (vectors per read request of the "
+                             f"vector unit's port), not {vector_reads!r}")
+        self._vector_reads = vector_reads
         units, self._vector_units = {}, {}
         if engine_units == "verilog":
             import functools
@@ -202,7 +211,8 @@ class Accelerator(wiring.Component):
                                          dim_bits=dim_bits, ports=2, max_split=max_split,
                                          fetch_words=fetch_words, bank_skew=bank_skew,
                                          port_width=vector_width, row_ports=row_ports,
-                                         row_operands=row_operands, route=route, **units)
+                                         row_operands=row_operands, route=route,
+                                         port_reads=(vector_reads, 1), **units)
         self._sizes = dict(store_sizes)
         self._imem_depth = imem_depth
         self._overlap = bool(overlap)
@@ -260,12 +270,16 @@ class Accelerator(wiring.Component):
                             doc="The special unit's ``impl`` (``\"amaranth\"`` or "
                                 "``\"verilog\"``).")
 
-    def _vector_unit(self, m, name, port, special=False):
+    vector_reads = property(lambda self: self._vector_reads,
+                            doc="Vectors per read request of the vector unit's port (1 or 2).")
+
+    def _vector_unit(self, m, name, port, special=False, reads=1):
         eng = self._engine
         unit = WideVectorUnit(width=eng.port_width, addr_bits=eng.addr_bits,
                               store_bits=eng.port_signature.store_bits, special=special,
                               special_impl=self._special_impl, units=self._vector_units,
-                              special_lanes=self._special_lanes if special else 1)
+                              special_lanes=self._special_lanes if special else 1,
+                              reads=reads)
         m.submodules[name] = unit
         connect(m, unit.mem, port)
         return unit
@@ -274,7 +288,8 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.engine = eng = self._engine
         m.submodules.sequencer = seq = self._seq
-        vec = self._vector_unit(m, "vector", eng.port0, special=self._special)
+        vec = self._vector_unit(m, "vector", eng.port0, special=self._special,
+                                reads=self._vector_reads)
         upd = self._vector_unit(m, "update", eng.port1)
 
         # ---- host -------------------------------------------------------------------------

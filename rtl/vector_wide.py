@@ -228,7 +228,7 @@ class WideVectorUnit(wiring.Component):
 
     def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
                  special=False, special_impl="amaranth", special_functions=None, units=None,
-                 special_lanes=1):
+                 special_lanes=1, reads=1):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -245,6 +245,8 @@ class WideVectorUnit(wiring.Component):
             groups = add_latency + 2
         _int("groups", groups, 1, 256, f"{add_latency + 2} gives full reduction throughput")
         _int("max_reads", max_reads, 2, 4096, "cover the port's read round trip")
+        _int("reads", reads, 1, 2, "vectors per read request of the store port (2: both "
+             "sources of an element beat at once)")
         if not isinstance(special, bool):
             raise TypeError(f"WideVectorUnit special must be a bool (build the special-function "
                             f"unit), not {special!r}")
@@ -292,11 +294,12 @@ class WideVectorUnit(wiring.Component):
         self._store_bits = store_bits
         self._groups = groups
         self._max_reads = max_reads
+        self._reads = reads
         super().__init__({
             "cmd": In(stream.Signature(VectorCommand)),
             "busy": Out(1), "done": Out(1), "error": Out(4), "elements": Out(32),
             "mem": Out(StorePortSignature(store_bits=store_bits, addr_bits=addr_bits,
-                                          width=width)),
+                                          width=width, reads=reads)),
         })
 
     width = property(lambda self: self._width, doc="Lanes (words per beat).")
@@ -304,6 +307,9 @@ class WideVectorUnit(wiring.Component):
     store_bits = property(lambda self: self._store_bits, doc="Store id width at the port.")
     groups = property(lambda self: self._groups, doc="Reduction accumulator slots.")
     max_reads = property(lambda self: self._max_reads, doc="Read beats in flight at most.")
+    reads = property(lambda self: self._reads,
+                     doc="Vectors per read request (2: an element beat's two sources in one "
+                         "request, :mod:`ttrain.rtl.port`).")
     special = property(lambda self: self._sfu is not None,
                        doc="True when the special-function unit is built.")
     special_lanes = property(lambda self: self._special_lanes,
@@ -504,7 +510,8 @@ class WideVectorUnit(wiring.Component):
 
         # ---- tag FIFO, result FIFO ----------------------------------------------------------
         Tag = data.StructLayout({"kind": 3, "g": GB, "first": 1, "last": 1, "bx": 1,
-                                 "mask": W, "waddr": AB, "waddr2": AB, "idx": 32})
+                                 "mask": W, "waddr": AB, "waddr2": AB, "idx": 32,
+                                 **({"bx2": 1} if self._reads == 2 else {})})
         Res = data.StructLayout({"data": Lanes, "mask": W, "waddr": AB, "waddr2": AB})
         m.submodules.tags = tags = fifo.SyncFIFO(width=Tag.size, depth=self._max_reads)
         m.submodules.res = res = fifo.SyncFIFO(width=Res.size, depth=DEPTH)
@@ -536,8 +543,15 @@ class WideVectorUnit(wiring.Component):
                 m.d.comb += out[w].eq(b)
             return out
 
-        def beat(kind, store, addr, mask, *, g=0, first=0, last=0, bx=0, waddr=0, waddr2=0):
-            """Offer one read beat with its tag; return the accept condition."""
+        def beat(kind, store, addr, mask, *, g=0, first=0, last=0, bx=0, waddr=0, waddr2=0,
+                 second=None):
+            """Offer one read beat with its tag; return the accept condition. ``second``:
+            ``(store, addr, mask, bx)`` of the request's second vector (``reads=2``)."""
+            if second is not None:
+                s_store, s_addr, s_mask, s_bx = second
+                m.d.comb += [port.rd.payload.store2.eq(s_store),
+                             port.rd.payload.addr2.eq(s_addr[:AB]),
+                             port.rd.payload.mask2.eq(s_mask), tag_in.bx2.eq(s_bx)]
             m.d.comb += [
                 port.rd.valid.eq(tags.w_rdy),
                 port.rd.payload.store.eq(store), port.rd.payload.addr.eq(addr[:AB]),
@@ -551,6 +565,10 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += tags.w_en.eq(port.rd.valid & port.rd.ready)
 
         # ---- issuer -------------------------------------------------------------------------
+        # reads=2: an element beat's first operand (slot 1) rides in its FIRE request as the
+        # second vector, so there is no OPA beat (scatter_add keeps its two beats)
+        paired = self._reads == 2
+        OPA = "EW_FIRE" if paired else "EW_OPA"
         i = Signal(16)            # row (EW, GS) / first row of the current group (RED)
         j = Signal(32)            # column
         ad = [Signal(32, name=f"ad{s}") for s in range(3)]      # current element addresses
@@ -629,7 +647,7 @@ class WideVectorUnit(wiring.Component):
                                  rrem.eq(1), prow_rem.eq(1), wide.eq(W > 1)]
                     for s in range(3):
                         m.d.sync += [rstr[s].eq(0), bcast[s].eq(0), step[s].eq(W)]
-                    m.next = "EW_OPA"
+                    m.next = OPA
                 with m.Elif(is_ewop):
                     with m.If(dense):
                         m.d.sync += [rows.eq(1), cols.eq(total), rem_c.eq(total),
@@ -654,7 +672,7 @@ class WideVectorUnit(wiring.Component):
                     with m.If(is_rnd):
                         m.next = "EW_SEED"
                     with m.Elif(two_src):
-                        m.next = "EW_OPA"
+                        m.next = OPA
                     with m.Else():
                         m.next = "EW_FIRE"
                 with m.Elif(is_red):
@@ -695,7 +713,7 @@ class WideVectorUnit(wiring.Component):
                         for s in range(3):
                             m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
                         with m.If(two_reads):
-                            m.next = "EW_OPA"
+                            m.next = OPA
                         with m.Else():
                             m.next = "EW_FIRE"
                 with m.Else():
@@ -704,27 +722,30 @@ class WideVectorUnit(wiring.Component):
                     for s in range(3):
                         m.d.sync += ad[s].eq(ad[s] + step[s])
                     with m.If(two_reads):
-                        m.next = "EW_OPA"
+                        m.next = OPA
                     with m.Else():
                         m.next = "EW_FIRE"
 
             with m.State("EW_SEED"):           # PRNG ops: the seed word first
                 with m.If(beat(_K_SEED, c.v2.store, c.v2.base, 1, bx=1)):
                     with m.If(two_reads):
-                        m.next = "EW_OPA"
+                        m.next = OPA
                     with m.Else():
                         m.next = "EW_FIRE"
-            with m.State("EW_OPA"):
-                with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
-                    m.next = "EW_FIRE"
+            if not paired:
+                with m.State("EW_OPA"):
+                    with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
+                        m.next = "EW_FIRE"
             with m.State("EW_FIRE"):
                 f_store = Mux(rd_d | no_src, c.v0.store,
                               Mux(two_src, c.v2.store, c.v1.store))
                 f_addr = Mux(rd_d | no_src, ad[0], Mux(two_src, ad[2], ad[1]))
                 f_bx = Mux(two_src, bcast[2], Mux(rd_d | no_src, 0, bcast[1]))
                 f_mask = Mux(no_src, 0, Mux(f_bx, 1, mask_c))
+                second = (c.v1.store, ad[1], Mux(two_reads, src_mask(1), 0), bcast[1]) \
+                    if paired else None
                 with m.If(beat(_K_FIRE, f_store, f_addr, f_mask, bx=f_bx, waddr=ad[0],
-                               waddr2=ad[1])):
+                               waddr2=ad[1], second=second)):
                     ew_advance()
                 # the write mask (the read mask may be a broadcast lane or zero)
                 m.d.comb += [tag_in.mask.eq(mask_c), tag_in.idx.eq(iad)]
@@ -870,6 +891,10 @@ class WideVectorUnit(wiring.Component):
         dat = Signal(Lanes)
         for w in range(W):
             m.d.comb += dat[w].eq(Mux(tg.bx, raw[0], raw[w]))
+        if paired:                        # reads=2: the request's second vector (slot 1)
+            dat2 = Signal(Lanes)
+            for w in range(W):
+                m.d.comb += dat2[w].eq(Mux(tg.bx2, raw[W], raw[W + w]))
         space = credits < DEPTH
         ser_busy = Signal()       # special: the serializer still has lanes after this cycle
         slot_busy = Signal()
@@ -913,7 +938,8 @@ class WideVectorUnit(wiring.Component):
         s0_x = Signal(Lanes)
         s0_y = Signal(Lanes)
         for w in range(W):
-            m.d.comb += [s0_x[w].eq(Mux(ew["fill"], c.imm, Mux(two_reads, x_reg[w], dat[w]))),
+            first = Mux(is_scatter, x_reg[w], dat2[w]) if paired else x_reg[w]
+            m.d.comb += [s0_x[w].eq(Mux(ew["fill"], c.imm, Mux(two_reads, first, dat[w]))),
                          s0_y[w].eq(dat[w])]
 
         def delay(sig, n, name, shape=1):

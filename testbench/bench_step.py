@@ -91,7 +91,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
                row_operands=False, special_lanes=None, engine_sums=False, route=None,
-               schedule="interleave", ttm_group="auto"):
+               schedule="interleave", ttm_group="auto", vector_reads=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -113,7 +113,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     ``row_operands``: the engine's unit-stride B/C vectors as row entries
     (``HwConfig.row_operands``), counted by the mapping's model. ``special_lanes``:
     special-function units side by side in the vector unit (``HwConfig.special_lanes``).
-    ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
+    ``vector_reads``: 2 reads both sources of a vector beat in one request
+    (``HwConfig.vector_reads``). ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
     faster as contractions (``compile_model(engine_sums=lanes)``). ``route``: the engine's
     operand route (``HwConfig.route``: ``"omega"`` or ``"omega-shared"``; ``None`` the
     arbiter), counted by the mapping's model. ``schedule``: ``"interleave"`` (default) runs
@@ -186,13 +187,14 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         "_r" if row_operands else "") + (
         f"_v{vector_width}" if vector_width else "") + (
         f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "") + (
-        {"omega": "_om", "omega-shared": "_os"}[route] if route else "")
+        {"omega": "_om", "omega-shared": "_os"}[route] if route else "") + (
+        "_vr2" if vector_reads == 2 else "")
     # lane groups: the largest split mapped, but on an Omega route the A port is slots x
     # max_split lanes wide, which the mapping assumed, so the build keeps max_split
     hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
                    fetch_words=fetch_words, max_split=max_split if route else None,
                    bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
-                   special_lanes=special_lanes, route=route)
+                   special_lanes=special_lanes, route=route, vector_reads=vector_reads)
     if schedule == "interleave":                # the same sizes and words: hw still holds
         from ..golden.schedule import interleave_model
         cost = hw.cycle_model()
@@ -241,6 +243,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "row_operands": row_operands, "route": hw.route,
               "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
+              "vector_reads": hw.vector_reads,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order), "schedule": schedule, "ttm_group": full.ttm_group,
               "store_sizes": build.config["store_sizes"], "entries": entries,

@@ -44,7 +44,8 @@ it); ``--route omega-shared`` the study of one read port shared by A, B and old 
 
 ``python -m ttrain.testbench.wide_model --config paper-l1 [--lanes 8,64,256] [--fetch-words W]
 [--banks NB] [--bank-skew | --xor-skew] [--row-operands | --row-fetch F [--k-stage K] |
---route omega|omega-shared] [--positions P] [--order O] [--json]``
+--route omega|omega-shared] [--positions P] [--order O] [--vector-width V [--special-lanes S]
+[--levers]] [--engine-sums P] [--ttm-group G] [--json]``
 """
 
 import argparse
@@ -59,6 +60,12 @@ __all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study",
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 27               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
 SLOTS = 16
+#: The machines of ``walk_study(levers=True)`` (design studies, not built).
+LEVERS = {"no_descriptor_cost": "design study, not built: every CONTRACT without its fill, "
+                                "fold and edge cycles",
+          "two_read_streams": "built (--vector-reads 2): the vector unit reading both "
+                              "sources of a beat in one request",
+          "both": "both of these"}
 MAPPINGS = ("current", "batch", "split-k", "array", "engine")
 
 
@@ -239,7 +246,7 @@ def overlap_study(config, lanes, *, banks=None, bank_skew=False, route=None, slo
 
 
 def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=False,
-               route=None, slots=SLOTS, compile_kw=None):
+               route=None, slots=SLOTS, compile_kw=None, levers=False):
     """The whole step through the sequencer's issue model (:mod:`ttrain.golden.schedule`:
     in program order, one instruction per unit, the scoreboard's conflicts), each CONTRACT
     mapped for the engine as built (``max_split = lanes``, :meth:`Program.for_engine`) and
@@ -248,7 +255,14 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
     compiler's scheduling pass (:func:`~ttrain.golden.schedule.interleave`), and the
     dependency bound (the longest chain of conflicting instructions). Returns ``{program,
     interleave, critical_path, busy: {engine, vector, update}}`` in cycles; a model, not a
-    measurement (the engine and the vector unit do not compete for the store ports in it)."""
+    measurement (the engine and the vector unit do not compete for the store ports in it).
+
+    ``levers=True`` adds ``levers``: the same three figures and the busy cycles on other
+    machines: ``no_descriptor_cost`` (a design study, **not built**: every CONTRACT costs
+    only its ``body``, the fill, fold and edges of :func:`engine_cycles` gone, an upper
+    bound of descriptor overlap and shorter fills together), ``two_read_streams`` (built:
+    the vector unit's port with two read vectors a request, ``HwConfig.vector_reads = 2``;
+    :func:`vector_cycles` with ``read_streams=2`` on these banks) and ``both``."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.isa import Contract, engine_cycles
     from ..golden.schedule import (busy_cycles, conflicts, extents, interleave, schedule,
@@ -262,25 +276,39 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
         machine["omega_lanes"] = slots * lanes
     lat = _special_latencies()
 
-    @functools.lru_cache(maxsize=None)
-    def cost(ins):
-        if isinstance(ins, Contract):
-            return engine_cycles(ins.desc, lanes, slots, **machine)
-        return vector_cycles(ins, width, special_lanes, lat)[1] if unit_of(ins) is not None \
-            else 0
+    from ..golden.isa import vector_cycles as model
+
+    def coster(body_only=False, read_streams=1):
+        @functools.lru_cache(maxsize=None)
+        def cost(ins):
+            if isinstance(ins, Contract):
+                if body_only:
+                    return engine_cycles(ins.desc, lanes, slots, parts=True, **machine)["body"]
+                return engine_cycles(ins.desc, lanes, slots, **machine)
+            return model(ins, width, special_lanes, lat, read_streams, banks,
+                         bank_skew)[1] if unit_of(ins) is not None else 0
+        return cost
     dyn = [ins for _, ins in dynamic_stream(prog.instructions)]
-    new, _ = interleave(prog, cost)
-    busy = busy_cycles(dyn, cost)
     work = [ins for ins in dyn if unit_of(ins) is not None]
     ext = [extents(ins) for ins in work]
-    fin = []
-    for i, ins in enumerate(work):
-        start = max((fin[j] for j in range(i) if conflicts(ext[i], ext[j])), default=0)
-        fin.append(start + cost(ins))
-    return {"program": schedule(dyn, cost)[0],
-            "interleave": schedule([x for _, x in dynamic_stream(new.instructions)], cost)[0],
-            "critical_path": max(fin, default=0),
-            "busy": dict(zip(("engine", "vector", "update"), busy))}
+    preds = [[j for j in range(i) if conflicts(ext[i], ext[j])] for i in range(len(work))]
+
+    def figures(cost):
+        new, _ = interleave(prog, cost)
+        fin = []
+        for i, ins in enumerate(work):
+            fin.append(max((fin[j] for j in preds[i]), default=0) + cost(ins))
+        return {"program": schedule(dyn, cost)[0],
+                "interleave": schedule([x for _, x in dynamic_stream(new.instructions)],
+                                       cost)[0],
+                "critical_path": max(fin, default=0),
+                "busy": dict(zip(("engine", "vector", "update"), busy_cycles(dyn, cost)))}
+    out = figures(coster())
+    if levers:
+        out["levers"] = {name: figures(coster(*args)) for name, args in (
+            ("no_descriptor_cost", (True, 1)), ("two_read_streams", (False, 2)),
+            ("both", (True, 2)))}
+    return out
 
 
 def study(config="paper-l1", lanes=(8, 64, 256), *, fetch_words=None, banks=None,
@@ -417,6 +445,11 @@ def main(argv=None):
     p.add_argument("--ttm-group", type=int, default=None, metavar="G",
                    help="compile the step with G grid rows per TTM LOOP iteration "
                         "(compile_model ttm_group; default auto)")
+    p.add_argument("--levers", action="store_true",
+                   help="with the issue model's rows: the same step on other machines: every "
+                        "CONTRACT without its per-descriptor cycles (a design study, not "
+                        "built), the vector unit with two read vectors a request (built: "
+                        "--vector-reads 2), both (walk_study levers)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.ttm_group is not None and a.ttm_group < 1:
@@ -434,6 +467,10 @@ def main(argv=None):
         p.error("--xor-skew needs --banks NB and replaces --bank-skew (choose one)")
     if a.special_lanes != 1 and a.vector_width is None:
         p.error("--special-lanes needs --vector-width V")
+    if a.levers and (a.vector_width is None or a.banks is None or a.fetch_words is not None
+                     or a.row_fetch is not None or a.row_operands):
+        p.error("--levers studies the issue model's rows: give --vector-width V and --banks "
+                "NB, and no --fetch-words, --row-fetch or --row-operands")
     if a.overlap_study and (a.banks is None or a.row_fetch is not None or a.fetch_words
                             or a.row_operands):
         p.error("--overlap-study studies the machine row of whole-vector fetches: give --banks "
@@ -478,7 +515,7 @@ def main(argv=None):
                     e["whole_step_walk"] = walk_study(
                         a.config, e["lanes"], width, a.special_lanes, banks=a.banks,
                         bank_skew="xor" if a.xor_skew else a.bank_skew, route=a.route,
-                        compile_kw=kw)
+                        compile_kw=kw, levers=a.levers)
         if a.overlap_study:
             rep["overlap_label"] = ("design study (not built): per-descriptor cycles of the "
                                     "machine row; hideable = those of CONTRACTs whose "
@@ -519,6 +556,13 @@ def main(argv=None):
                              ("interleave", "interleaved (the scheduling pass)"),
                              ("critical_path", "dependency bound (longest chain)")):
                 print(f"    {label:<36} {w[k]:>10,} cycles  {ideal / w[k]:6.1%}")
+            for name, x in w.get("levers", {}).items():
+                print(f"    {LEVERS[name]} (busy: engine "
+                      f"{x['busy']['engine']:,}, vector {x['busy']['vector']:,}):")
+                for k, label in (("program", "compiled order"),
+                                 ("interleave", "interleaved"),
+                                 ("critical_path", "dependency bound")):
+                    print(f"      {label:<34} {x[k]:>10,} cycles  {ideal / x[k]:6.1%}")
         if "overlap_study" in e:
             o = e["overlap_study"]
             print(f"  machine row's per-descriptor cycles (fill, fold, edges): "

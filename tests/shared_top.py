@@ -50,7 +50,7 @@ def model_programs():
     # units as shared_top's configuration): tiny2's and tiny_split's instructions run in
     # its order (tiny2's forward-only runs check that its sections held)
     cost = hw_config({"tiny": split}, config="tiny", lanes=LANES, slots=SLOTS,
-                     max_split=LANES, bank_skew=True).cycle_model()
+                     max_split=LANES, bank_skew=True, vector_reads=2).cycle_model()
     return {"tiny": cm,
             "tiny2": interleave_model(compile_model(tiny.with_(batch=2, n_layers=2), lr=0.1),
                                       cost),
@@ -201,7 +201,9 @@ def shared_top():
                 **lrt_programs()}
     # rows skewed across the banks (HwConfig.bank_skew): every top-level test then also
     # checks that the host, the vector and update units' ports and the engine agree on each
-    # word's bank, including the full beats that straddle two rows
+    # word's bank, including the full beats that straddle two rows; the vector unit reads
+    # both sources of an element beat in one request (HwConfig.vector_reads = 2; the Vitis
+    # kernel test's build keeps one vector a request)
     hw = hw_config(programs, config="shared-tests", lanes=LANES, slots=SLOTS, max_split=LANES,
-                   bank_skew=True)
+                   bank_skew=True, vector_reads=2)
     return build_top(hw, "ttrain_top_l4", rom_depth=1 << 20, res_depth=1 << 10)

@@ -61,6 +61,7 @@ class PortModel:
         self.p_rd, self.p_wr, self.rd_delay, self.wr_delay = p_rd, p_wr, rd_delay, wr_delay
         self.buffer = buffer
         self.width = dut.width
+        self.vectors = dut.reads              # 2: a second vector in each read request
         self.mem = {STORE_IDS[k]: np.zeros(v, np.uint32) for k, v in SIZES.items()}
         self.rd_queue = []          # [time data is offered, lane words]
         self.pending = []           # [land time, store, addr, mask, words]
@@ -121,12 +122,16 @@ class PortModel:
         if rdd_go:
             self.rd_queue.pop(0)
         if rd_go:
-            store, addr, mask = (rd_p & (1 << sb) - 1, rd_p >> sb & (1 << ab) - 1,
-                                 rd_p >> (sb + ab) & (1 << w) - 1)
-            words = [0] * w
-            for lane, a in zip([k for k in range(w) if mask >> k & 1],
-                               self._lanes(store, addr, mask, "read")):
-                words[lane] = int(self.mem[store][a])
+            words = []
+            for v in range(self.vectors):       # the request's vectors, their fields in turn
+                p = rd_p >> (v * (sb + ab + w))
+                store, addr, mask = (p & (1 << sb) - 1, p >> sb & (1 << ab) - 1,
+                                     p >> (sb + ab) & (1 << w) - 1)
+                vec = [0] * w
+                for lane, a in zip([k for k in range(w) if mask >> k & 1],
+                                   self._lanes(store, addr, mask, "read")):
+                    vec[lane] = int(self.mem[store][a])
+                words += vec
             t = self.now + 1 + int(self.rng.integers(self.rd_delay[0], self.rd_delay[1] + 1))
             if self.rd_queue:
                 t = max(t, self.rd_queue[-1][0])
@@ -464,6 +469,37 @@ def test_throughput_contiguous():
     for name, (cycles, n) in got.items():
         ideal = n / (width / reads[name])
         assert cycles <= 1.25 * ideal + 24, (name, cycles, ideal)
+
+
+def test_two_read_vectors_per_request():
+    """``reads=2``: an element beat's two sources in one read request (the port's second
+    vector). Random elementwise ops (broadcast sources, transposed and flattened walks),
+    UPDATE, raccum, gathers and scatter_add (which keeps its two beats) equal golden with
+    random stalls; on an always-ready port a dense add takes half the read beats, a copy
+    and a scatter_add the same as with one vector a request."""
+    rng = np.random.default_rng(31)
+    kinds = ["elementwise"] * 24 + ["update"] * 4 + ["gather"] * 8
+    rng.shuffle(kinds)
+    cases = [make_case(kind, rng) for kind in kinds]
+    while len(cases) < len(kinds) + 4:
+        ins = random_prng(rng)
+        if ins is not None and ins.op == "raccum":
+            cases.append((ins, random_image(rng)))
+    instrs, images = [c[0] for c in cases], [c[1] for c in cases]
+    check_against_golden(instrs, images, simulate(4, instrs, seed=31, timing=STALLY,
+                                                  images=images, reads=2))
+    width = 8
+    bench = benchmark_cases()
+    names = ["add (dense)", "update", "fill"]
+    one = measure(width, {k: bench[k] for k in names})
+    two = measure(width, {k: bench[k] for k in names}, reads=2)
+    n = one["add (dense)"][1]
+    assert two["add (dense)"][0] <= one["add (dense)"][0] - n / width + 4, (one, two)
+    assert two["add (dense)"][0] <= 1.25 * n / width + 24, two
+    assert two["fill"] == one["fill"]
+    assert two["update"][0] <= one["update"][0], (one, two)   # the writer's two beats bound it
+    with pytest.raises(ValueError, match="reads"):
+        WideVectorUnit(width=4, addr_bits=8, reads=3)
 
 
 def test_ops_without_the_multiplier_skip_its_stage():

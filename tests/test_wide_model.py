@@ -296,3 +296,38 @@ def test_cycle_model_parts_and_the_overlap_study():
     assert r["cycles"] == machine and r["macs"] == macs
     assert 0 < r["independent"] < r["contracts"] / 2
     assert 0 < r["hideable"] < r["overhead"] < r["cycles"]
+
+
+def test_levers_of_the_tiny_step():
+    """The design studies of ``walk_study(levers=True)``: a vector unit with two read
+    streams reads a two-source beat in one cycle (add, sub, mul, scatter_add; not UPDATE,
+    which also writes two beats, nor a one-source op), CONTRACTs without their
+    per-descriptor cycles cost their ``body``; each lever only lowers the busy cycles, the
+    in-order walk and the dependency bound, and both together the most."""
+    from ttrain.golden.isa import Elementwise, Update, vector_cycles
+    add = Elementwise("add", 3, 40, View("act", 0, 40, 1), View("act", 200, 40, 1),
+                      View("scratch", 0, 40, 1))
+    copy = Elementwise("copy", 3, 40, View("act", 0, 40, 1), View("scratch", 0, 40, 1))
+    upd = Update(View("param", 0), View("grad", 0), 100, 0)
+    one, two = vector_cycles(add, 8)[1], vector_cycles(add, 8, read_streams=2)[1]
+    assert one - two == 3 * 5                     # 3 rows x 5 beats: one read beat fewer each
+    assert vector_cycles(copy, 8) == vector_cycles(copy, 8, read_streams=2)
+    assert vector_cycles(upd, 8) == vector_cycles(upd, 8, read_streams=2)
+    with pytest.raises(ValueError, match="read_streams"):
+        vector_cycles(add, 8, read_streams=3)
+    w = wide_model.walk_study("tiny", 8, 4, banks=8, bank_skew=True, route="omega-shared",
+                              levers=True)
+    lv = w["levers"]
+    assert set(lv) == {"no_descriptor_cost", "two_read_streams", "both"}
+    nd, tr, both = lv["no_descriptor_cost"], lv["two_read_streams"], lv["both"]
+    assert nd["busy"]["engine"] < w["busy"]["engine"] and nd["busy"]["vector"] == \
+        w["busy"]["vector"]
+    assert tr["busy"]["vector"] < w["busy"]["vector"] and tr["busy"]["engine"] == \
+        w["busy"]["engine"]
+    for key in ("program", "critical_path"):
+        assert both[key] <= min(nd[key], tr[key]) and max(nd[key], tr[key]) < w[key], key
+    assert wide_model.main(["--config", "tiny", "--lanes", "8", "--banks", "8",
+                            "--vector-width", "4", "--levers", "--json"]) == 0
+    with pytest.raises(SystemExit) as e:
+        wide_model.main(["--config", "tiny", "--lanes", "8", "--levers"])
+    assert e.value.code == 2
