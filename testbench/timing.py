@@ -74,7 +74,7 @@ def _engine_omega(lanes, max_split):
                                            for n in ("param", "grad", "act", "scratch")]))
 
 
-def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True):
+def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True, vector_reads=1):
     """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
     preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
     netlist, where ABC maps some paths deeper than in the unit alone, and the paths between
@@ -87,6 +87,8 @@ def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True):
         kw["vector_width"] = vector_width
     if not row_ports:
         kw["row_ports"] = False
+    if vector_reads != 1:
+        kw["vector_reads"] = vector_reads
     return Accelerator(store_sizes=hw.stores, lanes=lanes, banks=lanes, max_split=lanes,
                        imem_depth=hw.imem_depth, store_impl="verilog", store_style="block",
                        special=False, **kw)
@@ -197,6 +199,9 @@ UNITS = {
                                "(the 8-lane top's arbitration at half the ports)"),
     "top-4-v1": (lambda: _top(4, vector_width=1),
                  "top-4 with one-lane vector and update units (vector_width 1)"),
+    "top-4-r2": (lambda: _top(4, vector_reads=2),
+                 "top-4 with the vector unit reading two vectors a request (vector_reads 2: "
+                 "a second read client on its port)"),
     "top-4-lanes": (lambda: _top(4, row_ports=False),
                     "top-4 with the host and store ports as per-lane arbiter entries "
                     "(row_ports False: the arbiter before row clients)"),

@@ -76,6 +76,29 @@ def test_bench_step_max_split_is_checked():
         assert main(["bench", "step", "--config", "tiny", "--route", "omega-shared",
                      *bad]) == 2
     assert main(["hw", "--config", "tiny", "--route", "omega", "--row-operands"]) == 2
+    assert main(["bench", "step", "--rule", "zo", "--vector-reads", "2"]) == 2
+    for bad in ("3", "0", "two"):               # argparse's choices: exit 2, one line
+        for argv in (["hw", "--config", "tiny"], ["bench", "step", "--config", "tiny"]):
+            with pytest.raises(SystemExit) as e:
+                main([*argv, "--vector-reads", bad])
+            assert e.value.code == 2
+
+
+def test_hw_vector_reads(capsys):
+    """``ttrain hw --vector-reads 2``: in hw.json and the summary; the Accelerator's
+    arguments carry it (the vector unit's port reads two vectors a request)."""
+    import json
+    from ttrain.platforms.hw import HwConfig, preset_hw_config
+    assert main(["hw", "--config", "tiny", "--vector-reads", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["vector_reads"] == 2 and HwConfig.from_dict(d).vector_reads == 2
+    assert main(["hw", "--config", "tiny", "--vector-reads", "2"]) == 0
+    assert "two read vectors a request" in capsys.readouterr().out
+    hw = preset_hw_config("tiny", vector_reads=2)
+    assert hw.accelerator_kwargs("sim")["vector_reads"] == 2
+    assert "vector_reads" not in preset_hw_config("tiny").accelerator_kwargs("sim")
+    with pytest.raises(ValueError, match="vector_reads"):
+        preset_hw_config("tiny", vector_reads=3)
 
 
 def test_bench_step_passes_the_order_and_rejects_it_elsewhere(monkeypatch, capsys):
