@@ -156,7 +156,7 @@ def run(args):
     from .golden.config import get_config
     from .golden.data import generate_dataset
     from .golden.model_compiler import compile_model
-    from .platforms.host.chip import build_model_top, chip_config
+    from .platforms.host.chip import build_model_top, chip_config, model_hw, scheduled
 
     _check_args(args)
     t0 = time.time()
@@ -166,6 +166,7 @@ def run(args):
     cfg, notes = chip_config(base, dataset)
     lr = cfg.lr if args.lr is None else args.lr
     cm = compile_model(cfg, lr=lr)
+    cm = scheduled(cm, model_hw(cm, lanes=args.lanes))   # the compiler's order for this chip
     intro(cfg, cm, dataset, lanes=args.lanes, per_session=args.per_session, steps=steps, lr=lr,
           notes=notes)
     print(f"building the accelerator ({args.lanes} lanes, special-function unit) under "

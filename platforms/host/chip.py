@@ -25,7 +25,28 @@ from ..hw import hw_config
 from ..sim.top import TopSession, build_top, interpret_traced, pad_image, run_top
 
 __all__ = ["build_model_top", "ChipRun", "StepResult", "section_program", "chip_config",
-           "ChipStepper", "train_on_chip"]
+           "ChipStepper", "train_on_chip", "model_hw", "scheduled"]
+
+
+def model_hw(compiled, *, lanes=4, slots=8):
+    """The :class:`~ttrain.platforms.hw.HwConfig` :func:`build_model_top` builds for
+    ``compiled`` with ``lanes`` and ``slots``."""
+    return hw_config({compiled.cfg.name: compiled}, config=compiled.cfg.name, lanes=lanes,
+                     slots=slots)
+
+
+def scheduled(compiled, hw, buckets=None):
+    """``compiled`` reordered by the compiler's scheduling pass for the chip of ``hw``
+    (:func:`ttrain.golden.schedule.interleave_model` with ``hw.cycle_model()``: the same
+    words, the engine and the vector unit side by side where the sequencer can overlap
+    them), the chip's default order. ``buckets`` (a :class:`~ttrain.golden.buckets.Buckets`):
+    every bucket's program reordered in place too; returns its full program's model."""
+    from ...golden.schedule import interleave_model
+    cost = hw.cycle_model()
+    if buckets is not None:
+        buckets.map_models(lambda c: interleave_model(c, cost))
+        return buckets.full
+    return interleave_model(compiled, cost)
 
 
 def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, res_depth=1 << 14,
@@ -38,8 +59,7 @@ def build_model_top(compiled, *, lanes=4, slots=8, name=None, rom_depth=None, re
     words and outputs, or ten steps checked whole (``run_top`` says when a session needs
     more)."""
     if hw is None:
-        hw = hw_config({compiled.cfg.name: compiled}, config=compiled.cfg.name, lanes=lanes,
-                       slots=slots)
+        hw = model_hw(compiled, lanes=lanes, slots=slots)
     words = hw.total_words
     if rom_depth is None:
         prog = 16 * len(compiled.program.instructions)
@@ -274,6 +294,10 @@ class ChipStepper(Stepper):
             cm = buckets.full
         else:
             cm = compile_model(ctx.cfg, lr=ctx.lr)
+        # the compiler's scheduling pass for this chip (the given build's, or the one built
+        # below): the same words in the order the chip runs fastest by its cycle model
+        hw = getattr(self.build, "hw", None) or model_hw(cm, lanes=self.lanes)
+        cm = scheduled(cm, hw, buckets)
         if self.build is None:
             if ctx.log is not None:
                 ctx.log(f"building the accelerator for {ctx.cfg.name} ({self.lanes} lanes) "
