@@ -1505,9 +1505,7 @@ class ContractionEngine(wiring.Component):
                     r_give.eq(presp.r_rdy & presp2.r_rdy & port.rd_data.ready),
                     presp.r_en.eq(r_give), presp2.r_en.eq(r_give),
                 ]
-                if pq.offsets is not None:
-                    m.d.comb += [pq.offsets[w].eq(w) for w in range(PW)]
-            for cl in (pr, pw):
+            for cl in (pr, pw) if pq is None else (pr, pw, pq):
                 if cl.offsets is not None:
                     m.d.comb += [cl.offsets[w].eq(w) for w in range(PW)]
             m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(PW)]

@@ -60,7 +60,7 @@ __all__ = ["MAPPINGS", "step_descriptors", "cycles", "machine_cycles", "study",
 ADD_INTERLEAVE = 7          # adder latency 6 + 1: the minimum distance between an output's adds
 OVERHEAD = 27               # rtl/engine.py overhead_cycles: check, first fetch, pipeline, done
 SLOTS = 16
-#: The machines of ``walk_study(levers=True)`` (design studies, not built).
+#: The machines of ``walk_study(levers=True)`` beside the one as built (their labels).
 LEVERS = {"no_descriptor_cost": "design study, not built: every CONTRACT without its fill, "
                                 "fold and edge cycles",
           "two_read_streams": "built (--vector-reads 2): the vector unit reading both "
@@ -276,8 +276,6 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
         machine["omega_lanes"] = slots * lanes
     lat = _special_latencies()
 
-    from ..golden.isa import vector_cycles as model
-
     def coster(body_only=False, read_streams=1):
         @functools.lru_cache(maxsize=None)
         def cost(ins):
@@ -285,8 +283,9 @@ def walk_study(config, lanes, width, special_lanes=1, *, banks=None, bank_skew=F
                 if body_only:
                     return engine_cycles(ins.desc, lanes, slots, parts=True, **machine)["body"]
                 return engine_cycles(ins.desc, lanes, slots, **machine)
-            return model(ins, width, special_lanes, lat, read_streams, banks,
-                         bank_skew)[1] if unit_of(ins) is not None else 0
+            return vector_cycles(ins, width, special_lanes, lat, read_streams=read_streams,
+                                 banks=banks, bank_skew=bank_skew)[1] \
+                if unit_of(ins) is not None else 0
         return cost
     dyn = [ins for _, ins in dynamic_stream(prog.instructions)]
     work = [ins for ins in dyn if unit_of(ins) is not None]
@@ -368,10 +367,11 @@ def _special_latencies():
     return dict(unit.latencies)
 
 
-def vector_cycles(ins, width, special_lanes=1, latencies=None):
-    """:func:`ttrain.golden.isa.vector_cycles` with the chip's special-function latencies."""
+def vector_cycles(ins, width, special_lanes=1, latencies=None, **port):
+    """:func:`ttrain.golden.isa.vector_cycles` with the chip's special-function latencies
+    (``port``: its ``read_streams``, ``banks`` and ``bank_skew``)."""
     from ..golden.isa import vector_cycles as model
-    return model(ins, width, special_lanes, latencies or _special_latencies())
+    return model(ins, width, special_lanes, latencies or _special_latencies(), **port)
 
 
 def vector_study(config, width, special_lanes=1, compile_kw=None):

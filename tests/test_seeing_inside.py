@@ -112,12 +112,10 @@ def _vector_model_follows_the_trace(cm, recs):
     from collections import defaultdict
 
     from ttrain.golden.interpreter import dynamic_stream
-    from ttrain.golden.isa import vector_cycles
-    from ttrain.testbench.wide_model import _special_latencies
+    from ttrain.testbench.wide_model import vector_cycles
     dyn = [ins for _, ins in dynamic_stream(cm.program.instructions)]
     assert len(dyn) == len(recs)
     width = LANES                    # the shared top: vector units as wide as its banks
-    lat = _special_latencies()
     others = {u: [(r["start"], r["end"]) for r in recs if r["unit"] != u]
               for u in ("vector", "update")}
     alone, tot = defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0])
@@ -125,8 +123,9 @@ def _vector_model_follows_the_trace(cm, recs):
         if r["unit"] in ("vector", "update"):
             # the shared top's vector unit reads two vectors a request, the update unit one;
             # its banks (= LANES) are skewed
-            kind, model = vector_cycles(ins, width, 1, lat,
-                                        2 if r["unit"] == "vector" else 1, LANES, True)
+            kind, model = vector_cycles(ins, width,
+                                        read_streams=2 if r["unit"] == "vector" else 1,
+                                        banks=LANES, bank_skew=True)
             # another unit at the store ports meanwhile: the engine, or the vector and the
             # update unit beside each other (the vector unit's two read vectors a request
             # take more of the banks' cycles than one did)
