@@ -31,6 +31,11 @@ BENCH_LANES = 8
 BENCH_SLOTS = 16
 
 
+#: The keys of a configuration :func:`make_engine` reads (the others are the testbench's).
+_ENGINE_KEYS = ("lanes", "stores", "slots", "max_split", "banks", "fetch_words", "bank_skew",
+                "row_operands", "route", "fetch_depth", "shared_units")
+
+
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
     optional ``slots``, ``max_split``, ``banks``, ``fetch_words``, ``bank_skew``,
@@ -54,12 +59,20 @@ def make_engine(cfg):
 
 def build_engine(eng, name):
     """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``),
-    with the Verilog of its shared units (:func:`ttrain.rtl.export.shared_sources`)."""
+    with the Verilog of its shared units (:func:`ttrain.rtl.export.shared_sources`).
+    ``eng`` is a :class:`ContractionEngine` or a :func:`make_engine` configuration; the
+    latter also keys the conversion cache (``build_verilator(convert_key=...)``), so another
+    process asking for the same engine does not convert it again."""
     from ..platforms.sim.verilator import build_root
     from ..rtl.export import shared_sources
+    key = None
+    if isinstance(eng, dict):
+        key = {"engine": {k: eng[k] for k in sorted(eng) if k in _ENGINE_KEYS}}
+        eng = make_engine(eng)
     shared = [u for u in (eng.mul_unit, eng.add_unit) if hasattr(u, "unit_class")]
     extra = shared_sources(shared, build_root() / "shared" / "amaranth") if shared else []
-    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path(), *extra])
+    return build_wrapped(eng, name=name, extra_sources=[ram_verilog_path(), *extra],
+                         **({} if key is None else {"convert_key": key}))
 
 
 def run_step(build, eng, cfg, jobs, tdir, sizes):

@@ -129,7 +129,8 @@ def build_kernel(hw, name=KERNEL_NAME):
     from ..platforms.sim.top import unit_sources
     extra = unit_sources(kernel.accelerator) + [ram_verilog_path()]
     build = build_verilator(kernel, name=name, extra_sources=extra,
-                            public="top", build_args=["-Wno-SYMRSVDWORD"])
+                            public="top", build_args=["-Wno-SYMRSVDWORD"],
+                            convert_key={"kernel": config})
     write_hw_json(hw, build.build_dir)
     return build
 

@@ -31,13 +31,16 @@ def shared_data(name):
 def pytest_collection_modifyitems(config, items):
     """Keep the tests that share one expensive module fixture on one pytest-xdist worker
     (``make test`` runs ``--dist loadgroup``): the Vitis kernel test (its fixture runs every
-    kernel call in one Verilator simulation, ~110 s) and the MCUNet-scale ZO plan (one
-    compile, ~20 s). Spread over both workers, each worker ran the fixture once. (The shared
+    kernel call in one Verilator simulation, ~110 s), the MCUNet-scale ZO plan (one
+    compile, ~20 s), the paper presets' plans (six compiles with their order searches, ~25 s)
+    and the engine's 4-lane build (~20 s, two tests). Spread over both workers, each worker
+    ran the fixture once (a build: one worker waited for the other's). (The shared
     top's modules in a group of their own gained nothing measurable, docs/verification.md.)
 
     Grouping needs pytest < 9 (``pyproject.toml``): pytest-xdist 3.8 puts the group into
     ``item._nodeid``, which pytest 9 no longer reads, so the groups silently vanished."""
-    groups = {"test_kernel_verilator.py": "kernel", "test_cli_zo_plan.py": "mcunet_plan"}
+    groups = {"test_kernel_verilator.py": "kernel", "test_cli_zo_plan.py": "mcunet_plan",
+              "test_cli_plan.py": "paper_plans", "test_engine_verilator.py": "engine_builds"}
     for item in items:
         group = groups.get(item.path.name)
         if group is not None:

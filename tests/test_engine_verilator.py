@@ -31,7 +31,7 @@ CONFIG = {
 
 @pytest.fixture(scope="module")
 def engine_build():
-    return build_engine(make_engine(CONFIG), "ttrain_engine_l4")
+    return build_engine(CONFIG, "ttrain_engine_l4")
 
 
 def test_engine_verilator_random_and_errors(engine_build, tmp_path):
@@ -63,7 +63,7 @@ def test_engine_verilator_wide_random_and_errors(tmp_path):
     random host stalls on the 32-lane engine (16 skewed banks, the shared Omega read port
     and the Omega write port), every store word against golden after each; illegal
     descriptors change nothing."""
-    build = build_engine(make_engine(WIDE), "ttrain_engine_l32_wide")
+    build = build_engine(WIDE, "ttrain_engine_l32_wide")
     run_cocotb(build, "tb_engine", test_dir=tmp_path, module_dirs=[TESTBENCH_DIR],
                testcase=["random_descriptors", "error_descriptors"],
                extra_env={"ENGINE_CONFIG": json.dumps(WIDE)})

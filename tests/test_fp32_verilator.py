@@ -89,6 +89,32 @@ def test_build_is_reused():
     assert (first.build_dir / "amaranth" / "fp32_add.v").is_file()
 
 
+def test_conversion_cache_is_keyed_by_the_arguments_and_the_sources(tmp_path, monkeypatch):
+    """``build_verilator(convert_key=...)``: the same name, key and package sources reuse the
+    stored Verilog (no conversion); another key or another source digest converts again; a
+    key that is not JSON is rejected by name."""
+    from ttrain.platforms.sim import verilator as V
+    calls = []
+    real = V.convert_component
+
+    def counted(component, name):
+        calls.append(name)
+        return real(component, name)
+    monkeypatch.setattr(V, "convert_component", counted)
+    text = V._cached_conversion(make_unit("add"), "fp32_add", {"unit": "add"}, tmp_path)
+    assert calls == ["fp32_add"] and "module fp32_add" in text
+    assert V._cached_conversion(make_unit("add"), "fp32_add", {"unit": "add"}, tmp_path) == text
+    assert calls == ["fp32_add"]                              # read, not converted
+    V._cached_conversion(make_unit("add"), "fp32_add", {"unit": "add", "x": 1}, tmp_path)
+    assert len(calls) == 2                                    # another key
+    monkeypatch.setattr(V, "package_digest", lambda: "another source tree")
+    assert V._cached_conversion(make_unit("add"), "fp32_add", {"unit": "add"}, tmp_path) == text
+    assert len(calls) == 3                                    # other sources: converted again
+    assert len(list((tmp_path / "convert").glob("*.v"))) == 3
+    with pytest.raises(ValueError, match="convert_key must be JSON"):
+        V._cached_conversion(make_unit("add"), "fp32_add", {"unit": object()}, tmp_path)
+
+
 def test_build_failure_is_reported(tmp_path):
     broken = tmp_path / "broken.v"
     broken.write_text("module broken(input wire a);\n  assign b = ;\nendmodule\n")

