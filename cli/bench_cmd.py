@@ -50,16 +50,20 @@ def _vector_width(args):
 
 
 def _ttm_group(args):
-    """``--ttm-group``: ``auto`` or a positive int (the TTM embedding's rows per group)."""
+    """``--ttm-group``: ``auto``, ``fastest`` or a positive int (the TTM embedding's rows per
+    group)."""
     v = args.ttm_group
     if v is None or v == "auto":
         return "auto"
+    if v == "fastest":
+        return v
     try:
         g = int(v)
         if g < 1:
             raise ValueError
     except ValueError:
-        raise ValueError(f"--ttm-group takes auto or a positive number of rows, not {v!r}") \
+        raise ValueError(f"--ttm-group takes auto, fastest or a positive number of rows, "
+                         f"not {v!r}") \
             from None
     return g
 
@@ -187,6 +191,27 @@ def _lrt_step(args):
     return 0
 
 
+def _print_model(rep):
+    """The text form of ``bench step --model-only``."""
+    print(f"{rep['config']}: the compiler's model of the step on this machine, not a "
+          f"simulation ({rep['hw']['lanes']} lanes, route {rep['hw']['route']}, "
+          f"{rep['store_words']:,} store words, TTM group {rep['ttm_group']}, "
+          f"{rep['schedule']} order)")
+    for w in rep.get("ttm_group_walks", []):
+        fit = f"{w['cycles']:,} cycles" if w["cycles"] is not None else "over the U50's RAM"
+        print(f"  TTM group {w['group']}: {w['words']:,} words, {fit}"
+              + ("  <- chosen" if w["group"] == rep["ttm_group"] else ""))
+    for e in rep["entries"]:
+        print(f"positions {e['positions']}: {e['cycles']:,} cycles ({e['ms_at_300MHz']:.2f} ms "
+              f"at 300 MHz), ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs): utilization "
+              f"{e['utilization']:.1%}; busy engine {e['engine_busy']:,}, vector "
+              f"{e['vector_busy']:,}, update {e['update_busy']:,}")
+    ep = rep.get("buckets") or rep["epoch"]
+    print(f"ATIS epoch{' on length buckets' if 'buckets' in rep else ''}: "
+          f"{ep['seconds_at_300MHz']:.1f} s at 300 MHz")
+    return 0
+
+
 def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
@@ -208,6 +233,9 @@ def _step(args):
                                     or args.row_operands):
         raise ValueError(f"--route {args.route} moves whole vectors over at least 2 banks: "
                          f"drop --fetch-words and --row-operands and use --lanes 2 or more")
+    if args.model_only and (args.rule != "sgd" or args.steps != 1):
+        raise ValueError("--model-only walks one sgd step per program (no simulation): use "
+                         "it with --rule sgd and without --steps")
     if args.rule == "zo":
         return _zo_step(args)
     if args.rule == "lrt":
@@ -247,10 +275,13 @@ def _step(args):
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
                      engine_sums=args.engine_sums, route=args.route,
                      vector_reads=args.vector_reads, schedule=args.schedule or "interleave",
-                     ttm_group=_ttm_group(args), **_top_args(args))
+                     ttm_group=_ttm_group(args), model_only=args.model_only,
+                     **_top_args(args))
     if args.json:
         print(json.dumps(rep, indent=1))
         return 0
+    if args.model_only:
+        return _print_model(rep)
     if rep.get("order"):
         print("TT contraction orders: " + ", ".join(f"{k} {v}" for k, v in rep["order"].items()))
     for e in rep["entries"]:
@@ -381,11 +412,17 @@ def register(sub):
                          "compiler's scheduling pass for this chip (independent work of the "
                          "engine and the vector unit side by side; the same words), program "
                          "the compiled order")
-    st.add_argument("--ttm-group", default=None, metavar="auto|G",
+    st.add_argument("--ttm-group", default=None, metavar="auto|fastest|G",
                     help="--rule sgd: the TTM embedding's grid rows per LOOP iteration (auto, "
                          "the default: the largest group that needs no more words than one "
                          "row; larger groups trade on-chip words for fewer, larger "
-                         "contractions)")
+                         "contractions; fastest: the compiler walks the step for each group "
+                         "on this machine and takes the fewest words within 1%% of the "
+                         "fewest cycles that fit the U50's RAM)")
+    st.add_argument("--model-only", action="store_true",
+                    help="--rule sgd: no build and no simulation: the compiler's model of the "
+                         "step on this machine (the issue walk of each program with the "
+                         "build's cycle model), e.g. for a width whose build takes hours")
     st.add_argument("--engine-sums", action="store_true",
                     help="--rule sgd: compile the step with the row sums this engine (--lanes) "
                          "does faster as contractions with a ones vector (the same words)")

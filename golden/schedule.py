@@ -22,7 +22,8 @@ from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Pr
                   Reduce, Update)
 
 __all__ = ["ISSUE_GAP", "CONTROL_GAP", "POLICIES", "unit_of", "extents", "conflicts",
-           "schedule", "busy_cycles", "interleave", "interleave_model"]
+           "schedule", "busy_cycles", "interleave", "interleave_model", "ttm_group_walks",
+           "fastest_ttm_group"]
 
 #: Cycles from one instruction's issue (the sequencer's ACT state) to the next one's ACT at
 #: the earliest: FETCH, DECODE and the six WAIT cycles of the operand pipeline (``SETTLE``).
@@ -287,3 +288,58 @@ def interleave_model(cm, cost, *, window=64):
                 for name, (a, b) in info["intervals"].items()}
         liveness[store] = info
     return replace(cm, program=prog, liveness=liveness)
+
+
+def ttm_group_walks(cfg, cost, *, map_program=None, max_words=None, window=64, **compile_kw):
+    """The walk of ``cfg``'s compiled training step for each TTM group: ``[{group, words,
+    cycles}, ...]`` for ``ttm_group`` = 1, 2, 4, ... up to the grid's ``batch x seq_len``
+    rows (a group is rounded down to a divisor of each table's rows, so groups that compile
+    to the same program are listed once), ``words`` the step's store words (``sum
+    store_sizes``), ``cycles`` the :func:`schedule` walk of its program mapped by
+    ``map_program`` (e.g. :meth:`~ttrain.golden.isa.Program.for_engine`; default as compiled)
+    and reordered by :func:`interleave_model`, both with the machine's ``cost`` (e.g.
+    ``HwConfig.cycle_model()``). A group whose words exceed ``max_words`` is listed with
+    ``cycles`` None and ends the list (larger groups need no fewer words). ``compile_kw``:
+    :func:`~ttrain.golden.model_compiler.compile_model`'s other options. Every group
+    computes the same words bit for bit: this trades memory for cycles only."""
+    from dataclasses import replace
+
+    from .interpreter import dynamic_stream
+    from .model_compiler import compile_model
+    if "ttm_group" in compile_kw:
+        raise ValueError("ttm_group_walks: ttm_group is what it varies; drop it")
+    rows = cfg.batch * (compile_kw.get("positions") or cfg.seq_len)
+    out, g, seen = [], 1, set()
+    while True:
+        cm = compile_model(cfg, ttm_group=g, **compile_kw)
+        words = sum(cm.store_sizes.values())
+        key = repr(cm.program.instructions)          # the same program: listed once
+        if key not in seen:
+            seen.add(key)
+            if max_words is not None and words > max_words:
+                out.append({"group": g, "words": words, "cycles": None})
+                return out
+            if map_program is not None:
+                cm = replace(cm, program=map_program(cm.program))
+            cm = interleave_model(cm, cost, window=window)
+            dyn = [x for _, x in dynamic_stream(cm.program.instructions)]
+            out.append({"group": g, "words": words, "cycles": schedule(dyn, cost)[0]})
+        if g >= rows:
+            return out
+        g *= 2
+
+
+def fastest_ttm_group(walks, tolerance=0.01):
+    """The ``ttm_group`` a machine runs fastest within its memory: of :func:`ttm_group_walks`'
+    entries that fit (``cycles`` not None), the one with the fewest words among those within
+    ``tolerance`` (a fraction) of the fewest cycles; ties to the smaller group. So the choice
+    stops at the knee where a larger group holds more words for almost no cycles."""
+    fits = [w for w in walks if w["cycles"] is not None]
+    if not fits:
+        raise ValueError(f"no TTM group fits the memory: the smallest step needs "
+                         f"{walks[0]['words']:,} words; give the machine more words")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a fraction in [0, 1), not {tolerance!r}")
+    best = min(w["cycles"] for w in fits)
+    near = [w for w in fits if w["cycles"] <= best * (1 + tolerance)]
+    return min(near, key=lambda w: (w["words"], w["group"]))["group"]

@@ -27,7 +27,7 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import io
 from amaranth.vendor import XilinxPlatform
 
-__all__ = ["AlveoU50Platform", "U50_CAPACITY", "U50_PART"]
+__all__ = ["AlveoU50Platform", "U50_CAPACITY", "U50_PART", "U50_STORE_WORDS"]
 
 #: The U50's FPGA part string as Vivado spells it.
 U50_PART = "xcu50-fsvh2104-2-e"
@@ -42,6 +42,12 @@ U50_CAPACITY = {
     "ramb18": 2688,
     "uram288": 640,
 }
+
+#: The U50's UltraRAM and block RAM as 32-bit store words (a URAM288 is 4K x 72 bits: two
+#: words a row, 8,192 words; a RAMB36 1K x 36: 1,024): 6,619,136 words, 25.2 MiB. An upper
+#: bound of what the stores can hold (the rest of the design and the Vitis shell take some);
+#: the compiler's memory choices (``bench step --ttm-group fastest``) stay below it.
+U50_STORE_WORDS = U50_CAPACITY["uram288"] * 8192 + U50_CAPACITY["ramb36"] * 1024
 
 
 class _CattripLow(Elaboratable):

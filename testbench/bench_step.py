@@ -86,12 +86,36 @@ def _walk_model(programs, hw):
     return out
 
 
+def _model_report(cfg, notes, hw, programs, full, schedule, group_walks):
+    """The report of ``bench_step(model_only=True)``: the compiler's walk of each program on
+    ``hw`` (no build, no simulation)."""
+    from ..golden.memory import program_macs
+    model = _walk_model(programs, hw)
+    entries = []
+    for p, cm in programs.items():
+        macs = program_macs(cm.program)
+        ideal = -(-macs // hw.lanes)
+        cyc = model[p]["cycles"]
+        entries.append({"positions": p, "macs": macs, "ideal_cycles": ideal,
+                        "cycles": cyc, "utilization": ideal / cyc,
+                        "ms_at_300MHz": cyc / 300e3, **{f"{k}_busy": v for k, v in
+                                                        model[p].items() if k != "cycles"}})
+    return {"config": cfg.name, "notes": notes, "model_only": True,
+            "label": "the compiler's model (golden/schedule.py's issue walk with the build's "
+                     "cycle model), not a simulation: the engine and the vector unit do not "
+                     "compete for the store ports in it",
+            "hw": hw.to_dict(),
+            "order": dict(full.order), "schedule": schedule, "ttm_group": full.ttm_group,
+            **({} if group_walks is None else {"ttm_group_walks": group_walks}),
+            "store_words": sum(full.store_sizes.values()), "entries": entries}
+
+
 def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, seed=0,
                progress=None, workdir=None, positions=None, max_split=1, fetch_words=None,
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
                row_operands=False, special_lanes=None, engine_sums=False, route=None,
-               schedule="interleave", ttm_group="auto", vector_reads=None):
+               schedule="interleave", ttm_group="auto", vector_reads=None, model_only=False):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -122,10 +146,18 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     (:func:`ttrain.golden.schedule.interleave_model` with the build's
     :meth:`~ttrain.platforms.hw.HwConfig.cycle_model`: independent work of different units
     side by side, every conflicting pair in order, so the same words), ``"program"`` the
-    compiled order. ``ttm_group``: the TTM embedding's rows per LOOP iteration
+    compiled order. ``model_only``: stop before the build and return the compiler's walk
+    of each program on this machine instead (``_model_report``: cycles, MACs, ideal,
+    utilization, the units' busy cycles, the epoch; no simulation, nothing bit-exact about
+    it). ``ttm_group``: the TTM embedding's rows per LOOP iteration
     (``compile_model``'s ``ttm_group``; ``"auto"`` by default: the largest group that needs no
     more words than token by token); a larger group holds more words and runs fewer, larger
-    contractions (the same words after the step).
+    contractions (the same words after the step). ``"fastest"``: the machine's choice, the
+    group with the fewest words within 1% of the fewest cycles by the compiler's walk of
+    the step on this build (:func:`ttrain.golden.schedule.ttm_group_walks` with
+    ``hw.cycle_model()``, the mapping and the scheduling pass) among the groups whose words
+    fit the U50's RAM (:data:`ttrain.platforms.u50.U50_STORE_WORDS`); the report lists the
+    walks (``ttm_group_walks``).
 
     ``buckets`` (``"auto"`` or grid lengths; :mod:`ttrain.golden.buckets`): one step of every
     bucket's program, in one session (``steps`` is then one per bucket), and the epoch time
@@ -160,7 +192,26 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                                                banks=lanes, bank_skew=bank_skew,
                                                row_operands=row_operands, route=route)) \
         if mapping else None
+    # lane groups: the largest split mapped, but on an Omega route the A port is slots x
+    # max_split lanes wide, which the mapping assumed, so the build keeps max_split
+    machine = dict(lanes=lanes, slots=slots, fetch_words=fetch_words,
+                   max_split=max_split if route else None, bank_skew=bank_skew,
+                   vector_width=vector_width, row_operands=row_operands,
+                   special_lanes=special_lanes, route=route, vector_reads=vector_reads)
     ckw = {"engine_sums": lanes} if engine_sums else {}
+    group_walks = None
+    if ttm_group == "fastest":
+        from ..golden.schedule import fastest_ttm_group, ttm_group_walks
+        from ..platforms.u50 import U50_STORE_WORDS
+        probe = compile_model(cfg, order=order, **ckw)        # its orders, the machine's
+        if engine_map is not None:                             # cycle model
+            probe = replace(probe, program=engine_map(probe.program))
+        cost = hw_config({cfg.name: probe}, config=cfg.name, **machine).cycle_model()
+        order = dict(probe.order)                  # every group with the same TT orders
+        say(f"{cfg.name}: walking the step for each TTM group on this machine")
+        group_walks = ttm_group_walks(cfg, cost, map_program=engine_map,
+                                      max_words=U50_STORE_WORDS, order=order, **ckw)
+        ttm_group = fastest_ttm_group(group_walks)
     if ttm_group != "auto":
         ckw["ttm_group"] = ttm_group
     bk = lengths = lengths_source = None
@@ -178,9 +229,6 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             full = replace(full, program=engine_map(full.program))
             cm = full if positions is None else replace(cm, program=engine_map(cm.program))
     t0 = time.time()
-    say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
-        f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
-        f"paper-size first build takes 10-30 minutes")
     name = f"ttrain_top_{cfg.name.replace('-', '_')}_l{lanes}_s{slots}" + (
         f"_g{max_split}" if max_split > 1 else "") + (
         f"_f{fetch_words}" if fetch_words else "") + ("_k" if bank_skew else "") + (
@@ -189,12 +237,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "") + (
         {"omega": "_om", "omega-shared": "_os"}[route] if route else "") + (
         "_vr2" if vector_reads == 2 else "")
-    # lane groups: the largest split mapped, but on an Omega route the A port is slots x
-    # max_split lanes wide, which the mapping assumed, so the build keeps max_split
-    hw = hw_config({cfg.name: full}, config=cfg.name, lanes=lanes, slots=slots,
-                   fetch_words=fetch_words, max_split=max_split if route else None,
-                   bank_skew=bank_skew, vector_width=vector_width, row_operands=row_operands,
-                   special_lanes=special_lanes, route=route, vector_reads=vector_reads)
+    hw = hw_config({cfg.name: full}, config=cfg.name, **machine)
     if schedule == "interleave":                # the same sizes and words: hw still holds
         from ..golden.schedule import interleave_model
         cost = hw.cycle_model()
@@ -205,6 +248,23 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
             same = cm is full
             full = interleave_model(full, cost)
             cm = full if same else interleave_model(cm, cost)
+    if model_only:
+        report = _model_report(cfg, notes, hw, bk.programs if bk is not None
+                               else {cm.positions: cm}, full, schedule, group_walks)
+        steps_per_epoch = -(-ATIS_TRAIN_SENTENCES // cfg.batch)
+        cyc = report["entries"][-1]["cycles"]
+        report["epoch"] = {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
+                           **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)
+                              for f in (250, 300)}}
+        if bk is not None:
+            report["buckets"] = _bucket_epoch(cfg, bk, report["entries"], lengths,
+                                              lengths_source)
+        if out_json:
+            Path(out_json).write_text(json.dumps(report, indent=1))
+        return report
+    say(f"{cfg.name}: {len(cm.program.instructions)} instructions, stores "
+        f"{cm.store_sizes}; building the accelerator ({lanes} lanes, {slots} slots); a "
+        f"paper-size first build takes 10-30 minutes")
     build = build_model_top(full, lanes=lanes, slots=slots, name=name, hw=hw)
     build_s = time.time() - t0
     step_positions = list(bk.lengths) if bk is not None else None
@@ -246,6 +306,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "vector_reads": hw.vector_reads,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order), "schedule": schedule, "ttm_group": full.ttm_group,
+              **({} if group_walks is None else {"ttm_group_walks": group_walks}),
               "store_sizes": build.config["store_sizes"], "entries": entries,
               "epoch": {"sentences": ATIS_TRAIN_SENTENCES, "steps": steps_per_epoch,
                         **{f"seconds_at_{f}MHz": steps_per_epoch * cyc / (f * 1e6)

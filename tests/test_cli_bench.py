@@ -148,7 +148,7 @@ def test_bench_step_passes_the_schedule_and_ttm_group_and_rejects_bad_ones(monke
     capsys.readouterr()
     for bad in ("0", "two"):
         assert main(["bench", "step", "--config", "tiny", "--ttm-group", bad]) == 2
-        assert f"--ttm-group takes auto or a positive number of rows, not '{bad}'" in \
+        assert f"--ttm-group takes auto, fastest or a positive number of rows, not '{bad}'" in \
             capsys.readouterr().err
     for flag in (["--schedule", "program"], ["--ttm-group", "2"]):
         assert main(["bench", "step", "--rule", "zo", *flag]) == 2
@@ -157,3 +157,34 @@ def test_bench_step_passes_the_schedule_and_ttm_group_and_rejects_bad_ones(monke
         main(["bench", "step", "--schedule", "fast"])
     assert e.value.code == 2
     assert "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_bench_step_model_only_walks_the_step_and_chooses_the_ttm_group(capsys):
+    """``--model-only`` builds nothing: the report is the compiler's walk of the step on the
+    machine (MACs, ideal = MACs / lanes, utilization), with ``--ttm-group fastest`` the walk
+    of every group and the group fastest_ttm_group picks; the same machine by hand gives the
+    same figures. Misused, it is a one-line error."""
+    import json
+
+    from ttrain.golden.config import get_config
+    from ttrain.golden.memory import program_macs
+    from ttrain.golden.model_compiler import compile_model
+    from ttrain.golden.schedule import fastest_ttm_group
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--model-only",
+                 "--ttm-group", "fastest", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["model_only"] and "not a simulation" in rep["label"]
+    walks = rep["ttm_group_walks"]
+    assert rep["ttm_group"] == fastest_ttm_group(walks) and len(walks) > 1
+    chosen = next(w for w in walks if w["group"] == rep["ttm_group"])
+    (e,) = rep["entries"]
+    cm = compile_model(get_config("tiny"), ttm_group=rep["ttm_group"])
+    assert e["macs"] == program_macs(cm.program) and e["ideal_cycles"] == -(-e["macs"] // 8)
+    assert e["cycles"] == chosen["cycles"] and rep["store_words"] == chosen["words"]
+    assert e["utilization"] == pytest.approx(e["ideal_cycles"] / e["cycles"])
+    assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--model-only"]) == 0
+    out = capsys.readouterr().out
+    assert "not a simulation" in out and "utilization" in out and "ATIS epoch" in out
+    for bad in (["--rule", "zo"], ["--steps", "2"]):
+        assert main(["bench", "step", "--config", "tiny", "--model-only", *bad]) == 2
+        assert "--model-only walks one sgd step per program" in capsys.readouterr().err

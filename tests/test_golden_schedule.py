@@ -204,3 +204,44 @@ def test_bench_steps_model_is_the_walk_of_the_step():
     assert [got[k] for k in ("engine", "vector", "update")] == busy_cycles(dyn, cost)
     assert max(got["engine"], got["vector"]) < got["cycles"] < sum(busy_cycles(dyn, cost)) + \
         ISSUE_GAP * len(dyn)
+
+
+def test_the_machine_chooses_the_ttm_group_from_the_walk_of_each_group():
+    """``ttm_group_walks`` lists every distinct group's words and walked cycles on the machine
+    (the groups up to the grid's rows, each walk that of the interleaved program, as bench
+    step runs it); ``fastest_ttm_group`` takes the fewest words within the tolerance of the
+    fewest cycles, and a memory bound cuts the list at the first group that does not fit."""
+    from ttrain.golden.schedule import fastest_ttm_group, ttm_group_walks
+    cfg = C.get_config("tiny")
+    auto = compile_model(cfg)
+    cost = hw_config({"tiny": auto}, config="tiny", lanes=8, slots=16).cycle_model()
+    walks = ttm_group_walks(cfg, cost, order=dict(auto.order))
+    rows = cfg.batch * cfg.seq_len
+    assert [w["group"] for w in walks] == [1 << i for i in range(rows.bit_length())]
+    assert all(w["cycles"] is not None for w in walks)
+    words = [w["words"] for w in walks]
+    assert words == sorted(words) and words[0] == sum(
+        compile_model(cfg, ttm_group=1, order=dict(auto.order)).store_sizes.values())
+    # the figure of one group is the walk of its interleaved program
+    g = walks[1]["group"]
+    cm = interleave_model(compile_model(cfg, ttm_group=g, order=dict(auto.order)), cost)
+    assert walks[1]["cycles"] == schedule(
+        [x for _, x in dynamic_stream(cm.program.instructions)], cost)[0]
+    # the choice: exact fastest at tolerance 0, the fewest words near it otherwise
+    fastest = min(walks, key=lambda w: (w["cycles"], w["words"]))
+    assert fastest_ttm_group(walks, tolerance=0) == fastest["group"]
+    near = [w for w in walks if w["cycles"] <= fastest["cycles"] * 1.01]
+    chosen = fastest_ttm_group(walks)
+    assert chosen == min(near, key=lambda w: (w["words"], w["group"]))["group"]
+    assert len({w["cycles"] for w in walks}) > 1       # the groups do differ in cycles
+    # a memory bound: the list stops at the first group over it
+    cut = ttm_group_walks(cfg, cost, max_words=words[-1] - 1, order=dict(auto.order))
+    assert cut[-1] == {**walks[-1], "cycles": None} and cut[:-1] == walks[:-1]
+    with pytest.raises(ValueError, match="no TTM group fits the memory"):
+        fastest_ttm_group(ttm_group_walks(cfg, cost, max_words=words[0] - 1))
+    with pytest.raises(ValueError, match="ttm_group is what it varies"):
+        ttm_group_walks(cfg, cost, ttm_group=2)
+    # a mapped machine: the walks are of the mapped programs
+    mapped = ttm_group_walks(cfg, cost, order=dict(auto.order),
+                             map_program=lambda p: p.for_engine(8, 16, 8))
+    assert [w["words"] for w in mapped] == words
