@@ -203,8 +203,9 @@ def _print_model(rep):
               + ("  <- chosen" if w["group"] == rep["ttm_group"] else ""))
     for e in rep["entries"]:
         print(f"positions {e['positions']}: {e['cycles']:,} cycles ({e['ms_at_300MHz']:.2f} ms "
-              f"at 300 MHz), ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs): utilization "
-              f"{e['utilization']:.1%}; busy engine {e['engine_busy']:,}, vector "
+              f"at 300 MHz; forward {e['forward_cycles']:,}, backward "
+              f"{e['backward_cycles']:,}), ideal {e['ideal_cycles']:,} ({e['macs']:,} MACs): "
+              f"utilization {e['utilization']:.1%}; busy engine {e['engine_busy']:,}, vector "
               f"{e['vector_busy']:,}, update {e['update_busy']:,}")
     ep = rep.get("buckets") or rep["epoch"]
     print(f"ATIS epoch{' on length buckets' if 'buckets' in rep else ''}: "

@@ -88,16 +88,24 @@ def _walk_model(programs, hw):
 
 def _model_report(cfg, notes, hw, programs, full, schedule, group_walks):
     """The report of ``bench_step(model_only=True)``: the compiler's walk of each program on
-    ``hw`` (no build, no simulation)."""
+    ``hw`` (no build, no simulation); ``forward_cycles`` the walk of the forward section
+    alone (as the chip's forward-only run), ``backward_cycles`` the rest (the fused updates
+    inside it)."""
+    from ..golden.interpreter import dynamic_stream
     from ..golden.memory import program_macs
+    from ..golden.schedule import schedule as walk
+    from ..platforms.host.chip import section_program
     model = _walk_model(programs, hw)
+    cost = hw.cycle_model()
     entries = []
     for p, cm in programs.items():
         macs = program_macs(cm.program)
         ideal = -(-macs // hw.lanes)
         cyc = model[p]["cycles"]
+        fwd = walk([x for _, x in dynamic_stream(section_program(cm, "forward"))], cost)[0]
         entries.append({"positions": p, "macs": macs, "ideal_cycles": ideal,
-                        "cycles": cyc, "utilization": ideal / cyc,
+                        "cycles": cyc, "forward_cycles": fwd, "backward_cycles": cyc - fwd,
+                        "utilization": ideal / cyc,
                         "ms_at_300MHz": cyc / 300e3, **{f"{k}_busy": v for k, v in
                                                         model[p].items() if k != "cycles"}})
     return {"config": cfg.name, "notes": notes, "model_only": True,

@@ -182,6 +182,7 @@ def test_bench_step_model_only_walks_the_step_and_chooses_the_ttm_group(capsys):
     assert e["macs"] == program_macs(cm.program) and e["ideal_cycles"] == -(-e["macs"] // 8)
     assert e["cycles"] == chosen["cycles"] and rep["store_words"] == chosen["words"]
     assert e["utilization"] == pytest.approx(e["ideal_cycles"] / e["cycles"])
+    assert 0 < e["forward_cycles"] < e["cycles"] == e["forward_cycles"] + e["backward_cycles"]
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--model-only"]) == 0
     out = capsys.readouterr().out
     assert "not a simulation" in out and "utilization" in out and "ATIS epoch" in out
