@@ -22,8 +22,9 @@ from .isa import (Barrier, Contract, Elementwise, End, EndLoop, Gather, Loop, Pr
                   Reduce, Update)
 
 __all__ = ["ISSUE_GAP", "CONTROL_GAP", "POLICIES", "unit_of", "extents", "conflicts",
-           "schedule", "busy_cycles", "interleave", "interleave_model", "ttm_group_walks",
-           "fastest_ttm_group"]
+           "schedule", "busy_cycles", "interleave", "hoist_invariants", "pipeline_loops",
+           "interleave_model",
+           "ttm_group_walks", "fastest_ttm_group"]
 
 #: Cycles from one instruction's issue (the sequencer's ACT state) to the next one's ACT at
 #: the earliest: FETCH, DECODE and the six WAIT cycles of the operand pipeline (``SETTLE``).
@@ -266,28 +267,187 @@ def interleave(program, cost, *, window=64, fences=()):
     return out, order
 
 
-def interleave_model(cm, cost, *, window=64):
-    """Return the :class:`~ttrain.golden.model_compiler.CompiledModel` ``cm`` with its program
-    reordered by :func:`interleave`, no instruction moving out of its section
-    (``cm.sections``: the forward-only runs end where they did), and the liveness intervals
-    and peak pcs of its regions mapped to the new pcs (an interval becomes the hull of its
-    old pcs' new places)."""
+def _unstepped(ins):
+    """``ins`` with its operand slots' step selects cleared (a copy outside a loop)."""
+    from dataclasses import fields, replace
+    if any(f.name == "step" for f in fields(ins)) and any(ins.step):
+        return replace(ins, step=(0, 0, 0))
+    return ins
+
+
+def _pipelined(ins, lo, hi, p):
+    """The LOOP at ``lo`` (its ENDLOOP at ``hi``) software-pipelined at body split ``p``, as
+    ``(instructions, origin)`` replacing ``ins[lo:hi + 1]`` (``origin``: each one's old pc),
+    or None where the rotation would swap a conflicting pair (or the loop cannot rotate).
+
+    With body ``X = body[:p]``, ``Y = body[p:]`` and ``N`` iterations the program order
+    ``X0 Y0 X1 Y1 ... X(N-1) Y(N-1)`` becomes ``X0; LOOP N-1 {X(t+1) Y(t)}; Y(N-1)``: every
+    ``X(t+1)`` moves before ``Y(t)`` and nothing else moves, so the words are the same when
+    no ``X(t+1)`` conflicts with any ``Y(t)`` (checked for every ``t`` on the stepped
+    hulls). The copies outside the loop are the iterations' instructions with their step
+    selects cleared; ``X(t+1)`` in the body is ``X`` advanced by one iteration."""
+    loop, body, end = ins[lo], ins[lo + 1:hi], ins[hi]
+    n, inc = loop.count, loop.increments
+    if n < 2 or not 0 < p < len(body) or any(unit_of(x) is None for x in body):
+        return None
+    xs, ys = body[:p], body[p:]
+    for t in range(n - 1):
+        ex = [extents(x.stepped(inc, t + 1)) for x in xs]
+        ey = [extents(y.stepped(inc, t)) for y in ys]
+        if any(conflicts(a, b) for a in ex for b in ey):
+            return None
+    out = ([_unstepped(x.stepped(inc, 0)) for x in xs] + [replace_count(loop, n - 1)]
+           + [x.stepped(inc, 1) for x in xs] + list(ys) + [end]
+           + [_unstepped(y.stepped(inc, n - 1)) for y in ys])
+    origin = ([lo + 1 + i for i in range(p)] + [lo] + [lo + 1 + i for i in range(len(body))]
+              + [hi] + [lo + 1 + p + i for i in range(len(ys))])
+    return out, origin
+
+
+def replace_count(loop, count):
+    """``loop`` with ``count`` iterations."""
     from dataclasses import replace
-    fences = sorted({pc for lo, hi in cm.sections.values() for pc in (lo, hi)})
-    prog, order = interleave(cm.program, cost, window=window, fences=fences)
-    where = {old: new for new, old in enumerate(order)}
+    return replace(loop, count=count)
+
+
+def pipeline_loops(program, cost):
+    """Return ``(program', origin)``: ``program`` with each LOOP software-pipelined
+    (:func:`_pipelined`: the body's first ``p`` instructions of the next iteration issued
+    before the rest of the current one, so the engine runs iteration ``t + 1``'s CONTRACT
+    while the vector unit finishes iteration ``t``) where that shortens the :func:`schedule`
+    walk with ``cost``, the split ``p`` chosen by the walk, loop by loop; ``origin[new pc]``
+    is the old pc of each instruction (the copies before and after a loop name their body
+    instruction). Every conflicting pair keeps its order, so the words are the same; a loop
+    none of whose splits is legal or faster stays as compiled."""
+    from .interpreter import dynamic_stream
+    ins = list(program.instructions)
+    origin = list(range(len(ins)))
+
+    def walk(instructions):
+        return schedule([x for _, x in dynamic_stream(instructions)], cost)[0]
+    best_t = walk(ins)
+    pc = 0
+    while pc < len(ins):
+        if not isinstance(ins[pc], Loop):
+            pc += 1
+            continue
+        hi = next(j for j in range(pc, len(ins)) if isinstance(ins[j], EndLoop))
+        best = None
+        for p in range(1, hi - pc - 1):
+            cand = _pipelined(ins, pc, hi, p)
+            if cand is None:
+                continue
+            new = ins[:pc] + cand[0] + ins[hi + 1:]
+            t = walk(new)
+            if t < best_t and (best is None or t < best[0]):
+                best = (t, new, cand[1])
+        if best is None:
+            pc = hi + 1
+            continue
+        best_t, new, local = best
+        origin = origin[:pc] + [origin[o] for o in local] + origin[hi + 1:]
+        pc += len(local)
+        ins = new
+    return Program(ins, dict(program.store_sizes), dict(program.memory_map)), origin
+
+
+def _contains(outer, inner):
+    """Does hull ``outer`` (store, lo, hi, _) hold all of hull ``inner``?"""
+    return outer[0] == inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
+
+
+def _invariant_prefix(loop, body):
+    """How many of ``body``'s first instructions may run once before ``loop`` instead of in
+    every iteration: the longest prefix ``P`` with no step selects whose every read either
+    misses what ``P`` writes or lies inside one earlier write of ``P`` (so ``P`` computes
+    the same words each time it runs: a function of words it does not write), and which no
+    later body instruction writes over (in any iteration: its writes meet neither ``P``'s
+    reads nor its writes). Running ``P`` once then leaves every word as ``count`` times did."""
+    n, inc = loop.count, loop.increments
+    rest_w = {}
+    for p in range(len(body), 0, -1):            # the longest legal prefix
+        pre = body[:p]
+        if any(unit_of(x) is None or any(x.step) for x in pre):
+            continue
+        writes, ok = [], True
+        for x in pre:
+            ext = extents(x)
+            for r in (e for e in ext if not e[3]):
+                if any(conflicts([(*r[:3], True)], [w]) for w in writes) and not any(
+                        _contains(w, r) for w in writes):
+                    ok = False
+            writes += [e for e in ext if e[3]]
+        if not ok:
+            continue
+        mine = [(*e[:3], True) for x in pre for e in extents(x)]
+        if p not in rest_w:
+            rest_w[p] = [e for y in body[p:] for t in range(n)
+                         for e in extents(y.stepped(inc, t)) if e[3]]
+        if any(conflicts(mine, [w]) for w in rest_w[p]):
+            continue
+        return p
+    return 0
+
+
+def hoist_invariants(program):
+    """Return ``(program', origin)``: ``program`` with each LOOP's loop-invariant prefix
+    (:func:`_invariant_prefix`, e.g. a LayerNorm output recomputed in every iteration of a
+    loop that reads it row by row) run once before the LOOP; ``origin[new pc]`` is each
+    instruction's old pc. The words after the program are the same."""
+    ins = list(program.instructions)
+    out, origin, pc = [], [], 0
+    while pc < len(ins):
+        if not isinstance(ins[pc], Loop):
+            out.append(ins[pc])
+            origin.append(pc)
+            pc += 1
+            continue
+        hi = next(j for j in range(pc, len(ins)) if isinstance(ins[j], EndLoop))
+        p = _invariant_prefix(ins[pc], ins[pc + 1:hi])
+        if p == hi - pc - 1:
+            p -= 1                                # keep one instruction in the body
+        out += ins[pc + 1:pc + 1 + p] + [ins[pc]] + ins[pc + 1 + p:hi + 1]
+        origin += list(range(pc + 1, pc + 1 + p)) + [pc] + list(range(pc + 1 + p, hi + 1))
+        pc = hi + 1
+    return Program(out, dict(program.store_sizes), dict(program.memory_map)), origin
+
+
+def interleave_model(cm, cost, *, window=64, loops=True):
+    """Return the :class:`~ttrain.golden.model_compiler.CompiledModel` ``cm`` with its loops'
+    invariant prefixes hoisted (:func:`hoist_invariants`) and its loops software-pipelined
+    where the walk gains (:func:`pipeline_loops`; ``loops=False`` skips both) and its program reordered by :func:`interleave`, no instruction moving out of
+    its section (``cm.sections``: the forward-only runs end where they did; the sections'
+    bounds follow the copies a pipelined loop adds), and the liveness intervals and peak
+    pcs of its regions mapped to the new pcs (an interval becomes the hull of its old pcs'
+    new places)."""
+    from dataclasses import replace
+    if loops:
+        prog, hoisted = hoist_invariants(cm.program)
+        prog, piped = pipeline_loops(prog, cost)
+        origin = [hoisted[o] for o in piped]
+    else:
+        prog, origin = cm.program, list(range(len(cm.program.instructions)))
+
+    def bound(b):                                 # a section bound: the new pcs before it
+        return sum(1 for o in origin if o < b)
+    sections = {k: (bound(lo), bound(hi)) for k, (lo, hi) in cm.sections.items()}
+    fences = sorted({pc for lo, hi in sections.values() for pc in (lo, hi)})
+    prog, order = interleave(prog, cost, window=window, fences=fences)
+    where = {}
+    for new, mid in enumerate(order):
+        where.setdefault(origin[mid], []).append(new)
     liveness = {}
     for store, info in cm.liveness.items():
         info = dict(info)
         if "at" in info and info["at"] in where:
-            info["at"] = where[info["at"]]
+            info["at"] = min(where[info["at"]])
         if "intervals" in info:
             info["intervals"] = {
-                name: (min(where[p] for p in range(a, b + 1) if p in where),
-                       max(where[p] for p in range(a, b + 1) if p in where))
+                name: (min(min(where[p]) for p in range(a, b + 1) if p in where),
+                       max(max(where[p]) for p in range(a, b + 1) if p in where))
                 for name, (a, b) in info["intervals"].items()}
         liveness[store] = info
-    return replace(cm, program=prog, liveness=liveness)
+    return replace(cm, program=prog, liveness=liveness, sections=sections)
 
 
 def ttm_group_walks(cfg, cost, *, map_program=None, max_words=None, window=64, **compile_kw):
