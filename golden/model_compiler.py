@@ -1500,6 +1500,10 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         k = next((n for n, s_ in enumerate(bwd) for v in s_.views[1:]
                   if v is not None and v.store == xr.store
                   and xr.base <= v.base < xr.base + xr.size), len(bwd))
+        # a first reader inside a LOOP body: X before the LOOP, once (not in every iteration)
+        opened = [n for n in range(k) if isinstance(bwd[n], Loop)]
+        if opened and not any(isinstance(bwd[n], EndLoop) for n in range(opened[-1], k)):
+            k = opened[-1]
         bld.ins.extend(bwd[:k])
         ln_output(*again, y=x)
         bld.ins.extend(bwd[k:])

@@ -369,11 +369,12 @@ def _invariant_prefix(loop, body):
         pre = body[:p]
         if any(unit_of(x) is None or any(x.step) for x in pre):
             continue
-        writes, ok = [], True
+        every = [e for x in pre for e in extents(x) if e[3]]
+        writes, ok = [], True                     # writes: those of the earlier ones
         for x in pre:
             ext = extents(x)
             for r in (e for e in ext if not e[3]):
-                if any(conflicts([(*r[:3], True)], [w]) for w in writes) and not any(
+                if any(conflicts([(*r[:3], True)], [w]) for w in every) and not any(
                         _contains(w, r) for w in writes):
                     ok = False
             writes += [e for e in ext if e[3]]
