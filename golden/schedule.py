@@ -296,7 +296,7 @@ def _pipelined(ins, lo, hi, p):
         ey = [extents(y.stepped(inc, t)) for y in ys]
         if any(conflicts(a, b) for a in ex for b in ey):
             return None
-    out = ([_unstepped(x.stepped(inc, 0)) for x in xs] + [replace_count(loop, n - 1)]
+    out = ([_unstepped(x.stepped(inc, 0)) for x in xs] + [_with_count(loop, n - 1)]
            + [x.stepped(inc, 1) for x in xs] + list(ys) + [end]
            + [_unstepped(y.stepped(inc, n - 1)) for y in ys])
     origin = ([lo + 1 + i for i in range(p)] + [lo] + [lo + 1 + i for i in range(len(body))]
@@ -304,7 +304,7 @@ def _pipelined(ins, lo, hi, p):
     return out, origin
 
 
-def replace_count(loop, count):
+def _with_count(loop, count):
     """``loop`` with ``count`` iterations."""
     from dataclasses import replace
     return replace(loop, count=count)
@@ -356,16 +356,17 @@ def _contains(outer, inner):
     return outer[0] == inner[0] and outer[1] <= inner[1] and inner[2] <= outer[2]
 
 
-def _invariant_prefix(loop, body):
-    """How many of ``body``'s first instructions may run once before ``loop`` instead of in
-    every iteration: the longest prefix ``P`` with no step selects whose every read either
-    misses what ``P`` writes or lies inside one earlier write of ``P`` (so ``P`` computes
-    the same words each time it runs: a function of words it does not write), and which no
-    later body instruction writes over (in any iteration: its writes meet neither ``P``'s
-    reads nor its writes). Running ``P`` once then leaves every word as ``count`` times did."""
+def _invariant_prefix(loop, body, limit):
+    """How many of ``body``'s first instructions (at most ``limit``) may run once before
+    ``loop`` instead of in every iteration: the longest prefix ``P`` with no step selects
+    whose every read either misses what ``P`` writes or lies inside one earlier write of
+    ``P`` (so ``P`` computes the same words each time it runs: a function of words it does
+    not write), and which no later body instruction writes over (in any iteration: its
+    writes meet neither ``P``'s reads nor its writes). Running ``P`` once then leaves every
+    word as ``count`` times did."""
     n, inc = loop.count, loop.increments
     rest_w = {}
-    for p in range(len(body), 0, -1):            # the longest legal prefix
+    for p in range(limit, 0, -1):                # the longest legal prefix
         pre = body[:p]
         if any(unit_of(x) is None or any(x.step) for x in pre):
             continue
@@ -404,9 +405,8 @@ def hoist_invariants(program):
             pc += 1
             continue
         hi = next(j for j in range(pc, len(ins)) if isinstance(ins[j], EndLoop))
-        p = _invariant_prefix(ins[pc], ins[pc + 1:hi])
-        if p == hi - pc - 1:
-            p -= 1                                # keep one instruction in the body
+        # (at least one instruction stays in the body: a LOOP is never left empty)
+        p = _invariant_prefix(ins[pc], ins[pc + 1:hi], hi - pc - 2)
         out += ins[pc + 1:pc + 1 + p] + [ins[pc]] + ins[pc + 1 + p:hi + 1]
         origin += list(range(pc + 1, pc + 1 + p)) + [pc] + list(range(pc + 1 + p, hi + 1))
         pc = hi + 1
@@ -415,12 +415,13 @@ def hoist_invariants(program):
 
 def interleave_model(cm, cost, *, window=64, loops=True):
     """Return the :class:`~ttrain.golden.model_compiler.CompiledModel` ``cm`` with its loops'
-    invariant prefixes hoisted (:func:`hoist_invariants`) and its loops software-pipelined
-    where the walk gains (:func:`pipeline_loops`; ``loops=False`` skips both) and its program reordered by :func:`interleave`, no instruction moving out of
-    its section (``cm.sections``: the forward-only runs end where they did; the sections'
-    bounds follow the copies a pipelined loop adds), and the liveness intervals and peak
-    pcs of its regions mapped to the new pcs (an interval becomes the hull of its old pcs'
-    new places)."""
+    invariant prefixes hoisted (:func:`hoist_invariants`), its loops software-pipelined
+    where the walk gains (:func:`pipeline_loops`; ``loops=False`` skips both) and its
+    program reordered by :func:`interleave`, no instruction moving out of its section
+    (``cm.sections``: the forward-only runs end where they did; the sections' bounds follow
+    the copies a pipelined loop adds), and the liveness intervals and peak pcs of its
+    regions mapped to the new pcs (an interval becomes the hull of its old pcs' new
+    places)."""
     from dataclasses import replace
     if loops:
         prog, hoisted = hoist_invariants(cm.program)

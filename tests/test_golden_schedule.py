@@ -269,7 +269,8 @@ def test_hoisting_runs_a_loops_invariant_prefix_once_and_keeps_the_words():
     """``hoist_invariants``: a body that begins by recomputing the same words every iteration
     (x * g + b into one buffer, then a CONTRACT reading it, its output stepped) runs that
     prefix once before the LOOP, the same words after; a prefix that reads what it writes
-    (an accumulation), or whose input a later body instruction overwrites, stays."""
+    (an accumulation), whose input a later body instruction overwrites, or that is the whole
+    body stays."""
     from ttrain.golden.schedule import hoist_invariants
     mul = Elementwise("mul", 1, 4, View("act", 8, 4, 1), View("act", 0, 4, 1),
                       View("param", 0, 4, 1))
@@ -279,6 +280,8 @@ def test_hoisting_runs_a_loops_invariant_prefix_once_and_keeps_the_words():
                               View("act", 16, 2, 1)), (1, 0, 0))
     cases = {"invariant": ([mul, add, con], 2),
              "accumulates": ([add, con], 0),               # d = d + b: not the same words
+             # a LOOP keeps a body: hoisting the mul alone would let the add overwrite it
+             "all invariant": ([mul, add], 0),
              "input overwritten": ([mul, add, con, Elementwise(
                  "fill", 1, 4, View("act", 0, 4, 1), imm=f32_bits(2.0))], 0)}
     for name, (body, want) in cases.items():
