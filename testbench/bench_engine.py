@@ -31,11 +31,6 @@ BENCH_LANES = 8
 BENCH_SLOTS = 16
 
 
-#: The keys of a configuration :func:`make_engine` reads (the others are the testbench's).
-_ENGINE_KEYS = ("lanes", "stores", "slots", "max_split", "banks", "fetch_words", "bank_skew",
-                "row_operands", "route", "fetch_depth", "shared_units")
-
-
 def make_engine(cfg):
     """The engine of ``cfg`` (``lanes``, ``stores`` as ``[[name, depth, style, impl], ...]``,
     optional ``slots``, ``max_split``, ``banks``, ``fetch_words``, ``bank_skew``,
@@ -61,13 +56,14 @@ def build_engine(eng, name):
     """Build ``eng`` under Verilator inside a plain Verilog wrapper (see ``build_wrapped``),
     with the Verilog of its shared units (:func:`ttrain.rtl.export.shared_sources`).
     ``eng`` is a :class:`ContractionEngine` or a :func:`make_engine` configuration; the
-    latter also keys the conversion cache (``build_verilator(convert_key=...)``), so another
+    latter, whole (testbench keys too: a key :func:`make_engine` reads is never left out),
+    also keys the conversion cache (``build_verilator(convert_key=...)``), so another
     process asking for the same engine does not convert it again."""
     from ..platforms.sim.verilator import build_root
     from ..rtl.export import shared_sources
     key = None
     if isinstance(eng, dict):
-        key = {"engine": {k: eng[k] for k in sorted(eng) if k in _ENGINE_KEYS}}
+        key = {"engine": eng}
         eng = make_engine(eng)
     shared = [u for u in (eng.mul_unit, eng.add_unit) if hasattr(u, "unit_class")]
     extra = shared_sources(shared, build_root() / "shared" / "amaranth") if shared else []

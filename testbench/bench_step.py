@@ -70,14 +70,14 @@ def _bucket_epoch(cfg, bk, entries, lengths, source):
             **{f"seconds_at_{f}MHz": total / (f * 1e6) for f in (250, 300)}}
 
 
-def _walk_model(programs, hw):
+def _walk_model(programs, hw, cost=None):
     """``{positions: {cycles, engine, vector, update}}``: the compiler's models of each step
     on ``hw`` (golden/schedule.py's issue walk with ``hw.cycle_model()``; the units' busy
     cycles), for the report beside the chip's measured cycles. The chip's second and later
     steps skip the static and check passes, so they compare with the verified reruns."""
     from ..golden.interpreter import dynamic_stream
     from ..golden.schedule import busy_cycles, schedule
-    cost = hw.cycle_model()
+    cost = cost or hw.cycle_model()
     out = {}
     for p, cm in programs.items():
         dyn = [x for _, x in dynamic_stream(cm.program.instructions)]
@@ -95,8 +95,8 @@ def _model_report(cfg, notes, hw, programs, full, schedule, group_walks):
     from ..golden.memory import program_macs
     from ..golden.schedule import schedule as walk
     from ..platforms.host.chip import section_program
-    model = _walk_model(programs, hw)
-    cost = hw.cycle_model()
+    cost = hw.cycle_model()                       # one memo for both walks
+    model = _walk_model(programs, hw, cost)
     entries = []
     for p, cm in programs.items():
         macs = program_macs(cm.program)
