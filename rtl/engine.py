@@ -262,18 +262,27 @@ class _Beats:
                 for j in range(W)]
 
 
-def _rotate(values, amount, up):
+def _rotate(m, name, values, amount, up):
     """``values`` (a list, one per bank or position) rotated by the signal ``amount``: with
     ``up``, element ``i`` moves to ``(i + amount) % n``, else to ``(i - amount) % n``. A
-    logarithmic shifter: one 2:1 select per element and bit of ``amount``."""
+    logarithmic shifter: one 2:1 select per element and bit of ``amount``.
+
+    Every stage's outputs are signals (``<name>_r<k>_<i>``): Amaranth emits an expression
+    once per use, so a stage left as an expression is copied into each of its two readers,
+    and the last stage's outputs would carry ``2 ** stages`` copies of the first (at 32
+    banks the host write port's rotator was emitted 193 times over, most of a 32-lane
+    engine's Verilog; docs/wide-engine.md)."""
     n = len(values)
     out = list(values)
+    width = max(len(Value.cast(v)) for v in values) if values else 1
     for k in range(len(amount)):
         sh = (1 << k) % n
         if not sh:
             continue
         src = [(i - sh) % n if up else (i + sh) % n for i in range(n)]
-        out = [Mux(amount[k], out[src[i]], out[i]) for i in range(n)]
+        stage = [Signal(width, name=f"{name}_r{k}_{i}") for i in range(n)]
+        m.d.comb += [stage[i].eq(Mux(amount[k], out[src[i]], out[i])) for i in range(n)]
+        out = stage
     return out
 
 
@@ -369,10 +378,13 @@ class _RowPorts:
                 dj = at(j, data, Const(0, 32))
                 if j == 0 and wrap_on:
                     dj = Mux(wrap_sel, data[L - 1], dj)
-                pdata.append(dj)
-        hb = _rotate(pv, self.rot, up=True)
-        self.bank_rowbit = _rotate(rowbit, self.rot, up=True)
-        self.bank_data = _rotate(pdata, self.rot, up=True) if data is not None else None
+                pd_j = Signal(32, name=f"{name}_pdata{j}")
+                m.d.comb += pd_j.eq(dj)
+                pdata.append(pd_j)
+        hb = _rotate(m, f"{name}_claim", pv, self.rot, up=True)
+        self.bank_rowbit = _rotate(m, f"{name}_rowbit", rowbit, self.rot, up=True)
+        self.bank_data = (_rotate(m, f"{name}_wdata", pdata, self.rot, up=True)
+                          if data is not None else None)
         self.bank_claim = [Signal(name=f"{name}_claim{b}") for b in range(NB)]
         m.d.comb += [self.bank_claim[b].eq(hb[b]) for b in range(NB)]
 
@@ -396,8 +408,8 @@ class _RowPorts:
             for s in reversed(range(n_stores)):
                 sel = Mux(self.store == s, taken[s * NB:(s + 1) * NB], sel)
             m.d.comb += blocked.eq(sel)
-            free_pos = [~v for v in _rotate([blocked[b] for b in range(NB)], self.rot,
-                                            up=False)]
+            free_pos = [~v for v in _rotate(m, f"{name}_free", [blocked[b] for b in range(NB)],
+                                            self.rot, up=False)]
         grants = []
         for w in range(L):
             if self.skew and w:
@@ -419,7 +431,7 @@ class _RowPorts:
         """Per lane, its word out of ``words`` (one per bank, as read two cycles after the
         grant with that cycle's ``rot_d`` / ``cross_d``)."""
         NB, L = 1 << self.nb_log2, self.lanes
-        pos = _rotate(words, rot_d, up=False)
+        pos = _rotate(m, f"{self.name}_rdata", words, rot_d, up=False)
         out = []
         for w in range(L):
             if self.skew and w:
@@ -1555,9 +1567,14 @@ class ContractionEngine(wiring.Component):
             out = Signal(width, name=name)
             m.d.comb += out.eq(options[0])
             for v in range(1, SL + 1):
-                with m.If(d.split == v):
+                with m.If(split_is[v]):
                     m.d.comb += out.eq(options[v])
             return out
+
+        # the split's decode, once (a compare per use was most of a 256-lane engine's
+        # anonymous logic: by_split runs per lane)
+        split_is = [Signal(name=f"split_is{v}") for v in range(SL + 1)]
+        m.d.comb += [split_is[v].eq(d.split == v) for v in range(SL + 1)]
 
         # Lane groups (split s = 2**d.split): lane p is column p % (P/s) of group p // (P/s);
         # group g sums the k range g*kc .. (g+1)*kc - 1 (kc = ceil(k / s), odd) of the tile's
@@ -1659,7 +1676,10 @@ class ContractionEngine(wiring.Component):
             m.d.comb += g.restart.eq(restart)
 
         def thermo(n, rem):
-            return Cat(*[rem > i for i in range(n)])
+            # a signal, not an expression: indexing an expression re-emits all of it
+            t = Signal(n)
+            m.d.comb += t.eq(Cat(*[rem > i for i in range(n)]))
+            return t
 
         # lane offsets (registered while checking; constant during a run)
         for cl, stride in ((rc, d.c.col_stride), (wc, d.c.col_stride)):
