@@ -328,7 +328,8 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
     return out
 
 
-def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False):
+def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False,
+                    blackbox=(), libs=()):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
@@ -336,13 +337,21 @@ def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist
     with ``over`` = N also ``deep``: :func:`deep_registers` of the netlist above N levels.
     ``keep_netlist``: leave ``netlist.json`` (Yosys ``write_json``) in ``work_dir`` to trace a
     path cell by cell (it is large: ~200 MB for the 8-lane top).
+
+    ``blackbox``: submodules (their paths below the component, e.g. ``"unit.fr_omega"``)
+    left as black boxes, to be synthesized on their own; ``libs``: Verilog texts whose
+    modules the component instantiates (e.g. :func:`~ttrain.rtl.export.shared_verilog` of
+    its shared FP32 units), read as black boxes. ``cells`` then counts the black boxes'
+    instances by module name, so a design too large for one Yosys run is the sum of its
+    parts (:func:`ttrain.testbench.timing.measure` composes them).
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
-                       over=over, keep_netlist=keep_netlist)
+                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs)
 
 
-def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False):
+def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False, blackbox=(),
+                libs=()):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -354,11 +363,18 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False)
     (work / "top.il").write_text(rtlil.convert(component, name="top",
                                                ports=component_ports(component)))
     shutil.copyfile(ram_verilog_path(), work / "ram.v")
+    script = _YOSYS_SCRIPT
+    if libs or blackbox:
+        (work / "libs.v").write_text("".join(libs))
+        extra = (" read_verilog -lib libs.v;" if libs else "") + (
+            " blackbox " + " ".join(f"\\top.{b}" for b in blackbox) + ";" if blackbox else "")
+        head, sep, tail = script.partition(" synth_xilinx")
+        script = head + extra + sep + tail
     t1 = time.monotonic()
     log(f"  {t1 - t0:.0f} s; yosys synth_xilinx -family xcup ...")
     # yowasp runs in a sandbox with a private /tmp: relative paths, run inside the build folder.
     try:
-        res = subprocess.run(command + ["-q", "-l", "yosys.log", "-p", _YOSYS_SCRIPT],
+        res = subprocess.run(command + ["-q", "-l", "yosys.log", "-p", script],
                              cwd=work, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ValueError(f"Yosys took more than {timeout:.0f} s; raise --synth-timeout or "

@@ -74,6 +74,26 @@ def _engine_omega(lanes, max_split):
                                            for n in ("param", "grad", "act", "scratch")]))
 
 
+def _engine_core(lanes, max_split):
+    """The engine of the wide machine (:func:`_engine_omega`'s, its FP32 units shared
+    modules) without its parts: the two Omega ports (units ``omega-shared-256`` and
+    ``omega-write-256``) and the FP32 units (``fp32-mul``, ``fp32-add``) are black boxes,
+    counted by instance (:data:`COMPOSED` adds them up): at 256 lanes the engine is too
+    large for one Yosys run."""
+    from ..rtl.engine import ContractionEngine, StoreSpec
+    from ..rtl.export import shared_unit, shared_verilog
+    from ..rtl.fp32 import FP32Add, FP32Mul
+    eng = ContractionEngine(lanes=lanes, banks=lanes, slots=16, max_split=max_split, ports=2,
+                            bank_skew=True, route="omega-shared",
+                            mul_unit=shared_unit(FP32Mul), add_unit=shared_unit(FP32Add),
+                            stores=[StoreSpec(n, 1 << 16, style="ultra", impl="verilog")
+                                    for n in ("param", "grad", "act", "scratch")])
+    flat = _flat(eng)
+    flat.synth_blackbox = ("unit.fr_omega", "unit.wc_omega")
+    flat.synth_libs = (shared_verilog([eng.mul_unit, eng.add_unit]),)
+    return flat
+
+
 def _top(lanes=2, fetch_words=None, vector_width=None, row_ports=True, vector_reads=1):
     """The accelerator top as ``ttrain resources --lanes N`` synthesizes it, at the tiny
     preset's store sizes (no special unit), with ``max_split = lanes``: the units inside one
@@ -194,6 +214,10 @@ UNITS = {
                      "ContractionEngine, 16 lanes, max_split 4, route omega-shared (a 64-lane "
                      "read port), 16 banks skewed, 64k-word stores: a slice of the 256-lane "
                      "design (per-lane datapath, fold tree, route)"),
+    "engine-core-256": (lambda: _engine_core(256, 16),
+                        "ContractionEngine, 256 lanes, max_split 16, route omega-shared, 256 "
+                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
+                        "units (black boxes, counted: the composed unit engine-256 adds them)"),
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
                                "(the 8-lane top's arbitration at half the ports)"),
@@ -234,6 +258,52 @@ UNITS = {
 }
 
 
+#: Units measured as the sum of their parts: name -> (description, core unit, ``{black-box
+#: module: unit}``). The core's synthesis counts each black box's instances; the total is the
+#: core plus every part times its count. The logic depth is the deepest part's: a path through
+#: a black box's ports is cut there (the Omega ports' inputs and outputs are registered; the
+#: FP32 units' operands come from the engine's registers).
+COMPOSED = {
+    "engine-256": ("The 256-lane engine of the wide machine (max_split 16, route omega-shared, "
+                   "skewed banks), from engine-core-256, omega-shared-256 and omega-write-256 "
+                   "(20-bit addresses and XOR hash: a little larger than the engine's 16-bit "
+                   "skewed ports) and fp32-mul / fp32-add per instance",
+                   "engine-core-256", {"top.unit.fr_omega": "omega-shared-256",
+                                       "top.unit.wc_omega": "omega-write-256",
+                                       "ttrain_fp32mul": "fp32-mul",
+                                       "ttrain_fp32add": "fp32-add"}),
+}
+
+_COUNTS = ("lut", "ff", "dsp48e2", "carry")
+
+
+def compose(name, measured):
+    """The composed unit ``name`` (a key of :data:`COMPOSED`) from ``measured`` (unit name ->
+    :func:`measure` result, the core's with ``cells``): counts, the deepest part's levels
+    and path, and the parts with their instance counts."""
+    what, core, parts = COMPOSED[name]
+    c = measured[core]
+    out = {"unit": name, **{k: c[k] for k in _COUNTS}, "parts": {core: 1}}
+    deepest = c
+    for module, unit in parts.items():
+        n = c["cells"].get(module, 0)
+        if not n:
+            raise ValueError(f"{core} has no instance of {module}: COMPOSED[{name!r}] is stale")
+        r = measured[unit]
+        for k in _COUNTS:
+            out[k] += n * r[k]
+        out["parts"][unit] = n
+        if r["logic_levels"] > deepest["logic_levels"]:
+            deepest = r
+    out.update(logic_levels=deepest["logic_levels"], critical_path=deepest["critical_path"],
+               critical_nets=deepest.get("critical_nets", []),
+               deep=sorted(([d[0], f"{u}: {d[1]}", *d[2:]] for u in out["parts"]
+                            for d in measured[u].get("deep", [])), reverse=True),
+               deepest_part=next(u for u in [core, *parts.values()] if measured[u] is deepest),
+               seconds=sum(measured[u]["seconds"] for u in out["parts"]))
+    return out
+
+
 def build_unit(name):
     """Return a fresh component of unit ``name`` (a key of :data:`UNITS`)."""
     if name not in UNITS:
@@ -246,13 +316,22 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
     """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path, every register
     deeper than ``over`` levels (``deep``: levels, register, source) and seconds."""
     from ..platforms.resources import synth_component
+    if name in COMPOSED:
+        _, core, parts = COMPOSED[name]
+        measured = {u: measure(u, work_dir=work_dir, timeout=timeout, over=over,
+                               keep_netlist=keep_netlist)
+                    for u in dict.fromkeys([core, *parts.values()])}
+        return compose(name, measured)
     t0 = time.monotonic()
-    r = synth_component(build_unit(name), Path(work_dir) / name, timeout=timeout, over=over,
-                        keep_netlist=keep_netlist)
+    comp = build_unit(name)
+    r = synth_component(comp, Path(work_dir) / name, timeout=timeout, over=over,
+                        keep_netlist=keep_netlist,
+                        blackbox=getattr(comp, "synth_blackbox", ()),
+                        libs=getattr(comp, "synth_libs", ()))
     return {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
             "carry": r["carry"], "logic_levels": r["logic_levels"],
             "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
-            "deep": [list(d) for d in r["deep"]],
+            "deep": [list(d) for d in r["deep"]], "cells": r["cells"],
             "seconds": round(time.monotonic() - t0, 1)}
 
 
@@ -273,7 +352,8 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--unit", action="append", required=True,
                     help=f"unit to synthesize (repeatable; 'all' for every one): "
-                         f"{', '.join(UNITS)}")
+                         f"{', '.join(UNITS)}; or a unit composed of units: "
+                         f"{', '.join(COMPOSED)}")
     ap.add_argument("--work-dir", default="build/timing")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--timeout", type=float, default=3600)
@@ -285,9 +365,10 @@ def main(argv=None):
     ap.add_argument("--show", type=int, default=40, metavar="K",
                     help="print at most K of those registers (all go to --json)")
     args = ap.parse_args(argv)
-    bad = [u for u in args.unit if u != "all" and u not in UNITS]
+    bad = [u for u in args.unit if u != "all" and u not in UNITS and u not in COMPOSED]
     if bad:
-        ap.error(f"unknown --unit {bad[0]!r}; choose from all, {', '.join(UNITS)}")
+        ap.error(f"unknown --unit {bad[0]!r}; choose from all, "
+                 f"{', '.join([*UNITS, *COMPOSED])}")
     names = list(UNITS) if "all" in args.unit else args.unit
     rows = []
     for name in names:
@@ -298,7 +379,10 @@ def main(argv=None):
         print(f"{name:16s} LUT {r['lut']:6d}  FF {r['ff']:6d}  DSP {r['dsp48e2']:3d}  "
               f"levels {r['logic_levels']:3d} ({mark})  {r['seconds']:.0f} s\n"
               f"{'':16s} path: {_path_text(r['critical_path'])}\n"
-              f"{'':16s} from {' to '.join(r['critical_nets']) or '-'}",
+              f"{'':16s} from {' to '.join(r['critical_nets']) or '-'}"
+              + ("" if "parts" not in r else f"\n{'':16s} parts: " + ", ".join(
+                  f"{n} x {u}" for u, n in r["parts"].items())
+                 + f" (deepest: {r['deepest_part']})"),
               flush=True)
         if r["deep"]:
             print(f"{'':16s} {len(r['deep'])} registers over {args.over} levels:")

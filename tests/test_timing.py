@@ -8,6 +8,8 @@ preset-sized sequencers are measured by ``python -m ttrain.testbench.timing`` (f
 docs/u50.md, "Logic depth per unit").
 """
 
+import pytest
+
 from ttrain.testbench.timing import MAX_LEVELS, build_unit
 from ttrain.platforms.resources import synth_component
 
@@ -17,3 +19,67 @@ def test_sequencer_paths_fit_the_level_budget(tmp_path):
     assert res["logic_levels"] <= MAX_LEVELS, (res["logic_levels"], res["critical_path"],
                                                res["critical_nets"])
     assert res["dsp48e2"] == 18              # 9 terms x two 16x16 partial products
+
+
+def test_black_boxes_are_counted_not_synthesized(tmp_path):
+    """``synth_component(blackbox=, libs=)``: a submodule left a black box and a module of
+    ``libs`` are counted by instance, not synthesized (how ``engine-core-256`` leaves its
+    Omega ports and FP32 units to their own runs)."""
+    from amaranth.hdl import Instance, Module, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    class Inner(wiring.Component):
+        a: In(8)
+        y: Out(16)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.y.eq(self.a * self.a)
+            return m
+
+    class Outer(wiring.Component):
+        a: In(8)
+        y: Out(16)
+        z: Out(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.inner = inner = Inner()
+            ext = Signal(8)
+            m.submodules.ext = Instance("ext_unit", i_a=self.a, o_y=ext)
+            m.d.comb += [inner.a.eq(self.a), self.y.eq(inner.y)]
+            m.d.sync += self.z.eq(ext + 1)
+            return m
+
+    lib = "module ext_unit(input [7:0] a, output [7:0] y);\n  assign y = a;\nendmodule\n"
+    res = synth_component(Outer(), tmp_path / "outer", timeout=600, blackbox=("inner",),
+                          libs=(lib,))
+    assert res["cells"].get("top.inner") == 1 and res["cells"].get("ext_unit") == 1
+    assert res["dsp48e2"] == 0                      # the black box's multiplier is not here
+    assert res["ff"] == 8                           # z
+
+
+def test_composed_unit_adds_its_parts_per_instance():
+    from ttrain.testbench.timing import COMPOSED, compose
+
+    def unit(lut, ff, dsp, levels, cells=None):
+        return {"lut": lut, "ff": ff, "dsp48e2": dsp, "carry": 0, "logic_levels": levels,
+                "critical_path": [f"path{levels}"], "critical_nets": [], "deep": [],
+                "seconds": 1.0, **({"cells": cells} if cells else {})}
+    _, core, parts = COMPOSED["engine-256"]
+    counts = {"top.unit.fr_omega": 1, "top.unit.wc_omega": 1, "ttrain_fp32mul": 256,
+              "ttrain_fp32add": 496}
+    measured = {core: unit(1000, 2000, 300, 11, counts),
+                "omega-shared-256": unit(150, 70, 0, 10), "omega-write-256": unit(140, 60, 0, 10),
+                "fp32-mul": unit(5, 3, 2, 10), "fp32-add": unit(4, 2, 0, 13)}
+    r = compose("engine-256", measured)
+    assert r["lut"] == 1000 + 150 + 140 + 256 * 5 + 496 * 4
+    assert r["ff"] == 2000 + 70 + 60 + 256 * 3 + 496 * 2
+    assert r["dsp48e2"] == 300 + 256 * 2
+    assert (r["logic_levels"], r["deepest_part"]) == (13, "fp32-add")
+    assert r["parts"] == {core: 1, "omega-shared-256": 1, "omega-write-256": 1,
+                          "fp32-mul": 256, "fp32-add": 496}
+    counts.pop("ttrain_fp32add")
+    with pytest.raises(ValueError, match="ttrain_fp32add"):
+        compose("engine-256", measured)
