@@ -79,6 +79,10 @@ _BASE_BUILD_ARGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast")
 # against 33.3 s), so over make test it is a wash (docs/verification.md, "Suite time
 # (2026-12-06, second session)").
 _OPT_FAST = os.environ.get("TTRAIN_VERILATOR_OPT", "-Os")
+# Verilator's model threads (`--threads N`) when $TTRAIN_VERILATOR_THREADS is N > 1: the
+# 256-lane top's evaluation split over the machine's cores (docs/wide-engine.md, fourteenth
+# session). Part of the build's hash, like every flag.
+_THREADS = os.environ.get("TTRAIN_VERILATOR_THREADS", "")
 # Separately converted Amaranth modules among a build's extra sources (the shared FP32 units:
 # ttrain.rtl.export.shared_sources writes module <stem> into amaranth/<stem>.v) stay separate
 # C++ classes (`no_inline`) instead of being inlined into every instance: the shared 4-lane
@@ -250,6 +254,11 @@ def build_verilator(component, *, name, extra_sources=(), toplevel=None, defines
     defines = dict(defines or {})
     parameters = dict(parameters or {})
     build_args = [str(a) for a in build_args]
+    if _THREADS.strip() not in ("", "0", "1"):
+        if not _THREADS.strip().isdigit():
+            raise ValueError(f"TTRAIN_VERILATOR_THREADS must be a thread count such as 2, not "
+                             f"{_THREADS!r}")
+        build_args += ["--threads", _THREADS.strip()]
 
     root = Path(root).resolve() if root is not None else build_root()
     if component is None:
