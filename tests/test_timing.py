@@ -60,26 +60,35 @@ def test_black_boxes_are_counted_not_synthesized(tmp_path):
     assert res["ff"] == 8                           # z
 
 
-def test_composed_unit_adds_its_parts_per_instance():
+def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
     from ttrain.testbench.timing import COMPOSED, compose
 
-    def unit(lut, ff, dsp, levels, cells=None):
-        return {"lut": lut, "ff": ff, "dsp48e2": dsp, "carry": 0, "logic_levels": levels,
-                "critical_path": [f"path{levels}"], "critical_nets": [], "deep": [],
-                "seconds": 1.0, **({"cells": cells} if cells else {})}
-    _, core, parts = COMPOSED["engine-256"]
-    counts = {"top.unit.fr_omega": 1, "top.unit.wc_omega": 1, "ttrain_fp32mul": 256,
-              "ttrain_fp32add": 496}
-    measured = {core: unit(1000, 2000, 300, 11, counts),
-                "omega-shared-256": unit(150, 70, 0, 10), "omega-write-256": unit(140, 60, 0, 10),
-                "fp32-mul": unit(5, 3, 2, 10), "fp32-add": unit(4, 2, 0, 13)}
+    def unit(name, lut, ff, dsp, levels, cells=None):
+        return {"unit": name, "lut": lut, "ff": ff, "dsp48e2": dsp, "carry": 0,
+                "logic_levels": levels, "critical_path": [f"path{levels}"],
+                "critical_nets": [], "deep": [], "seconds": 1.0,
+                **({"cells": cells} if cells else {})}
+    spec = COMPOSED["engine-256"]
+    measured = {}
+    for P, name in spec["core"].items():           # a core exactly 100 + 10 P + P log2 P
+        cells = {"top.unit.fr_omega": 1, "top.unit.wc_omega": 1, "ttrain_fp32mul": P,
+                 "ttrain_fp32add": 31 * P // 16}
+        lut = 100 + 10 * P + P * (P.bit_length() - 1)
+        measured[name] = unit(name, lut, 2 * lut, P, 11, cells)
+    measured.update({"omega-shared-256": unit("omega-shared-256", 150, 70, 0, 10),
+                     "omega-write-256": unit("omega-write-256", 140, 60, 0, 10),
+                     "fp32-mul": unit("fp32-mul", 5, 3, 2, 10),
+                     "fp32-add": unit("fp32-add", 4, 2, 0, 13)})
     r = compose("engine-256", measured)
-    assert r["lut"] == 1000 + 150 + 140 + 256 * 5 + 496 * 4
-    assert r["ff"] == 2000 + 70 + 60 + 256 * 3 + 496 * 2
-    assert r["dsp48e2"] == 300 + 256 * 2
+    core = 100 + 10 * 256 + 256 * 8
+    assert r["lut"] == core + 150 + 140 + 256 * 5 + 496 * 4
+    assert r["ff"] == 2 * core + 70 + 60 + 256 * 3 + 496 * 2
+    assert r["dsp48e2"] == 256 + 256 * 2
     assert (r["logic_levels"], r["deepest_part"]) == (13, "fp32-add")
-    assert r["parts"] == {core: 1, "omega-shared-256": 1, "omega-write-256": 1,
-                          "fp32-mul": 256, "fp32-add": 496}
-    counts.pop("ttrain_fp32add")
+    assert {u: n for u, n in r["parts"].items() if u != "core"} == {
+        "omega-shared-256": 1, "omega-write-256": 1, "fp32-mul": 256, "fp32-add": 496}
+    assert r["estimate"] and all(abs(v) < 1e-6 for v in r["fit_residuals"]["lut"])
+    for name in spec["core"].values():              # a part the cores do not instantiate
+        measured[name]["cells"].pop("ttrain_fp32add")
     with pytest.raises(ValueError, match="ttrain_fp32add"):
         compose("engine-256", measured)
