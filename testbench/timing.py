@@ -13,6 +13,7 @@ One Yosys run at a time (2-core machine); ``special`` is the largest (~58k LUT, 
 """
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -214,21 +215,12 @@ UNITS = {
                      "ContractionEngine, 16 lanes, max_split 4, route omega-shared (a 64-lane "
                      "read port), 16 banks skewed, 64k-word stores: a slice of the 256-lane "
                      "design (per-lane datapath, fold tree, route)"),
-    "engine-core-32": (lambda: _engine_core(32, 16),
-                        "ContractionEngine, 32 lanes, max_split 16, route omega-shared, 32 "
-                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
-                        "units (black boxes, counted: the composed unit engine-256 fits "
-                        "through these cores and adds them)"),
-    "engine-core-64": (lambda: _engine_core(64, 16),
-                        "ContractionEngine, 64 lanes, max_split 16, route omega-shared, 64 "
-                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
-                        "units (black boxes, counted: the composed unit engine-256 fits "
-                        "through these cores and adds them)"),
-    "engine-core-128": (lambda: _engine_core(128, 16),
-                        "ContractionEngine, 128 lanes, max_split 16, route omega-shared, 128 "
-                        "banks skewed, 64k-word stores, without its two Omega ports and FP32 "
-                        "units (black boxes, counted: the composed unit engine-256 fits "
-                        "through these cores and adds them)"),
+    **{f"engine-core-{P}": (lambda P=P: _engine_core(P, 16),
+                            f"ContractionEngine, {P} lanes, max_split 16, route omega-shared, "
+                            f"{P} banks skewed, 64k-word stores, without its two Omega ports "
+                            f"and FP32 units (black boxes, counted: the composed unit "
+                            f"engine-256 fits through these cores and adds them)")
+       for P in (32, 64, 128)},
     "top-2": (_top, "Accelerator, 2 lanes, max_split 2, tiny stores, no special unit"),
     "top-4": (lambda: _top(4), "Accelerator, 4 lanes, max_split 4, tiny stores, no special unit "
                                "(the 8-lane top's arbitration at half the ports)"),
@@ -315,7 +307,7 @@ def compose(name, measured):
     """The composed unit ``name`` (a key of :data:`COMPOSED`) from ``measured`` (unit name ->
     :func:`measure` result, the cores' with ``cells``): counts, the deepest part's levels
     and path, the parts with their instance counts, the fit's residuals. An estimate: the
-    core is extrapolated one doubling past its widest synthesis."""
+    core is extrapolated past its widest synthesis (two doublings for ``engine-256``)."""
     spec = COMPOSED[name]
     P, cores = spec["lanes"], spec["core"]
     out = {"unit": name, "estimate": True, "parts": {}, "fit_residuals": {}}
@@ -373,7 +365,8 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
     from ..platforms.resources import _source_hash
     # a result is kept beside the unit's build, keyed by the RTL/golden sources and the tool
     # versions: a composed unit's parts (engine-core-256 takes ~40 min) are not run twice
-    key = _source_hash({"unit": name, "over": over})
+    key = _source_hash({"unit": name, "over": over,      # and the units' definitions here
+                        "units": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
     cached = Path(work_dir) / name / f"result-{key}.json"
     if cached.is_file() and not keep_netlist:
         return json.loads(cached.read_text())
