@@ -1560,15 +1560,9 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
             (w_,) = _region_sets(ins[n], spans)[1]
             target[w_] = bld.region(f"{st['inst']}.{tag}.{w_}", "scratch", mm[w_].shape)
         bld.ins.extend(_relocate([ins[n] for n in keep], mm, target))
-        # two rows an iteration in two chunks when the rows pair up: row t+1's contraction
-        # then writes the other chunk, so it need not wait for row t's consumer (a write
-        # after read on one chunk kept the engine idle through every row's vector work)
-        pairs = rows % 2 == 0 and rows >= 4
-        chunks = [tmp(f"{st['inst']}.{tag}.row{j}", "act", (1, n_out))
-                  for j in range(2 if pairs else 1)]
-        target["y"] = bld.r(chunks[0])
+        chunk = tmp(f"{st['inst']}.{tag}.row", "act", (1, n_out))
+        target["y"] = bld.r(chunk)
         yc, bc = _relocate([yi, bi], mm, target)
-        bcs = [bc] + [_relocate([bi], mm, {**target, "y": bld.r(c)})[0] for c in chunks[1:]]
         dc = yc.desc
         if carry == "m":
             dr = dc_replace(dc, m=q)
@@ -1585,20 +1579,11 @@ def compile_model(cfg, *, lr=None, order="auto", positions=None, fused_update=Tr
         if dr.m > dr.n:                          # the engine's orientation (same words)
             dr, steps = dr.transposed(), (steps[0], steps[2], steps[1])
 
-        def one_row(j):
-            c = bld.r(chunks[j])
-            bld.ins.append(Contract(dc_replace(dr, c=dc_replace(dr.c, base=c.base)), steps))
-            bld.ins.append(dc_replace(bcs[j], rows=1))
-            consume(bld.mat(chunks[j]), 1)
-
         def body():
-            for j in range(len(chunks)):
-                n0 = len(bld.ins)
-                one_row(j)
-                # the second row of an iteration: the first's views one row on
-                bld.ins[n0:] = [x.stepped((inc, n_out, 0), j) for x in bld.ins[n0:]]
-        n = len(chunks)
-        bld.loop(rows // n, (n * inc, n * n_out), body)
+            bld.ins.append(Contract(dr, steps))
+            bld.ins.append(dc_replace(bc, rows=1))
+            consume(bld.mat(chunk), 1)
+        bld.loop(rows, (inc, n_out), body)
         return True
 
     # ---- encoder block: attention half and FFN half ----------------------------------
