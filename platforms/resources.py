@@ -449,7 +449,9 @@ FIT_TERMS = {"dsp48e2": ("1", "P", "V"), "ff": ("1", "P", "V"), "carry": ("1", "
 
 
 def _term(name, P, V):
-    return {"1": 1.0, "P": float(P), "P^2": float(P) ** 2, "V": float(V)}[name]
+    from math import log2
+    return {"1": 1.0, "P": float(P), "P^2": float(P) ** 2, "PlogP": P * log2(P),
+            "V": float(V)}[name]
 
 
 def fit_counts(runs, lanes, vector_width, terms=FIT_TERMS):

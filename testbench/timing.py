@@ -290,43 +290,30 @@ COMPOSED = {
 _COUNTS = ("lut", "ff", "dsp48e2", "carry")
 
 
-def _fit(points, terms, at):
-    """Least squares of ``{P: value}`` over ``terms`` (``1``, ``P``, ``PlogP``), taken at
-    ``at``; returns ``(prediction, residuals)``."""
-    import numpy as np
-
-    def row(P):
-        return [{"1": 1.0, "P": float(P), "PlogP": P * float(np.log2(P))}[t] for t in terms]
-    A = np.array([row(P) for P in points])
-    y = np.array([float(v) for v in points.values()])
-    coef = np.linalg.lstsq(A, y, rcond=None)[0]
-    return float(np.dot(row(at), coef)), [round(float(v), 1) for v in y - A @ coef]
-
-
 def compose(name, measured):
     """The composed unit ``name`` (a key of :data:`COMPOSED`) from ``measured`` (unit name ->
     :func:`measure` result, the cores' with ``cells``): counts, the deepest part's levels
     and path, the parts with their instance counts, the fit's residuals. An estimate: the
     core is extrapolated past its widest synthesis (two doublings for ``engine-256``)."""
+    from ..platforms.resources import fit_counts
     spec = COMPOSED[name]
     P, cores = spec["lanes"], spec["core"]
-    out = {"unit": name, "estimate": True, "parts": {}, "fit_residuals": {}}
-    for k in _COUNTS:
-        v, res = _fit({p: measured[u][k] for p, u in cores.items()}, spec["terms"], P)
-        out[k] = max(0, round(v))
-        out["fit_residuals"][k] = res
-    out["parts"]["core"] = {"fitted_from": dict(cores)}
+    fit = fit_counts([(p, 0, measured[u]) for p, u in cores.items()], P, 0,
+                     terms={k: spec["terms"] for k in _COUNTS})
+    out = {"unit": name, "what": spec["what"], "estimate": True,
+           **{k: fit[k][0] for k in _COUNTS}, "fit_residuals": {k: fit[k][2] for k in _COUNTS},
+           "parts": {"core": {"fitted_from": dict(cores)}}}
     deepest = max((measured[u] for u in cores.values()), key=lambda r: r["logic_levels"])
     for module, unit in spec["parts"].items():
         counts = {p: measured[u]["cells"].get(module, 0) for p, u in cores.items()}
         if not all(counts.values()):
             raise ValueError(f"a core of {name} has no instance of {module}: COMPOSED[{name!r}] "
                              f"is stale")
-        n, res = _fit(counts, ("1", "P"), P)
+        n, _, res = fit_counts([(p, 0, {"n": c}) for p, c in counts.items()], P, 0,
+                               terms={"n": ("1", "P")})["n"]
         if any(abs(r) > 0.01 for r in res):
             raise ValueError(f"the instances of {module} in {name}'s cores are not linear in "
                              f"the lanes ({counts}): count them another way")
-        n = round(n)
         r = measured[unit]
         for k in _COUNTS:
             out[k] += n * r[k]
@@ -364,7 +351,7 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
         return compose(name, measured)
     from ..platforms.resources import _source_hash
     # a result is kept beside the unit's build, keyed by the RTL/golden sources and the tool
-    # versions: a composed unit's parts (engine-core-256 takes ~40 min) are not run twice
+    # versions: a composed unit's parts (engine-core-64 takes ~20 min) are not run twice
     key = _source_hash({"unit": name, "over": over,      # and the units' definitions here
                         "units": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
     cached = Path(work_dir) / name / f"result-{key}.json"
