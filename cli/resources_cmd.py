@@ -8,7 +8,7 @@ import json
 import sys
 
 from .platforms.memory import SIZE_SOURCES
-from .platforms.resources import build_report
+from .platforms.resources import SYNTH_MODES, build_report
 
 __all__ = ["format_report", "register"]
 
@@ -58,7 +58,11 @@ def format_report(rep):
             out.append(f"  {label:<8} {logic[k]:>9,}  {_pct(logic[k], cap[k])} of "
                        f"{cap[k]:,}")
         out.append(f"  longest register-to-register path: {logic['logic_levels']} logic "
-                   f"levels (LUT/MUXF/CARRY; timing proxy)")
+                   f"levels (LUT/MUXF/CARRY; timing proxy)"
+                   + (f", in {logic['deepest_part']}" if logic.get("deepest_part") else ""))
+        for unit, c in (logic.get("by_part") or {}).items():
+            out.append(f"  part {logic['parts'][unit]:>3} x {unit:<14} LUT {c['lut']:>10,.0f}  "
+                       f"FF {c['ff']:>9,.0f}  DSP {c['dsp48e2']:>6,.0f}")
         for k, f in (logic.get("fit") or {}).items():
             terms = " + ".join(f"{c:g} {n}" if n != "1" else f"{c:g}"
                                for n, c in f["terms"].items())
@@ -113,13 +117,17 @@ def register(sub):
                         "--synth full or fit; default = lanes)")
     p.add_argument("--special-lanes", type=int, default=None, metavar="S",
                    help="special-function units side by side (power of two up to the "
-                        "vector lanes; with --synth fit; default 1)")
-    p.add_argument("--synth", choices=["auto", "full", "scaled", "fit", "none"], default="auto",
+                        "vector lanes; with --synth fit (default 1) or composed (16))")
+    p.add_argument("--synth", choices=list(SYNTH_MODES), default="auto",
                    help="logic estimate: full synthesis of the top, scaled (1- and 2-lane "
                         "tops extrapolated linearly to --lanes: LUTs a lower bound), fit (2-, "
-                        "4- and 8-lane tops with lane groups fitted, LUT quadratic: the "
-                        "estimate for wide engines; ~30 min of Yosys the first time, cached), "
-                        "none, or auto (full up to 2 lanes, else scaled; default)")
+                        "4- and 8-lane tops with lane groups fitted, LUT quadratic; ~30 min of "
+                        "Yosys the first time, cached), composed (the 256-lane wide machine of "
+                        "`ttrain bench step --lanes 256` from its separately synthesized "
+                        "parts: engine core at 32 and 64 lanes, Omega ports, FP32 units, "
+                        "vector unit at 8 and 16 lanes, special-function unit, sequencer; ~70 "
+                        "min of Yosys the first time, cached), none, or auto (full up to 2 "
+                        "lanes, composed at 256, else scaled; default)")
     p.add_argument("--no-synth", action="store_true",
                    help="memory map only (same as --synth none)")
     p.add_argument("--cache-dir", default="build/resources", metavar="DIR",

@@ -329,7 +329,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
 
 
 def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False,
-                    blackbox=(), libs=()):
+                    blackbox=(), libs=(), rtlil_text=None):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
@@ -343,15 +343,26 @@ def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist
     modules the component instantiates (e.g. :func:`~ttrain.rtl.export.shared_verilog` of
     its shared FP32 units), read as black boxes. ``cells`` then counts the black boxes'
     instances by module name, so a design too large for one Yosys run is the sum of its
-    parts (:func:`ttrain.testbench.timing.measure` composes them).
+    parts (:func:`ttrain.platforms.units.measure` composes them). ``rtlil_text``: the
+    component already converted (:func:`component_rtlil`), not converted again.
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
-                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs)
+                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs,
+                       rtlil_text=rtlil_text)
+
+
+def component_rtlil(component):
+    """The RTLIL text :func:`synth_component` synthesizes for ``component`` (module ``top``)."""
+    from amaranth.back import rtlil
+
+    from ..rtl.export import component_ports
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    return rtlil.convert(component, name="top", ports=component_ports(component))
 
 
 def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False, blackbox=(),
-                libs=()):
+                libs=(), rtlil_text=None):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -360,7 +371,8 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False,
 
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    (work / "top.il").write_text(rtlil.convert(component, name="top",
+    (work / "top.il").write_text(rtlil_text if rtlil_text is not None else
+                                 rtlil.convert(component, name="top",
                                                ports=component_ports(component)))
     shutil.copyfile(ram_verilog_path(), work / "ram.v")
     script = _YOSYS_SCRIPT
@@ -544,6 +556,14 @@ def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
     return out
 
 
+#: ``--synth`` choices of :func:`build_report`.
+SYNTH_MODES = ("auto", "full", "scaled", "fit", "composed", "none")
+#: The composed estimate's machine (:data:`ttrain.platforms.units.COMPOSED`) and its lanes:
+#: the options of :func:`ttrain.platforms.units.wide_machine_options`, with
+#: :data:`~ttrain.platforms.units.WIDE_SPECIAL_LANES` special-function units.
+COMPOSED_MACHINE, COMPOSED_LANES = "machine-256", 256
+
+
 def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
                  timeout=1800, log=None, sizes_from="compiler", vector_width=None,
                  special_lanes=None):
@@ -566,18 +586,30 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     banks = lanes if banks is None else banks
     check_banks(banks)
     synth = "none" if synth is False else ("auto" if synth is True else synth)
-    if synth not in ("auto", "full", "scaled", "fit", "none"):
-        raise ValueError(f"--synth must be auto, full, scaled, fit or none, not {synth!r}")
+    if synth not in SYNTH_MODES:
+        raise ValueError(f"--synth must be one of {', '.join(SYNTH_MODES)}, not {synth!r}")
     if synth == "auto":
-        synth = "full" if lanes <= 2 else "scaled"
+        synth = "full" if lanes <= 2 else ("composed" if lanes == COMPOSED_LANES and
+                                           vector_width is None and special_lanes is None
+                                           else "scaled")
+    if synth == "composed":
+        from .units import WIDE_SPECIAL_LANES, wide_machine_options
+        opts = wide_machine_options(COMPOSED_LANES)
+        if (lanes, banks) != (COMPOSED_LANES, COMPOSED_LANES) \
+                or vector_width not in (None, opts["vector_width"]) \
+                or special_lanes not in (None, WIDE_SPECIAL_LANES):
+            raise ValueError(f"--synth composed estimates the wide machine of `ttrain bench "
+                             f"step --lanes {COMPOSED_LANES}` ({COMPOSED_LANES} lanes and banks, "
+                             f"{opts['vector_width']} vector lanes, {WIDE_SPECIAL_LANES} "
+                             f"special-function units); use --synth fit for other shapes")
     if vector_width is not None:
         if isinstance(vector_width, bool) or not isinstance(vector_width, int) \
                 or vector_width < 1 or vector_width & (vector_width - 1) or vector_width > lanes:
             raise ValueError(f"--vector-width must be a power of two up to --lanes ({lanes}), "
                              f"not {vector_width!r}")
-        if synth not in ("full", "fit"):
-            raise ValueError("--vector-width applies to --synth full or fit (the tops "
-                             "synthesized with narrower vector units)")
+        if synth not in ("full", "fit", "composed"):
+            raise ValueError("--vector-width applies to --synth full, fit or composed (the "
+                             "tops synthesized with narrower vector units)")
     if special_lanes is not None:
         width = vector_width or lanes
         if isinstance(special_lanes, bool) or not isinstance(special_lanes, int) \
@@ -585,9 +617,10 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                 or special_lanes > width:
             raise ValueError(f"--special-lanes must be a power of two up to the vector "
                              f"unit's {width} lanes, not {special_lanes!r}")
-        if synth != "fit":
-            raise ValueError("--special-lanes applies to --synth fit (the special-function "
-                             "unit synthesized alone, counted that many times)")
+        if synth not in ("fit", "composed"):
+            raise ValueError("--special-lanes applies to --synth fit or composed (the "
+                             "special-function unit synthesized alone, counted that many "
+                             "times)")
     if synth == "scaled" and banks != lanes:
         raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
                          "for another --banks")
@@ -625,6 +658,17 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                               if logic["special_unit"] else "")
                            + "; RAMs and logic depth the synthesized parts' largest, not "
                            "extrapolated")
+    elif synth == "composed":
+        from .units import COMPOSED, measure
+        work = Path(cache_dir).parent / "timing"      # shared with the logic-depth benchmark
+        log(f"the {COMPOSED_LANES}-lane wide machine from its parts (Yosys per part, cached in "
+            f"{work}; about 70 min the first time) ...")
+        logic = measure(COMPOSED_MACHINE, work_dir=work, timeout=timeout)
+        logic["method"] = (f"the wide machine composed of separately synthesized parts "
+                           f"(python -m ttrain.testbench.timing --unit {COMPOSED_MACHINE}): "
+                           + COMPOSED[COMPOSED_MACHINE]["what"]
+                           + "; the engine's core fitted over 32 and 64 lanes and "
+                           "extrapolated to 256, the vector unit's over 8 and 16 lanes to 64")
     elif synth == "scaled":
         logic = scaled_estimate(config, lanes=lanes, cache_dir=cache_dir, timeout=timeout,
                                 log=log)

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import ClockSignal, Instance, Module, Signal
@@ -9,6 +10,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ttrain.main import main
+from ttrain.resources_cmd import format_report
 from ttrain.platforms.u50 import U50_CAPACITY
 from ttrain.platforms.memory import STORE_CATEGORY, fit_memory, memory_map, plan_report, \
     store_sizes_from_plan
@@ -305,13 +307,20 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
                                                                   "power of two up to --lanes"),
     (["--lanes", "8", "--vector-width", "16", "--synth", "fit"], "up to --lanes (8)"),
     (["--lanes", "8", "--vector-width", "2", "--synth", "scaled"], "--vector-width applies to "
-                                                                     "--synth full or fit"),
+                                                                     "--synth full, fit or "
+                                                                     "composed"),
     (["--lanes", "8", "--banks", "4", "--synth", "fit"], "--synth fit extrapolates tops with "
                                                          "banks = lanes"),
     (["--lanes", "8", "--special-lanes", "16", "--synth", "fit"], "--special-lanes must be a "
                                                                     "power of two up to"),
     (["--lanes", "8", "--special-lanes", "2", "--synth", "scaled"], "--special-lanes applies "
-                                                                      "to --synth fit"),
+                                                                      "to --synth fit or "
+                                                                      "composed"),
+    (["--lanes", "128", "--synth", "composed"], "--synth composed estimates the wide machine "
+                                                "of `ttrain bench step --lanes 256`"),
+    (["--lanes", "256", "--vector-width", "32", "--synth", "composed"], "64 vector lanes, 16 "
+                                                                        "special-function"),
+    (["--lanes", "256", "--banks", "128"], "(256 lanes and banks"),
 ])
 def test_cli_fit_arguments_are_checked(argv, needle, capsys, monkeypatch):
     import ttrain.platforms.resources as rc
@@ -319,3 +328,29 @@ def test_cli_fit_arguments_are_checked(argv, needle, capsys, monkeypatch):
     assert main(["resources", "--config", "tiny", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_composed_machine_report(monkeypatch, tmp_path):
+    """``--synth composed`` (the default at 256 lanes) reports the wide machine of
+    ``ttrain.platforms.units`` (here with its parts' results faked: the composition itself is
+    tests/test_timing.py's) beside the memory map, and it does not fit."""
+    import ttrain.platforms.resources as rc
+    import ttrain.platforms.units as un
+    seen = []
+
+    def fake(name, *, work_dir, timeout):
+        seen.append((name, Path(work_dir)))
+        return {"unit": name, "lut": 2_000_000, "ff": 900_000, "dsp48e2": 1_000, "carry": 0,
+                "ramb36": 4, "ramb18": 0, "uram288": 0, "logic_levels": 23,
+                "critical_path": ["LUT6"] * 23, "critical_nets": [], "deepest_part": "x",
+                "parts": {"engine-256": 1}, "by_part": {"engine-256": {"lut": 2_000_000,
+                                                                       "ff": 900_000,
+                                                                       "dsp48e2": 1_000}},
+                "estimate": True, "seconds": 1.0}
+    monkeypatch.setattr(un, "measure", fake)
+    rep = rc.build_report("paper-l1", lanes=256, cache_dir=tmp_path / "resources", log=print)
+    assert seen == [("machine-256", tmp_path / "timing")]
+    assert "composed of separately synthesized parts" in rep["logic"]["method"]
+    assert rep["total"]["lut"] == 2_000_000 and rep["fits"] is False
+    text = format_report(rep)
+    assert "part   1 x engine-256" in text and "in x" in text

@@ -10,7 +10,7 @@ docs/u50.md, "Logic depth per unit").
 
 import pytest
 
-from ttrain.testbench.timing import MAX_LEVELS, build_unit
+from ttrain.platforms.units import MAX_LEVELS, build_unit
 from ttrain.platforms.resources import synth_component
 
 
@@ -60,14 +60,17 @@ def test_black_boxes_are_counted_not_synthesized(tmp_path):
     assert res["ff"] == 8                           # z
 
 
-def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
-    from ttrain.testbench.timing import COMPOSED, compose
+def _unit(name, lut, ff, dsp, levels, cells=None):
+    """A fake :func:`ttrain.platforms.units.measure` result (RAMs counted from ``cells``)."""
+    return {"unit": name, "lut": lut, "ff": ff, "dsp48e2": dsp, "carry": 0,
+            "logic_levels": levels, "critical_path": [f"path{levels}"],
+            "critical_nets": [], "deep": [], "seconds": 1.0,
+            **({"cells": cells} if cells else {})}
 
-    def unit(name, lut, ff, dsp, levels, cells=None):
-        return {"unit": name, "lut": lut, "ff": ff, "dsp48e2": dsp, "carry": 0,
-                "logic_levels": levels, "critical_path": [f"path{levels}"],
-                "critical_nets": [], "deep": [], "seconds": 1.0,
-                **({"cells": cells} if cells else {})}
+
+def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
+    from ttrain.platforms.units import COMPOSED, compose
+    unit = _unit
     spec = COMPOSED["engine-256"]
     measured = {}
     for P, name in spec["core"].items():           # a core exactly 10 P + P log2 P
@@ -92,3 +95,22 @@ def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
         measured[name]["cells"].pop("ttrain_fp32add")
     with pytest.raises(ValueError, match="ttrain_fp32add"):
         compose("engine-256", measured)
+
+
+def test_the_machine_is_its_parts_summed_with_their_counts():
+    """``machine-256`` = engine-256 + two 64-lane vector units (vector and update) + 16
+    special-function units + the sequencer; a part's RAMs count (the sequencer's instruction
+    memory); the deepest part names the path."""
+    from ttrain.platforms.units import COMPOSED, WIDE_SPECIAL_LANES, compose
+    spec = COMPOSED["machine-256"]
+    assert spec["sum"] == {"engine-256": 1, "vector-64": 2, "special": WIDE_SPECIAL_LANES,
+                           "sequencer-l1": 1}
+    measured = {u: _unit(u, 1000 * (i + 1), 10 * (i + 1), i, 10 + i,
+                         cells={"RAMB36E2": 2} if u == "sequencer-l1" else None)
+                for i, u in enumerate(spec["sum"])}
+    measured["engine-256"]["estimate"] = True
+    r = compose("machine-256", measured)
+    assert r["lut"] == 1000 + 2 * 2000 + 16 * 3000 + 4000
+    assert r["dsp48e2"] == 0 + 2 * 1 + 16 * 2 + 3 and r["ramb36"] == 2
+    assert r["by_part"]["special"]["lut"] == 16 * 3000 and r["parts"]["vector-64"] == 2
+    assert (r["logic_levels"], r["deepest_part"]) == (13, "sequencer-l1") and r["estimate"]
