@@ -329,7 +329,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
 
 
 def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False,
-                    blackbox=(), libs=(), rtlil_text=None):
+                    blackbox=(), libs=()):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
@@ -343,26 +343,15 @@ def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist
     modules the component instantiates (e.g. :func:`~ttrain.rtl.export.shared_verilog` of
     its shared FP32 units), read as black boxes. ``cells`` then counts the black boxes'
     instances by module name, so a design too large for one Yosys run is the sum of its
-    parts (:func:`ttrain.platforms.units.measure` composes them). ``rtlil_text``: the
-    component already converted (:func:`component_rtlil`), not converted again.
+    parts (:func:`ttrain.platforms.units.measure` composes them).
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
-                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs,
-                       rtlil_text=rtlil_text)
-
-
-def component_rtlil(component):
-    """The RTLIL text :func:`synth_component` synthesizes for ``component`` (module ``top``)."""
-    from amaranth.back import rtlil
-
-    from ..rtl.export import component_ports
-    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    return rtlil.convert(component, name="top", ports=component_ports(component))
+                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs)
 
 
 def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False, blackbox=(),
-                libs=(), rtlil_text=None):
+                libs=()):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -371,8 +360,7 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False,
 
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    (work / "top.il").write_text(rtlil_text if rtlil_text is not None else
-                                 rtlil.convert(component, name="top",
+    (work / "top.il").write_text(rtlil.convert(component, name="top",
                                                ports=component_ports(component)))
     shutil.copyfile(ram_verilog_path(), work / "ram.v")
     script = _YOSYS_SCRIPT

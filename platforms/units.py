@@ -349,11 +349,16 @@ COMPOSED = {
     "engine-256": {
         "what": "The 256-lane engine of the wide machine (wide_machine_options: max_split 16, "
                 "route omega-shared, skewed banks, paper-l1's stores, 64-word unit ports): its "
-                "core fitted through machine-core-32 and -64 (unit ports a quarter of the "
-                "lanes there too), the omega-shared-256 and omega-write-256 ports (20-bit "
+                "core fitted linearly through machine-core-32 and -64 (unit ports a quarter of "
+                "the lanes there too), the omega-shared-256 and omega-write-256 ports (20-bit "
                 "addresses and XOR hash: a little larger than the engine's skewed ports) and "
                 "fp32-mul / fp32-add per instance",
-        "lanes": 256, "terms": ("P", "PlogP"),
+        # two points fit two terms: over (P, P log P) the machine's cores give a negative
+        # P log P coefficient (616,627 LUT at 256), unphysical for a core whose row-port
+        # rotators grow as P log P; (1, P) is the larger extrapolation (697,584), and both
+        # are low if a constant, a linear and a P log P part are all there
+        # (docs/wide-engine.md, fifteenth session)
+        "lanes": 256, "terms": ("1", "P"),
         "core": {32: "machine-core-32", 64: "machine-core-64"},
         "parts": {"top.unit.fr_omega": "omega-shared-256", "top.unit.wc_omega": "omega-write-256",
                   "ttrain_fp32mul": "fp32-mul", "ttrain_fp32add": "fp32-add"}},
@@ -470,23 +475,21 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
                                keep_netlist=keep_netlist)
                     for u in dict.fromkeys(units)}
         return compose(name, measured)
-    from .resources import _source_hash, component_rtlil
-    # a result is kept beside the unit's build, keyed by the hardware synthesized (its RTLIL,
-    # black boxes and libraries), the RTL/golden sources and the tool versions: a composed
-    # unit's parts (machine-core-64 takes ~25 min) are not run twice, and a changed unit is
-    # never served a stale result
-    t0 = time.monotonic()
-    comp = build_unit(name)
-    text = component_rtlil(comp)
-    blackbox, libs = getattr(comp, "synth_blackbox", ()), getattr(comp, "synth_libs", ())
-    digest = hashlib.sha256("\0".join([text, *blackbox, *libs]).encode()).hexdigest()
-    key = _source_hash({"unit": name, "over": over, "hardware": digest})
+    from .resources import _source_hash
+    # a result is kept beside the unit's build, keyed by the RTL/golden sources, the tool
+    # versions and the unit definitions here: a composed unit's parts (machine-core-64 takes
+    # ~15 min) are not run twice, and a changed unit is never served a stale result
+    key = _source_hash({"unit": name, "over": over,
+                        "units": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
     cached = Path(work_dir) / name / f"result-{key}.json"
     if cached.is_file() and not keep_netlist:
         return json.loads(cached.read_text())
+    t0 = time.monotonic()
+    comp = build_unit(name)
     r = synth_component(comp, Path(work_dir) / name, timeout=timeout, over=over,
-                        keep_netlist=keep_netlist, blackbox=blackbox, libs=libs,
-                        rtlil_text=text)
+                        keep_netlist=keep_netlist,
+                        blackbox=getattr(comp, "synth_blackbox", ()),
+                        libs=getattr(comp, "synth_libs", ()))
     out = {"unit": name, **{k: r[k] for k in _COUNTS}, "logic_levels": r["logic_levels"],
            "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
            "deep": [list(d) for d in r["deep"]], "cells": r["cells"],

@@ -73,17 +73,17 @@ def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
     unit = _unit
     spec = COMPOSED["engine-256"]
     measured = {}
-    for P, name in spec["core"].items():           # a core exactly 10 P + P log2 P
+    for P, name in spec["core"].items():           # a core exactly 500 + 10 P (its terms)
         cells = {"top.unit.fr_omega": 1, "top.unit.wc_omega": 1, "ttrain_fp32mul": P,
                  "ttrain_fp32add": 31 * P // 16}
-        lut = 10 * P + P * (P.bit_length() - 1)
+        lut = 500 + 10 * P
         measured[name] = unit(name, lut, 2 * lut, P, 11, cells)
     measured.update({"omega-shared-256": unit("omega-shared-256", 150, 70, 0, 10),
                      "omega-write-256": unit("omega-write-256", 140, 60, 0, 10),
                      "fp32-mul": unit("fp32-mul", 5, 3, 2, 10),
                      "fp32-add": unit("fp32-add", 4, 2, 0, 13)})
     r = compose("engine-256", measured)
-    core = 10 * 256 + 256 * 8
+    core = 500 + 10 * 256
     assert r["lut"] == core + 150 + 140 + 256 * 5 + 496 * 4
     assert r["ff"] == 2 * core + 70 + 60 + 256 * 3 + 496 * 2
     assert r["dsp48e2"] == 256 + 256 * 2
