@@ -1,6 +1,4 @@
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,34 +46,3 @@ def pytest_collection_modifyitems(config, items):
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
-
-#: Test files whose tests run on the shared top (tests/shared_top.py).
-_TOP_USERS = {"test_cnn_verilator.py", "test_demo_verilator.py", "test_hw_config.py",
-              "test_lrt_verilator.py", "test_model_verilator.py",
-              "test_random_programs_verilator.py", "test_seeing_inside.py",
-              "test_top_verilator.py"}
-
-
-def pytest_collection_finish(session):
-    """Under pytest-xdist, worker ``gw0`` starts the shared top's build (~70 s) in a background
-    process as soon as it knows a selected test needs it. Without it both workers reached
-    their first test on that top at about the same time and one of them waited ~65 s,
-    idle, on the other's build lock (tests/test_cnn_verilator.py's two setups of ~70 s each,
-    docs/verification.md); now the tests that come first run beside the build, and whichever
-    test needs the top first waits only for what is left of it. The build is the one the
-    tests ask for (the same call, the same cache), so a test never runs on another."""
-    config = session.config
-    if getattr(config, "workerinput", {}).get("workerid") != "gw0":
-        return
-    if not any(item.path.name in _TOP_USERS for item in session.items):
-        return
-    config._ttrain_prebuild = subprocess.Popen(
-        [sys.executable, "-c", "import shared_top; shared_top.shared_top()"],
-        cwd=Path(__file__).resolve().parent, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-
-
-def pytest_unconfigure(config):
-    proc = getattr(config, "_ttrain_prebuild", None)
-    if proc is not None:
-        proc.wait()                       # a failed build is the tests' to report
