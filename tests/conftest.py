@@ -45,4 +45,3 @@ def pytest_collection_modifyitems(config, items):
         group = groups.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-
