@@ -50,8 +50,10 @@ def format_report(rep):
                    + ("" if entry["fits"] else "  -> DOES NOT FIT"))
     logic = rep["logic"]
     if logic:
-        out += ["", "Logic (Yosys synth_xilinx -family xcup of the accelerator top, stores as "
-                    "black boxes; estimate" + (", cached" if logic.get("cached") else "") + "):",
+        out += ["", "Logic (Yosys synth_xilinx -family xcup of the accelerator "
+                    + ("top's parts" if logic.get("by_part") else "top")
+                    + ", stores as black boxes; estimate"
+                    + (", cached" if logic.get("cached") else "") + "):",
                 f"  method: {logic['method']}"]
         for k, label in (("lut", "LUT"), ("ff", "FF"), ("dsp48e2", "DSP48E2"),
                          ("ramb36", "RAMB36"), ("ramb18", "RAMB18"), ("uram288", "URAM288")):
@@ -125,7 +127,7 @@ def register(sub):
                         "Yosys the first time, cached), composed (the 256-lane wide machine of "
                         "`ttrain bench step --lanes 256` from its separately synthesized "
                         "parts: engine core at 32 and 64 lanes, Omega ports, FP32 units, "
-                        "vector unit at 8 and 16 lanes, special-function unit, sequencer; ~70 "
+                        "vector unit at 8 and 16 lanes, special-function unit, sequencer; ~60 "
                         "min of Yosys the first time, cached), none, or auto (full up to 2 "
                         "lanes, composed at 256, else scaled; default)")
     p.add_argument("--no-synth", action="store_true",

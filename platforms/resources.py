@@ -650,8 +650,8 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
         from .units import COMPOSED, measure
         work = Path(cache_dir).parent / "timing"      # shared with the logic-depth benchmark
         log(f"the {COMPOSED_LANES}-lane wide machine from its parts (Yosys per part, cached in "
-            f"{work}; about 70 min the first time) ...")
-        logic = measure(COMPOSED_MACHINE, work_dir=work, timeout=timeout)
+            f"{work}; about an hour the first time) ...")
+        logic = measure(COMPOSED_MACHINE, work_dir=work, timeout=timeout, log=log)
         logic["method"] = (f"the wide machine composed of separately synthesized parts "
                            f"(python -m ttrain.testbench.timing --unit {COMPOSED_MACHINE}): "
                            + COMPOSED[COMPOSED_MACHINE]["what"]

@@ -460,28 +460,45 @@ def build_unit(name):
     return UNITS[name][0]()
 
 
+_DEFINITIONS = []
+
+
+def _definitions_digest():
+    """Digest of the unit definitions: this file above :data:`COMPOSED` (the constructors and
+    :data:`UNITS`), read once per process, so a long run keys every part by the code it
+    started with and an edit below (composition, caching, reports) keeps the results."""
+    if not _DEFINITIONS:
+        text = Path(__file__).read_text()
+        _DEFINITIONS.append(hashlib.sha256(
+            text[:text.index("\nCOMPOSED = {")].encode()).hexdigest())
+    return _DEFINITIONS[0]
+
+
 def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
-            keep_netlist=False):
+            keep_netlist=False, log=None):
     """Synthesize unit ``name``; return LUT, FF, DSP, levels, critical path, every register
-    deeper than ``over`` levels (``deep``: levels, register, source) and seconds."""
+    deeper than ``over`` levels (``deep``: levels, register, source) and seconds. ``log``:
+    a function given a progress line before each synthesis (a composed unit's parts take
+    minutes each)."""
     from .resources import synth_component
     if name in COMPOSED:
         spec = COMPOSED[name]
         units = spec["sum"] if "sum" in spec else [*spec["core"].values(),
                                                    *spec["parts"].values()]
         measured = {u: measure(u, work_dir=work_dir, timeout=timeout, over=over,
-                               keep_netlist=keep_netlist)
+                               keep_netlist=keep_netlist, log=log)
                     for u in dict.fromkeys(units)}
         return compose(name, measured)
     from .resources import _source_hash
     # a result is kept beside the unit's build, keyed by the RTL/golden sources, the tool
-    # versions and the unit definitions here: a composed unit's parts (machine-core-64 takes
+    # versions and the unit definitions: a composed unit's parts (machine-core-64 takes
     # ~15 min) are not run twice, and a changed unit is never served a stale result
-    key = _source_hash({"unit": name, "over": over,
-                        "units": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()})
+    key = _source_hash({"unit": name, "over": over, "definitions": _definitions_digest()})
     cached = Path(work_dir) / name / f"result-{key}.json"
     if cached.is_file() and not keep_netlist:
         return json.loads(cached.read_text())
+    if log is not None:
+        log(f"  synthesizing {name} ...")
     t0 = time.monotonic()
     comp = build_unit(name)
     r = synth_component(comp, Path(work_dir) / name, timeout=timeout, over=over,

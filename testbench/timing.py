@@ -60,7 +60,8 @@ def main(argv=None):
     rows = []
     for name in names:
         r = measure(name, work_dir=args.work_dir, timeout=args.timeout, over=args.over,
-                    keep_netlist=args.keep_netlist)
+                    keep_netlist=args.keep_netlist,
+                    log=lambda msg: print(msg, file=sys.stderr, flush=True))
         rows.append(r)
         mark = "ok" if r["logic_levels"] <= MAX_LEVELS else f"> {MAX_LEVELS}"
         print(f"{name:16s} LUT {r['lut']:6d}  FF {r['ff']:6d}  DSP {r['dsp48e2']:3d}  "

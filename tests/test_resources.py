@@ -338,7 +338,7 @@ def test_composed_machine_report(monkeypatch, tmp_path):
     import ttrain.platforms.units as un
     seen = []
 
-    def fake(name, *, work_dir, timeout):
+    def fake(name, *, work_dir, timeout, log):
         seen.append((name, Path(work_dir)))
         return {"unit": name, "lut": 2_000_000, "ff": 900_000, "dsp48e2": 1_000, "carry": 0,
                 "ramb36": 4, "ramb18": 0, "uram288": 0, "logic_levels": 23,
