@@ -28,7 +28,7 @@ demo: $(STAMP)  ## main job: watch the demo preset learn on the simulated accele
 	$(VENV)/bin/ttrain demo --config demo --json build/demo.json --plot build/demo-loss.png
 
 test: $(STAMP)  ## full test suite (golden self-tests, Amaranth simulator, cocotb/Verilator)
-	$(PY) -m pytest -n 2 --dist loadgroup -q --durations=10 tests
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -q --durations=10 tests
 
 test-fast: $(STAMP)  ## golden and Amaranth-simulator tests only (no Verilator builds)
 	$(PY) -m pytest -n 2 -q tests -k "not verilator"

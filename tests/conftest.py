@@ -37,6 +37,8 @@ def pytest_collection_modifyitems(config, items):
     ran the fixture once (a build: one worker waited for the other's). (The shared
     top's modules in a group of their own gained nothing measurable, docs/verification.md.)
 
+    The items are then sorted into the order the workers should take them (:func:`_run_rank`).
+
     Grouping needs pytest < 9 (``pyproject.toml``): pytest-xdist 3.8 puts the group into
     ``item._nodeid``, which pytest 9 no longer reads, so the groups silently vanished."""
     groups = {"test_kernel_verilator.py": "kernel", "test_cli_zo_plan.py": "mcunet_plan",
@@ -45,3 +47,27 @@ def pytest_collection_modifyitems(config, items):
         group = groups.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_run_rank)       # stable: collection order within a rank
+
+
+#: The order ``make test`` hands tests to its two workers (``--no-loadscope-reorder`` keeps
+#: it). First the test whose setup builds the shared 4-lane top (tests/shared_top.py, ~75 s),
+#: beside it the Vitis kernel's build and run on the other worker, then the engine's builds:
+#: the other worker reaches the shared top's tests after its build, instead of waiting ~70 s
+#: on its build lock as when both workers came to the CNN tests together. Then the other
+#: expensive files (Verilator builds, Amaranth simulations, Yosys, whole-model compiles),
+#: the many quick tests last so that the two workers finish together. A wrong rank costs
+#: only time.
+_FIRST = ("test_cnn_verilator.py::test_zo_steps_bit_exact_on_the_chip[zo_digits-5]",
+          "test_kernel_verilator.py", "test_engine_verilator.py")
+_EXPENSIVE = ("_verilator.py", "_sim.py", "test_timing.py", "test_vitis.py",
+              "test_seeing_inside.py", "test_golden_model_compiler.py", "test_lrt_compiler.py",
+              "test_cli_plan.py", "test_cli_zo_plan.py", "test_cli_lrt.py", "test_zo_compiler.py")
+
+
+def _run_rank(item):
+    name = item.nodeid.rsplit("/", 1)[-1]
+    for rank, head in enumerate(_FIRST):
+        if name == head or name.split("::")[0] == head:
+            return rank
+    return len(_FIRST) + (not item.path.name.endswith(_EXPENSIVE))
