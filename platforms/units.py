@@ -119,7 +119,7 @@ def _wide_machine(lanes, config="paper-l1"):
     from ..rtl.top import Accelerator
     hw = preset_hw_config(config, **wide_machine_options(lanes))
     acc = Accelerator(**hw.accelerator_kwargs("synth"))
-    for part in (acc, acc.engine, acc._seq):       # only some of its parts are elaborated
+    for part in (acc, acc.engine, acc.sequencer):  # only some of its parts are elaborated
         part._MustUse__silence = True
     return acc
 
@@ -136,20 +136,17 @@ def _machine_engine_core(lanes):
     return flat
 
 
-def _machine_vector_core(width):
-    """The wide machine's vector unit at ``width`` lanes (its address and store fields, two
-    read vectors a request, one special-function unit, left a black box like its lanes' FP32
-    units: they are counted per instance)."""
+def _machine_vector_core(width, kind="vector"):
+    """The wide machine's vector unit (``kind="vector"``: every op, two read vectors a
+    request, one special-function unit, left a black box like its lanes' FP32 units: they are
+    counted per instance) or update unit (``"update"``: UPDATE only, one read a request) at
+    ``width`` lanes, as the machine's top builds them (its address and store fields)."""
     from ..rtl.export import shared_verilog
-    from ..rtl.vector_wide import WideVectorUnit
-    acc = _wide_machine(4 * width)
-    eng = acc.engine
-    unit = WideVectorUnit(width=width, addr_bits=eng.addr_bits,
-                          store_bits=eng.port_signature.store_bits, special=True,
-                          special_impl="verilog", units=acc._vector_units, reads=2)
+    unit = _wide_machine(4 * width).make_vector_unit(kind)
     flat = _flat(unit)
-    flat.synth_blackbox = ("unit.sfu",)
-    flat.synth_libs = (shared_verilog(list(acc._vector_units.values())),)
+    if unit.special:
+        flat.synth_blackbox = ("unit.sfu",)
+    flat.synth_libs = (shared_verilog(list(unit.units.values())),)
     return flat
 
 
@@ -329,6 +326,10 @@ UNITS = {
                                f"request), its special-function unit and FP32 units black "
                                f"boxes, counted")
        for V in (8, 16)},
+    **{f"machine-update-{V}": (lambda V=V: _machine_vector_core(V, "update"),
+                               f"the wide machine's update unit at {V} lanes (UPDATE only, "
+                               f"one read a request), its FP32 units black boxes, counted")
+       for V in (8, 16)},
 }
 
 
@@ -369,15 +370,22 @@ COMPOSED = {
         "core": {8: "machine-vector-8", 16: "machine-vector-16"},
         "parts": {"ttrain_fp32mul": "fp32-mul", "ttrain_fp32add": "fp32-add",
                   "ttrain_fp32compare_l1": "fp32-compare"}},
+    "update-64": {
+        "what": "The wide machine's 64-lane update unit (UPDATE only: a multiplier and an "
+                "adder a lane): its core fitted through machine-update-8 and -16 (linear in "
+                "the lanes) and its lanes' FP32 units per instance",
+        "lanes": 64, "terms": ("1", "P"),
+        "core": {8: "machine-update-8", 16: "machine-update-16"},
+        "parts": {"ttrain_fp32mul": "fp32-mul", "ttrain_fp32add": "fp32-add"}},
     "machine-256": {
         "what": "The whole wide machine (ttrain bench step --config paper-l1 --lanes 256 "
                 "--max-split 16 --bank-skew --route omega-shared --vector-width 64 "
-                "--special-lanes 16 --vector-reads 2): engine-256, the vector and update "
-                "units (vector-64 each: the update unit has one read a request, a little "
-                "smaller), 16 special-function units, the sequencer at paper-l1's stores; "
-                "stores not included (BRAM/URAM: the memory map)",
-        "sum": {"engine-256": 1, "vector-64": 2, "special": WIDE_SPECIAL_LANES,
-                "sequencer-l1": 1}},
+                "--special-lanes 16 --vector-reads 2): engine-256, the vector unit "
+                "(vector-64), the update unit (update-64), 16 special-function units, the "
+                "sequencer at paper-l1's stores; stores not included (BRAM/URAM: the memory "
+                "map)",
+        "sum": {"engine-256": 1, "vector-64": 1, "update-64": 1,
+                "special": WIDE_SPECIAL_LANES, "sequencer-l1": 1}},
 }
 
 _COUNTS = ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288")

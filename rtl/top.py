@@ -273,13 +273,24 @@ class Accelerator(wiring.Component):
     vector_reads = property(lambda self: self._vector_reads,
                             doc="Vectors per read request of the vector unit's port (1 or 2).")
 
-    def _vector_unit(self, m, name, port, special=False, reads=1):
+    def make_vector_unit(self, kind):
+        """A new :class:`~ttrain.rtl.vector_wide.WideVectorUnit` as this top builds its
+        ``kind`` (``"vector"`` or ``"update"``: UPDATE only, ``ops="update"``) unit; for
+        syntheses of the parts (``platforms/units.py``)."""
+        if kind not in ("vector", "update"):
+            raise ValueError(f"kind must be 'vector' or 'update', not {kind!r}")
         eng = self._engine
-        unit = WideVectorUnit(width=eng.port_width, addr_bits=eng.addr_bits,
+        vec = kind == "vector"
+        special = self._special and vec
+        return WideVectorUnit(width=eng.port_width, addr_bits=eng.addr_bits,
                               store_bits=eng.port_signature.store_bits, special=special,
                               special_impl=self._special_impl, units=self._vector_units,
                               special_lanes=self._special_lanes if special else 1,
-                              reads=reads)
+                              reads=self._vector_reads if vec else 1,
+                              ops="all" if vec else "update")
+
+    def _vector_unit(self, m, name, port):
+        unit = self.make_vector_unit(name)
         m.submodules[name] = unit
         connect(m, unit.mem, port)
         return unit
@@ -288,9 +299,8 @@ class Accelerator(wiring.Component):
         m = Module()
         m.submodules.engine = eng = self._engine
         m.submodules.sequencer = seq = self._seq
-        vec = self._vector_unit(m, "vector", eng.port0, special=self._special,
-                                reads=self._vector_reads)
-        upd = self._vector_unit(m, "update", eng.port1)
+        vec = self._vector_unit(m, "vector", eng.port0)
+        upd = self._vector_unit(m, "update", eng.port1)      # UPDATE only
 
         # ---- host -------------------------------------------------------------------------
         m.d.comb += [

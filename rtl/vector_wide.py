@@ -201,6 +201,13 @@ class WideVectorUnit(wiring.Component):
         :class:`~ttrain.rtl.special.SpecialFunctionUnit` (the Yosys cost of one per lane;
         docs/wide-engine.md: the one-word-per-cycle unit is the wide engine's largest vector
         cost).
+    ops : {"all", "update"}
+        The instructions the unit executes: ``"all"`` (the vector unit: every elementwise,
+        reduce, gather, PRNG and UPDATE op) or ``"update"`` (the update unit, to which the
+        sequencer sends UPDATE and nothing else): the lanes then have only the multiplier and
+        adder UPDATE uses, no comparators, integer ops, PRNG draws, reduction slots or index
+        logic, and any other op ends at once with :data:`~ttrain.golden.isa.ERR_OPCODE`,
+        writing nothing. UPDATE runs the same beats and cycles in both.
     units : dict or None
         The lanes' FP32 unit classes by role, ``"mul"``, ``"add"``, ``"cmp"`` (a latency-1
         comparator); missing roles are the Amaranth units. Simulation builds pass
@@ -228,7 +235,7 @@ class WideVectorUnit(wiring.Component):
 
     def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
                  special=False, special_impl="amaranth", special_functions=None, units=None,
-                 special_lanes=1, reads=1):
+                 special_lanes=1, reads=1, ops="all"):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -264,6 +271,13 @@ class WideVectorUnit(wiring.Component):
                              f"1..width ({width}), not {special_lanes!r}")
         if special_lanes > 1 and not special:
             raise ValueError("WideVectorUnit special_lanes > 1 needs special=True")
+        if ops not in ("all", "update"):
+            raise ValueError(f"WideVectorUnit ops must be 'all' (the vector unit) or 'update' "
+                             f"(UPDATE only), not {ops!r}")
+        if ops == "update" and special:
+            raise ValueError("WideVectorUnit ops='update' runs no special functions; leave "
+                             "special=False")
+        self._ops = ops
         given = dict(units or {})
         if set(given) - {"mul", "add", "cmp"}:
             raise ValueError(f"WideVectorUnit units names roles 'mul', 'add', 'cmp', not "
@@ -310,6 +324,8 @@ class WideVectorUnit(wiring.Component):
     reads = property(lambda self: self._reads,
                      doc="Vectors per read request (2: an element beat's two sources in one "
                          "request, :mod:`ttrain.rtl.port`).")
+    ops = property(lambda self: self._ops,
+                   doc="The instructions the unit executes: ``\"all\"`` or ``\"update\"``.")
     special = property(lambda self: self._sfu is not None,
                        doc="True when the special-function unit is built.")
     special_lanes = property(lambda self: self._special_lanes,
@@ -435,6 +451,9 @@ class WideVectorUnit(wiring.Component):
         LEW = LM + LA
         DEPTH = self.result_depth             # result FIFO entries (credits)
         SP = self._sfu is not None
+        # ops="update": UPDATE's walk, beats, lanes (multiplier and adder) and writer only;
+        # the other ops' flags are constant 0, their states and datapaths not built
+        FULL = self._ops == "all"
         Lanes = data.ArrayLayout(32, W)
 
         # ---- command ----------------------------------------------------------------------
@@ -477,11 +496,17 @@ class WideVectorUnit(wiring.Component):
                            | rnd["raccum"] | rnd["runif"])
             f["is_ewop"] = (_or(ew[spec.mnemonic] for spec in ew_specs if not spec.requires)
                             | (f["is_sp"] if SP else 0) | f["is_rnd"])
+            if not FULL:            # UPDATE alone: its own flags, every other one 0
+                keep = {"is_upd": f["is_upd"], "upd_mode_ok": f["upd_mode_ok"]}
+                keep.update({k: f["is_upd"] for k in ("rd_d", "two_reads", "add_op")})
+                return {k: keep.get(k, Const(0, 1)) for k in f}
             return f
 
         incoming = decode(self.cmd.payload)
-        dec = {k: Signal(name=f"dec_{k}") for k in incoming}
-        latch_cmd = [c.eq(self.cmd.payload)] + [dec[k].eq(v) for k, v in incoming.items()]
+        dec = {k: v if isinstance(v, Const) else Signal(name=f"dec_{k}")
+               for k, v in incoming.items()}
+        latch_cmd = [c.eq(self.cmd.payload)] + [dec[k].eq(v) for k, v in incoming.items()
+                                                if not isinstance(v, Const)]
         ew = {k: dec[f"ew_{k}"] for k in ELEMENTWISE_OPS}
         rnd = {k: dec[f"rnd_{k}"] for k in RANDOM_OPS}
         is_sp = dec["is_sp"]                  # a special-function op
@@ -510,7 +535,8 @@ class WideVectorUnit(wiring.Component):
 
         # ---- tag FIFO, result FIFO ----------------------------------------------------------
         Tag = data.StructLayout({"kind": 3, "g": GB, "first": 1, "last": 1, "bx": 1,
-                                 "mask": W, "waddr": AB, "waddr2": AB, "idx": 32,
+                                 "mask": W, "waddr": AB, "waddr2": AB,
+                                 **({"idx": 32} if FULL else {}),
                                  **({"bx2": 1} if self._reads == 2 else {})})
         Res = data.StructLayout({"data": Lanes, "mask": W, "waddr": AB, "waddr2": AB})
         m.submodules.tags = tags = fifo.SyncFIFO(width=Tag.size, depth=self._max_reads)
@@ -636,7 +662,8 @@ class WideVectorUnit(wiring.Component):
                              coff.eq(0), idx_ok.eq(0), hist_v.eq(0)]
                 for s, v in enumerate(views):
                     m.d.sync += [base[s].eq(v.base), ad[s].eq(v.base), rb[s].eq(v.base)]
-                with m.If(is_sp & ~sp_on):             # no special-function unit
+                # no special-function unit, or an op the update unit does not have
+                with m.If((is_sp & ~sp_on) if FULL else ~is_upd):
                     m.d.sync += err.eq(ERR_OPCODE)
                     m.next = "FINISH"
                 with m.Elif(is_upd & ~upd_mode_ok):     # a rule this unit does not have
@@ -648,56 +675,57 @@ class WideVectorUnit(wiring.Component):
                     for s in range(3):
                         m.d.sync += [rstr[s].eq(0), bcast[s].eq(0), step[s].eq(W)]
                     m.next = OPA
-                with m.Elif(is_ewop):
-                    with m.If(dense):
-                        m.d.sync += [rows.eq(1), cols.eq(total), rem_c.eq(total),
-                                     rrem.eq(1), prow_rem.eq(1)]
-                    with m.Elif(tr):
-                        m.d.sync += [rows.eq(c.cols), cols.eq(c.rows), rem_c.eq(c.rows),
-                                     rrem.eq(c.cols[:16]), prow_rem.eq(c.cols[:16])]
-                    with m.Else():
+                if FULL:   # (the update unit has UPDATE alone)
+                    with m.Elif(is_ewop):
+                        with m.If(dense):
+                            m.d.sync += [rows.eq(1), cols.eq(total), rem_c.eq(total),
+                                         rrem.eq(1), prow_rem.eq(1)]
+                        with m.Elif(tr):
+                            m.d.sync += [rows.eq(c.cols), cols.eq(c.rows), rem_c.eq(c.rows),
+                                         rrem.eq(c.cols[:16]), prow_rem.eq(c.cols[:16])]
+                        with m.Else():
+                            m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
+                                         rrem.eq(c.rows), prow_rem.eq(c.rows)]
+                        m.d.sync += wide.eq((wcol | wrow) & (W > 1))
+                        for s, v in enumerate(views):
+                            r_ = Mux(tr, v.col, v.row)
+                            c_ = Mux(tr, v.row, v.col)
+                            m.d.sync += [rstr[s].eq(r_),
+                                         bcast[s].eq((c_ == 0) if s else 0),
+                                         step[s].eq(Mux((wcol | wrow) & (W > 1), c_ << LW, c_))]
+                        ir_ = Mux(tr, 1, c.cols)
+                        ic_ = Mux(tr, c.cols, 1)
+                        m.d.sync += [iad.eq(c.imm), irb.eq(c.imm), irstr.eq(ir_), ilane.eq(ic_),
+                                     istep.eq(Mux((wcol | wrow) & (W > 1), ic_ << LW, ic_))]
+                        with m.If(is_rnd):
+                            m.next = "EW_SEED"
+                        with m.Elif(two_src):
+                            m.next = OPA
+                        with m.Else():
+                            m.next = "EW_FIRE"
+                    with m.Elif(is_red):
+                        rl = Signal()
+                        m.d.comb += rl.eq((c.v1.row == 1) & (c.v0.row == 1) & (W > 1))
                         m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
-                                     rrem.eq(c.rows), prow_rem.eq(c.rows)]
-                    m.d.sync += wide.eq((wcol | wrow) & (W > 1))
-                    for s, v in enumerate(views):
-                        r_ = Mux(tr, v.col, v.row)
-                        c_ = Mux(tr, v.row, v.col)
-                        m.d.sync += [rstr[s].eq(r_),
-                                     bcast[s].eq((c_ == 0) if s else 0),
-                                     step[s].eq(Mux((wcol | wrow) & (W > 1), c_ << LW, c_))]
-                    ir_ = Mux(tr, 1, c.cols)
-                    ic_ = Mux(tr, c.cols, 1)
-                    m.d.sync += [iad.eq(c.imm), irb.eq(c.imm), irstr.eq(ir_), ilane.eq(ic_),
-                                 istep.eq(Mux((wcol | wrow) & (W > 1), ic_ << LW, ic_))]
-                    with m.If(is_rnd):
-                        m.next = "EW_SEED"
-                    with m.Elif(two_src):
-                        m.next = OPA
-                    with m.Else():
-                        m.next = "EW_FIRE"
-                with m.Elif(is_red):
-                    rl = Signal()
-                    m.d.comb += rl.eq((c.v1.row == 1) & (c.v0.row == 1) & (W > 1))
-                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
-                                 rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(rl)]
-                    for s, v in enumerate(views):
-                        m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
-                                     step[s].eq(Mux(rl, v.row << LW, v.row))]
-                    with m.If(c.flags[0]):
-                        m.next = "RED_ACC"
-                    with m.Else():
-                        m.next = "RED_A"
-                with m.Else():                                  # gather / scatter_add
-                    gw = Signal()
-                    m.d.comb += gw.eq((c.v0.col == 1) & (c.v1.col == 1) & (W > 1))
-                    m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
-                                 rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(gw),
-                                 iwide.eq((c.v2.row == 1) & (W > 1))]
-                    for s, v in enumerate(views):
-                        m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
-                                     step[s].eq(Mux(gw, v.col << LW, v.col))]
-                    m.d.sync += step[2].eq(Mux((c.v2.row == 1) & (W > 1), W, c.v2.row))
-                    m.next = "GS_CHK"
+                                     rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(rl)]
+                        for s, v in enumerate(views):
+                            m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
+                                         step[s].eq(Mux(rl, v.row << LW, v.row))]
+                        with m.If(c.flags[0]):
+                            m.next = "RED_ACC"
+                        with m.Else():
+                            m.next = "RED_A"
+                    with m.Else():                                  # gather / scatter_add
+                        gw = Signal()
+                        m.d.comb += gw.eq((c.v0.col == 1) & (c.v1.col == 1) & (W > 1))
+                        m.d.sync += [rows.eq(c.rows), cols.eq(c.cols), rem_c.eq(c.cols),
+                                     rrem.eq(c.rows), prow_rem.eq(c.rows), wide.eq(gw),
+                                     iwide.eq((c.v2.row == 1) & (W > 1))]
+                        for s, v in enumerate(views):
+                            m.d.sync += [rstr[s].eq(v.row), bcast[s].eq(0),
+                                         step[s].eq(Mux(gw, v.col << LW, v.col))]
+                        m.d.sync += step[2].eq(Mux((c.v2.row == 1) & (W > 1), W, c.v2.row))
+                        m.next = "GS_CHK"
 
             # ---- elementwise and UPDATE -----------------------------------------------------
             # two-read ops: OPA = slot 1 (a, or g for UPDATE), FIRE = slot 2 (b) or slot 0
@@ -726,12 +754,13 @@ class WideVectorUnit(wiring.Component):
                     with m.Else():
                         m.next = "EW_FIRE"
 
-            with m.State("EW_SEED"):           # PRNG ops: the seed word first
-                with m.If(beat(_K_SEED, c.v2.store, c.v2.base, 1, bx=1)):
-                    with m.If(two_reads):
-                        m.next = OPA
-                    with m.Else():
-                        m.next = "EW_FIRE"
+            if FULL:
+                with m.State("EW_SEED"):           # PRNG ops: the seed word first
+                    with m.If(beat(_K_SEED, c.v2.store, c.v2.base, 1, bx=1)):
+                        with m.If(two_reads):
+                            m.next = OPA
+                        with m.Else():
+                            m.next = "EW_FIRE"
             if not paired:
                 with m.State("EW_OPA"):
                     with m.If(beat(_K_OPA, c.v1.store, ad[1], src_mask(1), bx=bcast[1])):
@@ -748,7 +777,9 @@ class WideVectorUnit(wiring.Component):
                                waddr2=ad[1], second=second)):
                     ew_advance()
                 # the write mask (the read mask may be a broadcast lane or zero)
-                m.d.comb += [tag_in.mask.eq(mask_c), tag_in.idx.eq(iad)]
+                m.d.comb += tag_in.mask.eq(mask_c)
+                if FULL:                            # (the PRNG ops' element index)
+                    m.d.comb += tag_in.idx.eq(iad)
 
             # ---- reductions -------------------------------------------------------------------
             def red_next_group():
@@ -761,122 +792,124 @@ class WideVectorUnit(wiring.Component):
                 m.d.sync += [g.eq(0), i.eq(prow), rrem.eq(prow_rem), rb[0].eq(ad[0]),
                              rb[1].eq(ad[1])]
 
-            with m.State("RED_ACC"):
-                # ad[0]/ad[1]: pass start addresses of d / a (row prow, column 0)
-                with m.If(beat(_K_ACC, c.v0.store, rb[0], mask_r, g=g)):
-                    with m.If(last_group):
-                        red_restart_pass()
-                        m.next = "RED_A"
-                    with m.Else():
-                        red_next_group()
-            with m.State("RED_A"):
-                last_col = rem_c == 1                                     # j == cols - 1
-                with m.If(beat(_K_RED, c.v1.store, rb[1] + coff, mask_r, g=g, first=j == 0,
-                               last=last_col, waddr=rb[0])):
-                    with m.If(~last_group):
-                        red_next_group()
-                    with m.Elif(~last_col):
-                        red_restart_pass()
-                        m.d.sync += [j.eq(j + 1), rem_c.eq(rem_c - 1),
-                                     coff.eq(coff + c.v1.col)]
-                    with m.Elif(rrem_le_n):
-                        m.next = "FINISH"
-                    with m.Else():                  # next pass starts after this group
-                        nxt = [rb[0] + step[0], rb[1] + step[1]]
-                        m.d.sync += [g.eq(0), j.eq(0), rem_c.eq(cols), coff.eq(0),
-                                     i.eq(i + n_lanes), rrem.eq(rrem - n_lanes),
-                                     prow_rem.eq(rrem - n_lanes),
-                                     prow.eq(i + n_lanes)]
-                        for s in range(2):
-                            m.d.sync += [rb[s].eq(nxt[s]), ad[s].eq(nxt[s])]
-                        with m.If(c.flags[0]):
-                            m.next = "RED_ACC"
+            if FULL:
+                with m.State("RED_ACC"):
+                    # ad[0]/ad[1]: pass start addresses of d / a (row prow, column 0)
+                    with m.If(beat(_K_ACC, c.v0.store, rb[0], mask_r, g=g)):
+                        with m.If(last_group):
+                            red_restart_pass()
+                            m.next = "RED_A"
+                        with m.Else():
+                            red_next_group()
+                with m.State("RED_A"):
+                    last_col = rem_c == 1                                     # j == cols - 1
+                    with m.If(beat(_K_RED, c.v1.store, rb[1] + coff, mask_r, g=g, first=j == 0,
+                                   last=last_col, waddr=rb[0])):
+                        with m.If(~last_group):
+                            red_next_group()
+                        with m.Elif(~last_col):
+                            red_restart_pass()
+                            m.d.sync += [j.eq(j + 1), rem_c.eq(rem_c - 1),
+                                         coff.eq(coff + c.v1.col)]
+                        with m.Elif(rrem_le_n):
+                            m.next = "FINISH"
+                        with m.Else():                  # next pass starts after this group
+                            nxt = [rb[0] + step[0], rb[1] + step[1]]
+                            m.d.sync += [g.eq(0), j.eq(0), rem_c.eq(cols), coff.eq(0),
+                                         i.eq(i + n_lanes), rrem.eq(rrem - n_lanes),
+                                         prow_rem.eq(rrem - n_lanes),
+                                         prow.eq(i + n_lanes)]
+                            for s in range(2):
+                                m.d.sync += [rb[s].eq(nxt[s]), ad[s].eq(nxt[s])]
+                            with m.If(c.flags[0]):
+                                m.next = "RED_ACC"
 
             # ---- gather / scatter_add ---------------------------------------------------------
-            with m.State("GS_CHK"):
-                with m.If(beat(_K_CHK, c.v2.store, ad[2], mask_i)):
-                    with m.If(Mux(iwide, _le_pow2(rrem, LW), _le_pow2(rrem, 0))):
-                        m.next = "GS_CHKW"
-                    with m.Else():
-                        m.d.sync += [i.eq(i + Mux(iwide, W, 1)), rrem.eq(rrem - Mux(iwide, W, 1)),
-                                     ad[2].eq(ad[2] + step[2])]
-            with m.State("GS_CHKW"):
-                with m.If(~tags.r_rdy):
-                    with m.If(err != 0):
-                        m.next = "FINISH"
-                    with m.Else():
-                        m.d.sync += [i.eq(0), rrem.eq(rows), ad[2].eq(base[2])]
-                        m.next = "GS_IDX"
-            with m.State("GS_IDX"):
-                with m.If(beat(_K_IDX, c.v2.store, ad[2], 1)):
-                    m.next = "GS_IDXW"
-            with m.State("GS_IDXW"):
-                with m.If(idx_ok):
-                    m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_cur.eq(idx_val),
-                                 idx_ok.eq(0), pre.eq(0)]
-                    m.next = "GS_ROW"
-            with m.State("GS_ROW"):
-                # first the next row's index read (it arrives while this row streams), then
-                # this row. Scatter: if an earlier row since the last drained moment had the
-                # same index (or the history is full), its writes may not have landed: read
-                # the table row only once every earlier write has (drained = wr_idle and
-                # nothing in flight).
-                hit = 0
-                for k in range(_HISTORY):
-                    hit = hit | (hist_v[k] & (hist[k] == idx_cur))
-                idx_done = Signal()
-                with m.If(~last_row & ~pre):
-                    issued = beat(_K_IDX, c.v2.store, ad[2] + rstr[2], 1)
-                    m.d.comb += idx_done.eq(issued)
-                    with m.If(issued):
-                        m.d.sync += pre.eq(1)
-                with m.Else():
-                    m.d.comb += idx_done.eq(1)
-                with m.If(idx_done & ~is_scatter):
-                    m.next = "GS_T"
-                with m.Elif(idx_done & drained):
-                    m.d.sync += [hist_v.eq(1), hist[0].eq(idx_cur)]
-                    m.next = "GS_T"
-                with m.Elif(idx_done & ~hit & ~hist_v[_HISTORY - 1]):
-                    m.d.sync += hist_v.eq((hist_v << 1) | 1)
-                    for k in range(_HISTORY):
-                        m.d.sync += hist[k].eq(idx_cur if k == 0 else hist[k - 1])
-                    m.next = "GS_T"
-
-            def gs_advance():
-                with m.If(row_end):
-                    with m.If(last_row):
-                        m.next = "FINISH"
-                    with m.Else():
-                        m.d.sync += [i.eq(i + 1), rrem.eq(rrem - 1), j.eq(0), rem_c.eq(cols),
-                                     ad[2].eq(ad[2] + rstr[2])]
-                        for s in range(2):
-                            m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
-                        with m.If(idx_ok):      # its index (read in GS_ROW) is here
-                            m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]),
-                                         idx_cur.eq(idx_val), idx_ok.eq(0), pre.eq(0)]
-                            m.next = "GS_ROW"
+            if FULL:
+                with m.State("GS_CHK"):
+                    with m.If(beat(_K_CHK, c.v2.store, ad[2], mask_i)):
+                        with m.If(Mux(iwide, _le_pow2(rrem, LW), _le_pow2(rrem, 0))):
+                            m.next = "GS_CHKW"
                         with m.Else():
-                            m.next = "GS_IDXW"
-                with m.Else():
-                    m.d.sync += [j.eq(j + n_lanes), rem_c.eq(rem_c - n_lanes),
-                                 tab.eq(tab + Mux(wide, W, t_col))]
-                    for s in range(2):
-                        m.d.sync += ad[s].eq(ad[s] + step[s])
-                    with m.If(is_scatter):
+                            m.d.sync += [i.eq(i + Mux(iwide, W, 1)), rrem.eq(rrem - Mux(iwide, W, 1)),
+                                         ad[2].eq(ad[2] + step[2])]
+                with m.State("GS_CHKW"):
+                    with m.If(~tags.r_rdy):
+                        with m.If(err != 0):
+                            m.next = "FINISH"
+                        with m.Else():
+                            m.d.sync += [i.eq(0), rrem.eq(rows), ad[2].eq(base[2])]
+                            m.next = "GS_IDX"
+                with m.State("GS_IDX"):
+                    with m.If(beat(_K_IDX, c.v2.store, ad[2], 1)):
+                        m.next = "GS_IDXW"
+                with m.State("GS_IDXW"):
+                    with m.If(idx_ok):
+                        m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]), idx_cur.eq(idx_val),
+                                     idx_ok.eq(0), pre.eq(0)]
+                        m.next = "GS_ROW"
+                with m.State("GS_ROW"):
+                    # first the next row's index read (it arrives while this row streams), then
+                    # this row. Scatter: if an earlier row since the last drained moment had the
+                    # same index (or the history is full), its writes may not have landed: read
+                    # the table row only once every earlier write has (drained = wr_idle and
+                    # nothing in flight).
+                    hit = 0
+                    for k in range(_HISTORY):
+                        hit = hit | (hist_v[k] & (hist[k] == idx_cur))
+                    idx_done = Signal()
+                    with m.If(~last_row & ~pre):
+                        issued = beat(_K_IDX, c.v2.store, ad[2] + rstr[2], 1)
+                        m.d.comb += idx_done.eq(issued)
+                        with m.If(issued):
+                            m.d.sync += pre.eq(1)
+                    with m.Else():
+                        m.d.comb += idx_done.eq(1)
+                    with m.If(idx_done & ~is_scatter):
+                        m.next = "GS_T"
+                    with m.Elif(idx_done & drained):
+                        m.d.sync += [hist_v.eq(1), hist[0].eq(idx_cur)]
+                        m.next = "GS_T"
+                    with m.Elif(idx_done & ~hit & ~hist_v[_HISTORY - 1]):
+                        m.d.sync += hist_v.eq((hist_v << 1) | 1)
+                        for k in range(_HISTORY):
+                            m.d.sync += hist[k].eq(idx_cur if k == 0 else hist[k - 1])
                         m.next = "GS_T"
 
-            with m.State("GS_T"):
-                # gather: the table beat is the whole element; scatter: the table is operand 1
-                with m.If(is_gather):
-                    with m.If(beat(_K_FIRE, c.v1.store, tab, mask_c, waddr=ad[0])):
+                def gs_advance():
+                    with m.If(row_end):
+                        with m.If(last_row):
+                            m.next = "FINISH"
+                        with m.Else():
+                            m.d.sync += [i.eq(i + 1), rrem.eq(rrem - 1), j.eq(0), rem_c.eq(cols),
+                                         ad[2].eq(ad[2] + rstr[2])]
+                            for s in range(2):
+                                m.d.sync += [rb[s].eq(rb[s] + rstr[s]), ad[s].eq(rb[s] + rstr[s])]
+                            with m.If(idx_ok):      # its index (read in GS_ROW) is here
+                                m.d.sync += [tab.eq(t_base + (idx_val * t_row)[:32]),
+                                             idx_cur.eq(idx_val), idx_ok.eq(0), pre.eq(0)]
+                                m.next = "GS_ROW"
+                            with m.Else():
+                                m.next = "GS_IDXW"
+                    with m.Else():
+                        m.d.sync += [j.eq(j + n_lanes), rem_c.eq(rem_c - n_lanes),
+                                     tab.eq(tab + Mux(wide, W, t_col))]
+                        for s in range(2):
+                            m.d.sync += ad[s].eq(ad[s] + step[s])
+                        with m.If(is_scatter):
+                            m.next = "GS_T"
+
+                with m.State("GS_T"):
+                    # gather: the table beat is the whole element; scatter: the table is operand 1
+                    with m.If(is_gather):
+                        with m.If(beat(_K_FIRE, c.v1.store, tab, mask_c, waddr=ad[0])):
+                            gs_advance()
+                    with m.Else():
+                        with m.If(beat(_K_OPA, c.v0.store, tab, mask_c)):
+                            m.next = "GS_S"
+                with m.State("GS_S"):
+                    with m.If(beat(_K_FIRE, c.v1.store, ad[1], mask_c, waddr=tab)):
                         gs_advance()
-                with m.Else():
-                    with m.If(beat(_K_OPA, c.v0.store, tab, mask_c)):
-                        m.next = "GS_S"
-            with m.State("GS_S"):
-                with m.If(beat(_K_FIRE, c.v1.store, ad[1], mask_c, waddr=tab)):
-                    gs_advance()
 
             with m.State("FINISH"):
                 with m.If(drained):
@@ -915,22 +948,22 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += [take.eq(port.rd_data.valid & port.rd_data.ready), tags.r_en.eq(take)]
         kind_is = {k: take & (tg.kind == k) for k in range(7)}
 
-        # PRNG keys of the seed word (golden.prng.seed_keys), registered as it arrives
-        with m.If(kind_is[_K_SEED]):
-            k0 = _mix32(m, dat[0] + GAMMA, "seedmix")
-            m.d.sync += [key0.eq(k0), key1.eq(Cat(k0[16:32], k0[0:16]))]
-
         x_reg = Signal(Lanes)
         with m.If(kind_is[_K_OPA]):
             m.d.sync += x_reg.eq(dat)
-        with m.If(kind_is[_K_IDX]):
-            m.d.sync += [idx_val.eq(raw[0]), idx_ok.eq(1)]
-        with m.If(kind_is[_K_CHK]):
-            bad = 0
-            for w in range(W):
-                bad = bad | (tg.mask[w] & (raw[w] >= c.imm))
-            with m.If(bad):
-                m.d.sync += err.eq(ERR_INDEX)
+        if FULL:
+            # PRNG keys of the seed word (golden.prng.seed_keys), registered as it arrives
+            with m.If(kind_is[_K_SEED]):
+                k0 = _mix32(m, dat[0] + GAMMA, "seedmix")
+                m.d.sync += [key0.eq(k0), key1.eq(Cat(k0[16:32], k0[0:16]))]
+            with m.If(kind_is[_K_IDX]):
+                m.d.sync += [idx_val.eq(raw[0]), idx_ok.eq(1)]
+            with m.If(kind_is[_K_CHK]):
+                bad = 0
+                for w in range(W):
+                    bad = bad | (tg.mask[w] & (raw[w] >= c.imm))
+                with m.If(bad):
+                    m.d.sync += err.eq(ERR_INDEX)
 
         # ---- elementwise pipeline: multiply stage, add stage (12 cycles) ---------------------
         ew_fire = Signal()
@@ -988,27 +1021,28 @@ class WideVectorUnit(wiring.Component):
             return r
 
         r6_lanes, unif6_lanes, sig6_lanes = [], [], []
-        d1_idx = rstage(tg.idx, "draw_d1_idx")
-        for w in range(W):
-            lane_key = rstage(key0 + w * ilane, f"draw{w}_key")     # stable before the beats
-            x = (d1_idx + lane_key)[:32]
-            x = rstage(x ^ (x >> mix_s0), f"draw{w}_d2")
-            x = rstage((x * mix_a)[:32], f"draw{w}_d3")
-            x = rstage((((x ^ (x >> mix_s1)) ^ key1) * mix_b)[:32], f"draw{w}_d4")
-            r5 = rstage(x ^ (x >> mix_s2), f"draw{w}_d5")
-            r24 = Signal(32, name=f"r24_{w}")
-            m.d.comb += r24.eq(r5[8:32])
-            lz = intops._lzc32(m, r24, f"unif{w}")
-            norm = Signal(32, name=f"unif{w}_norm")
-            m.d.comb += norm.eq(r24 << lz)
-            unif6_lanes.append(rstage(Mux(r24 == 0, 0, Cat(norm[8:31], (134 - lz)[:8])),
-                                      f"unif{w}_d6"))
-            r6_lanes.append(rstage(r5, f"draw{w}_d6"))
-            # perturb: +-sigma (sigma = the flags byte), -sigma when bit 31 of the draw is set
-            # (perturb8n/perturb32n: the other sign)
-            sig6 = Signal(signed(10), name=f"sigma{w}_d6", reset_less=True)
-            m.d.sync += sig6.eq(Mux(r5[31] ^ pert_neg, -c.flags.as_unsigned(), c.flags))
-            sig6_lanes.append(sig6)
+        if FULL:                              # (no PRNG ops in the update unit)
+            d1_idx = rstage(tg.idx, "draw_d1_idx")
+            for w in range(W):
+                lane_key = rstage(key0 + w * ilane, f"draw{w}_key")     # stable before the beats
+                x = (d1_idx + lane_key)[:32]
+                x = rstage(x ^ (x >> mix_s0), f"draw{w}_d2")
+                x = rstage((x * mix_a)[:32], f"draw{w}_d3")
+                x = rstage((((x ^ (x >> mix_s1)) ^ key1) * mix_b)[:32], f"draw{w}_d4")
+                r5 = rstage(x ^ (x >> mix_s2), f"draw{w}_d5")
+                r24 = Signal(32, name=f"r24_{w}")
+                m.d.comb += r24.eq(r5[8:32])
+                lz = intops._lzc32(m, r24, f"unif{w}")
+                norm = Signal(32, name=f"unif{w}_norm")
+                m.d.comb += norm.eq(r24 << lz)
+                unif6_lanes.append(rstage(Mux(r24 == 0, 0, Cat(norm[8:31], (134 - lz)[:8])),
+                                          f"unif{w}_d6"))
+                r6_lanes.append(rstage(r5, f"draw{w}_d6"))
+                # perturb: +-sigma (sigma = the flags byte), -sigma when bit 31 of the draw is set
+                # (perturb8n/perturb32n: the other sign)
+                sig6 = Signal(signed(10), name=f"sigma{w}_d6", reset_less=True)
+                m.d.sync += sig6.eq(Mux(r5[31] ^ pert_neg, -c.flags.as_unsigned(), c.flags))
+                sig6_lanes.append(sig6)
         ew_out = Signal(Lanes)
 
         def istage(value, name):
@@ -1016,29 +1050,28 @@ class WideVectorUnit(wiring.Component):
             m.d.sync += r.eq(value)
             return r
 
-        # reduction operands / return path
-        acc_g = Signal(Lanes)
-        with m.Switch(tg.g):
-            for k in range(G):
-                with m.Case(k):
-                    m.d.comb += acc_g.eq(acc[k])
         red_fire = kind_is[_K_RED]
-        fresh = tg.first & ~c.flags[0]            # first column without accumulate
-        sum_v = delay(red_fire & is_sum, LA, "sum_valid")
-        sum_g = delay(tg.g, LA, "sum_g", GB)
-        max_v = delay(red_fire & is_max, 1, "max_valid")
-        max_g = delay(tg.g, 1, "max_g", GB)
-        max_bp = delay(fresh, 1, "max_bypass")
-        max_x = delay(dat, 1, "max_x", Lanes)
-        ret_val = Signal(Lanes)
+        if FULL:
+            # reduction operands / return path
+            acc_g = Signal(Lanes)
+            with m.Switch(tg.g):
+                for k in range(G):
+                    with m.Case(k):
+                        m.d.comb += acc_g.eq(acc[k])
+            fresh = tg.first & ~c.flags[0]            # first column without accumulate
+            sum_v = delay(red_fire & is_sum, LA, "sum_valid")
+            sum_g = delay(tg.g, LA, "sum_g", GB)
+            max_v = delay(red_fire & is_max, 1, "max_valid")
+            max_g = delay(tg.g, 1, "max_g", GB)
+            max_bp = delay(fresh, 1, "max_bypass")
+            max_x = delay(dat, 1, "max_x", Lanes)
+            ret_val = Signal(Lanes)
 
         for w in range(W):
             mul = self._units["mul"]()
             add = self._units["add"]()
-            cmp = self._units["cmp"]()
             m.submodules[f"mul{w}"] = mul
             m.submodules[f"add{w}"] = add
-            m.submodules[f"cmp{w}"] = cmp
             x0, y0 = s0_x[w], s0_y[w]
             m.d.comb += [
                 mul.i.valid.eq(ew_fire),
@@ -1049,6 +1082,12 @@ class WideVectorUnit(wiring.Component):
             m.d.comb += [x6.eq(Mux(direct, x_line[1][w], x_line[LM][w])),
                          y6.eq(Mux(direct, y_line[1][w], y_line[LM][w]))]
             p6 = mul.o.payload
+            if not FULL:                         # UPDATE: theta + (-(lr g))
+                m.d.comb += [add.i.valid.eq(v6), add.i.payload.a.eq(y6),
+                             add.i.payload.b.eq(p6 ^ _SIGN), ew_out[w].eq(add.o.payload)]
+                continue
+            cmp = self._units["cmp"]()
+            m.submodules[f"cmp{w}"] = cmp
             r6, unif = r6_lanes[w], unif6_lanes[w]
             u_neg = r6[31]                       # Rademacher: -1 when bit 31 is set
             sig = sig6_lanes[w]
@@ -1126,34 +1165,37 @@ class WideVectorUnit(wiring.Component):
                                                        cmp.o.payload.max),
                                            add.o.payload))]
 
-        ret_v = Mux(is_max, max_v[1], sum_v[LA])
-        ret_g = Mux(is_max, max_g[1], sum_g[LA])
+        red_push = Const(0, 1)
+        if FULL:
+            ret_v = Mux(is_max, max_v[1], sum_v[LA])
+            ret_g = Mux(is_max, max_g[1], sum_g[LA])
 
-        # slots: fire marks busy and records where the row group's result goes; the return
-        # updates the accumulator, frees the slot and, after the last column, emits the result
-        ret_last = Signal()
-        ret_addr = Signal(AB)
-        ret_mask = Signal(W)
-        with m.Switch(ret_g):
+            # slots: fire marks busy and records where the row group's result goes; the return
+            # updates the accumulator, frees the slot and, after the last column, emits the result
+            ret_last = Signal()
+            ret_addr = Signal(AB)
+            ret_mask = Signal(W)
+            with m.Switch(ret_g):
+                for k in range(G):
+                    with m.Case(k):
+                        m.d.comb += [ret_last.eq(slot_last[k]), ret_addr.eq(slot_addr[k]),
+                                     ret_mask.eq(slot_mask[k])]
             for k in range(G):
-                with m.Case(k):
-                    m.d.comb += [ret_last.eq(slot_last[k]), ret_addr.eq(slot_addr[k]),
-                                 ret_mask.eq(slot_mask[k])]
-        for k in range(G):
-            with m.If(red_fire & (tg.g == k)):
-                m.d.sync += [busy[k].eq(1), slot_last[k].eq(tg.last),
-                             slot_addr[k].eq(tg.waddr), slot_mask[k].eq(tg.mask)]
-            with m.Elif(ret_v & (ret_g == k)):
-                m.d.sync += [busy[k].eq(0), acc[k].eq(ret_val)]
-            with m.If(kind_is[_K_ACC] & (tg.g == k)):
-                m.d.sync += acc[k].eq(dat)
+                with m.If(red_fire & (tg.g == k)):
+                    m.d.sync += [busy[k].eq(1), slot_last[k].eq(tg.last),
+                                 slot_addr[k].eq(tg.waddr), slot_mask[k].eq(tg.mask)]
+                with m.Elif(ret_v & (ret_g == k)):
+                    m.d.sync += [busy[k].eq(0), acc[k].eq(ret_val)]
+                with m.If(kind_is[_K_ACC] & (tg.g == k)):
+                    m.d.sync += acc[k].eq(dat)
+            red_push = ret_v & ret_last
 
         # ---- result FIFO and writer -------------------------------------------------------------
         res_in = Signal(Res)
-        red_push = ret_v & ret_last
         with m.If(is_red):
-            m.d.comb += [res_in.data.eq(ret_val), res_in.mask.eq(ret_mask),
-                         res_in.waddr.eq(ret_addr)]
+            if FULL:
+                m.d.comb += [res_in.data.eq(ret_val), res_in.mask.eq(ret_mask),
+                             res_in.waddr.eq(ret_addr)]
         with m.Elif(sp_on):
             pass                  # driven by _special
         with m.Else():

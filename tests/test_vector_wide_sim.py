@@ -786,3 +786,49 @@ def test_prng_instructions_match_golden():
     assert {i.op for i in instrs} == set(RANDOM_OPS)
     check_against_golden(instrs, images, simulate(4, instrs, seed=23, timing=STALLY,
                                                   images=images))
+
+
+def test_update_unit_runs_update_alone():
+    """``ops="update"`` (the top's update unit, to which the sequencer sends UPDATE only):
+    random UPDATEs with random stalls equal golden, the same cycles as the full unit's; every
+    other kind of op (elementwise, integer, reduce, gather, PRNG) ends with ERR_OPCODE,
+    changes no word and counts no element; the unit has no comparators and no special
+    unit."""
+    from ttrain.golden.isa import ERR_OPCODE
+    rng = np.random.default_rng(29)
+    updates = [make_case("update", rng) for _ in range(8)]
+    others = [make_case(kind, rng) for kind in ("elementwise", "elementwise", "reduce",
+                                                "gather")]
+    prng = None
+    while prng is None:
+        prng = random_prng(rng)
+    others.append((prng, random_image(rng)))
+    cases = updates[:3] + others[:2] + updates[3:6] + others[2:] + updates[6:]
+    instrs, images = [c[0] for c in cases], [c[1] for c in cases]
+    got = simulate(4, instrs, seed=29, timing=STALLY, images=images, ops="update")
+    ups = [k for k, ins in enumerate(instrs) if isinstance(ins, Update)]
+    check_against_golden([instrs[k] for k in ups], [images[k] for k in ups],
+                         [got[k] for k in ups])
+    elements = 0
+    for ins, image, (cycles, error, count, after) in zip(instrs, images, got):
+        if isinstance(ins, Update):
+            elements += ins.count
+            continue
+        assert error == ERR_OPCODE, ins
+        assert count == elements, ins
+        assert all(np.array_equal(after[k], image[k]) for k in image), ins
+    full = simulate(4, [instrs[k] for k in ups], seed=29, timing=FAST,
+                    images=[images[k] for k in ups])
+    fast = simulate(4, [instrs[k] for k in ups], seed=29, timing=FAST,
+                    images=[images[k] for k in ups], ops="update")
+    assert [r[0] for r in fast] == [r[0] for r in full]
+    from amaranth.hdl import Fragment
+    unit = WideVectorUnit(width=4, addr_bits=ADDR_BITS, ops="update")
+    assert unit.ops == "update" and not unit.special
+    parts = sorted(sub[1] for sub in Fragment.get(unit, None).subfragments)
+    assert parts == ["add0", "add1", "add2", "add3", "mul0", "mul1", "mul2", "mul3", "res",
+                     "tags"]
+    with pytest.raises(ValueError, match="ops must be 'all'"):
+        WideVectorUnit(width=4, addr_bits=ADDR_BITS, ops="vector")
+    with pytest.raises(ValueError, match="runs no special functions"):
+        WideVectorUnit(width=4, addr_bits=ADDR_BITS, ops="update", special=True)
