@@ -656,7 +656,8 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                            f"(python -m ttrain.testbench.timing --unit {COMPOSED_MACHINE}): "
                            + COMPOSED[COMPOSED_MACHINE]["what"]
                            + "; the engine's core fitted over 32 and 64 lanes and "
-                           "extrapolated to 256, the vector unit's over 8 and 16 lanes to 64"
+                           "extrapolated to 256, the vector and update units' over 8 and 16 "
+                           "lanes to 64"
                            + ("" if config == "paper-l1" else
                               f"; the logic is paper-l1's machine, {config}'s stores differ "
                               f"only in their address widths"))

@@ -274,11 +274,13 @@ def test_engine_parameters_rejected():
         eng.encode_descriptor(Descriptor(1, 1, 1, View("x"), View("s"), View("s")))
 
 
-def run_engine(eng, image, descs, *, stall_seed=None, back_to_back=False):
+def run_engine(eng, image, descs, *, stall_seed=None, back_to_back=False, written_only=False):
     """Load ``image`` through the host port, run ``descs`` in turn, read every store back
     after each (``back_to_back``: only after the last, each descriptor issued the cycle after
-    the previous one is done). Returns a list of ``(image, error, error_code, cycles)`` (the
-    image ``None`` but for the last when ``back_to_back``)."""
+    the previous one is done; ``written_only``: after each but the last only the store the
+    descriptor writes, its C view's). Returns a list of ``(image, error, error_code,
+    cycles)`` (the image ``None`` but for the last when ``back_to_back``; only the stores
+    read back)."""
     nb = eng.banks
     full = (1 << nb) - 1
     results = []
@@ -320,6 +322,8 @@ def run_engine(eng, image, descs, *, stall_seed=None, back_to_back=False):
                 continue
             got = {}
             for name, words in image.items():
+                if written_only and desc is not descs[-1] and name != desc.c.store:
+                    continue
                 out = []
                 for a in range(0, len(words), nb):
                     await put(ctx, eng.encode_host_beat(write=0, store=name, addr=a, mask=full))
@@ -534,14 +538,16 @@ def test_engine_split_descriptors_back_to_back():
 
 
 def _run_bit_exact(eng, image, descs, *, stall_seed):
-    """:func:`run_engine` with every store checked against golden after each descriptor (no
-    error raised); returns the runs."""
-    runs = run_engine(eng, image, descs, stall_seed=stall_seed)
+    """:func:`run_engine` with the written store checked against golden after each
+    descriptor and every store after the last (no error raised; a word another descriptor
+    changed in a store it does not write would still be wrong at the end, since descriptors
+    write only their C views); returns the runs."""
+    runs = run_engine(eng, image, descs, stall_seed=stall_seed, written_only=True)
     expect = image
     for desc, (got, err, code, _) in zip(descs, runs):
         expect = contract(desc, expect)
         assert (err, code) == (0, ERROR_NONE), desc
-        for name in expect:
+        for name in got:
             np.testing.assert_array_equal(got[name], expect[name], err_msg=str(desc))
     return runs
 
