@@ -81,6 +81,18 @@ def _special_lanes(args):
     return v
 
 
+def _special_full(args):
+    """``--special-full``: how many of the special-function units have every function (None:
+    all), a power of two up to ``--special-lanes``."""
+    v, lanes = args.special_full, args.special_lanes or 1
+    if v is None:
+        return None
+    if isinstance(v, bool) or v < 1 or v & (v - 1) or v > lanes:
+        raise ValueError(f"--special-full must be a power of two up to --special-lanes "
+                         f"({lanes}), not {v}")
+    return v
+
+
 def _engine(args):
     from ttrain.testbench.bench_engine import PAPER_RANKS, bench_engine
     ranks = tuple(args.ranks.split(","))
@@ -217,11 +229,13 @@ def _step(args):
     if args.rule != "sgd" and (args.max_split != 1 or args.fetch_words is not None
                                or args.bank_skew or args.vector_width is not None
                                or args.row_operands or args.special_lanes is not None
+                               or args.special_full is not None
                                or args.vector_reads is not None
                                or args.engine_sums or args.route != "arbiter"
                                or args.schedule is not None or args.ttm_group is not None):
         raise ValueError(f"--max-split, --fetch-words, --bank-skew, --row-operands, "
-                         f"--vector-width, --special-lanes, --vector-reads, --engine-sums, "
+                         f"--vector-width, --special-lanes, --special-full, --vector-reads, "
+                         f"--engine-sums, "
                          f"--route, "
                          f"--schedule and --ttm-group apply "
                          f"to --rule sgd "
@@ -274,7 +288,8 @@ def _step(args):
                      fetch_words=_fetch_words(args), bank_skew=args.bank_skew,
                      vector_width=_vector_width(args), order=args.order,
                      row_operands=args.row_operands, special_lanes=_special_lanes(args),
-                     engine_sums=args.engine_sums, route=args.route,
+                     special_full=_special_full(args), engine_sums=args.engine_sums,
+                     route=args.route,
                      vector_reads=args.vector_reads, schedule=args.schedule or "interleave",
                      ttm_group=_ttm_group(args), model_only=args.model_only,
                      **_top_args(args))
@@ -430,6 +445,10 @@ def register(sub):
     st.add_argument("--special-lanes", type=int, default=None, metavar="S",
                     help="--rule sgd: special-function units side by side in the vector unit "
                          "(power of two up to its lanes; default 1)")
+    st.add_argument("--special-full", type=int, default=None, metavar="F",
+                    help="--rule sgd: how many of the --special-lanes units have every special "
+                         "function (power of two; default all); the others only GELU and its "
+                         "gradient, which then stream S elements a cycle, the rest F")
     st.add_argument("--vector-reads", type=int, choices=(1, 2), default=None, metavar="R",
                     help="--rule sgd: vectors per read request of the vector unit's port (1, "
                          "the default, or 2: both sources of an element beat at once)")

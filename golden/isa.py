@@ -50,6 +50,7 @@ __all__ = [
     "Update", "Region", "Program", "encode", "decode", "encode_program", "decode_program",
     "assemble", "disassemble", "f32_bits", "bits_f32", "ELEMENTWISE_OPS", "REDUCE_OPS",
     "GATHER_OPS", "UPDATE_SGD", "MAX_DIM", "MAX_LOOP_DEPTH", "SPECIAL_OPS",
+    "SPECIAL_EVERY_LANE",
     "engine_cycles", "best_split", "map_contract", "MUL_LATENCY", "ADD_LATENCY",
     "bank_of", "omega_pass", "omega_passes", "omega_read_schedule",
     "vector_cycles", "VECTOR_FIXED", "REDUCE_SLOTS",
@@ -1375,6 +1376,13 @@ MNEMONICS = {v: k for k, v in OPCODES.items()}
 ELEMENTWISE_OPS = {s.mnemonic: s.opcode for s in OPS if s.kind is Elementwise}
 #: Special-function elementwise ops (mnemonic -> opcode), which need the special unit.
 SPECIAL_OPS = {s.mnemonic: s.opcode for s in OPS if s.requires == "special"}
+
+#: The special functions that every special-function unit of a vector unit has (the
+#: hardware option ``special_full`` < ``special_lanes``: the other units hold only these).
+#: GELU and its gradient are 92% of the special-function elements of a paper-size step
+#: (the FFN), the rest (the softmax's exp, the LayerNorm's rsqrt, ...) runs on the
+#: ``special_full`` units that have every function (docs/wide-engine.md, sixteenth session).
+SPECIAL_EVERY_LANE = ("gelu", "gelu_grad")
 #: Row reductions (``sum``, ``max`` -> opcode; mnemonics ``rsum``, ``rmax``).
 REDUCE_OPS = {s.mnemonic[1:]: s.opcode for s in OPS if s.kind is Reduce}
 #: Every optional unit an opcode can require (``OpSpec.requires``).
@@ -2096,11 +2104,12 @@ SCATTER_WAIT = 10
 
 
 def vector_cycles(ins, width, special_lanes=1, latencies=None, read_streams=1, banks=None,
-                  bank_skew=False):
+                  bank_skew=False, special_full=None):
     """Model cycles of one vector or update instruction on a unit of ``width`` lanes (one
     store port: two read beats per element beat for two sources; ``special_lanes`` words per
-    cycle into the special-function units; ``latencies``: each special function's latency in
-    the unit, needed for special ops) with the engine not competing for the port: the
+    cycle into the special-function units, ``special_full`` (default all of them) for the
+    functions not in :data:`SPECIAL_EVERY_LANE`; ``latencies``: each special function's
+    latency in the unit, needed for special ops) with the engine not competing for the port: the
     compiler weighs the vector unit against the engine with it, as with :func:`engine_cycles`.
     ``read_streams=2``: the unit's store port carries two vectors per read request
     (``HwConfig.vector_reads``, ``WideVectorUnit(reads=2)``), so a two-source elementwise op
@@ -2148,7 +2157,9 @@ def vector_cycles(ins, width, special_lanes=1, latencies=None, read_streams=1, b
             raise ValueError(f"{ins.op} is a special-function op: pass the unit's latencies "
                              f"(testbench.wide_model.vector_cycles reads them off the RTL)")
         lat = latencies[ins.op]
-        return "special", cdiv(n, special_lanes) + lat + VECTOR_FIXED["special"]
+        lanes = special_lanes if special_full is None or ins.op in SPECIAL_EVERY_LANE \
+            else special_full
+        return "special", cdiv(n, lanes) + lat + VECTOR_FIXED["special"]
     wcol = ins.d.col_stride == 1 and all(v.col_stride in (0, 1) for v in srcs)
     wrow = ins.d.row_stride == 1 and all(v.row_stride in (0, 1) for v in srcs)
     dense = wcol and ins.rows > 1 and all(v.col_stride == 1 and v.row_stride == ins.cols

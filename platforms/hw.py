@@ -131,6 +131,11 @@ class HwConfig:
         Special-function units side by side in the vector unit (words per cycle into them;
         :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``; default 1). Only
         with ``special``.
+    special_full : int
+        How many of the ``special_lanes`` units have every special function (0, the default:
+        all); the others hold only :data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE` (GELU and its
+        gradient), which stream ``special_lanes`` elements a cycle, the other functions
+        ``special_full`` (:class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_full``).
     vector_reads : int
         Vectors per read request of the vector unit's store port (1, the default, or 2:
         both sources of an element beat in one request, :class:`~ttrain.rtl.vector_wide.
@@ -167,6 +172,7 @@ class HwConfig:
     special_lanes: int = 1
     route: str = "arbiter"
     vector_reads: int = 1
+    special_full: int = 0
 
     @property
     def vector_lanes(self):
@@ -227,7 +233,8 @@ class HwConfig:
                 raise ValueError(f"HwConfig.cycle_model: no cycle model of the PRNG op "
                                  f"{ins.op} yet; schedule ZO programs in their compiled order")
             return vector_cycles(ins, self.vector_lanes, self.special_lanes, lat,
-                                 self.vector_reads, self.banks, self.bank_skew)[1]
+                                 self.vector_reads, self.banks, self.bank_skew,
+                                 special_full=self.special_full or None)[1]
         return cost
 
     def accelerator_kwargs(self, flavor="sim"):
@@ -265,6 +272,8 @@ class HwConfig:
             kw["row_operands"] = True
         if self.special_lanes > 1:
             kw["special_lanes"] = self.special_lanes
+        if self.special_full and self.special_full != self.special_lanes:
+            kw["special_full"] = self.special_full
         if self.route != "arbiter":
             kw["route"] = self.route
         if self.vector_reads != 1:
@@ -296,7 +305,7 @@ class HwConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         missing = names - set(d) - {"max_split", "fetch_words", "bank_skew",  # older files
                                     "vector_width", "row_operands", "special_lanes",
-                                    "route", "vector_reads"}
+                                    "route", "vector_reads", "special_full"}
         if missing:
             raise ValueError(f"hw.json lacks {sorted(missing)}")
         kw = {k: d[k] for k in names if k in d}
@@ -319,7 +328,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
               min_store_words=None, store_style=None, max_split=None, fetch_words=None,
               bank_skew=False, vector_width=None, row_operands=False, special_lanes=None,
               vector_reads=None,
-              route=None):
+              route=None, special_full=None):
     """Return the :class:`HwConfig` that runs every program of ``programs``.
 
     Parameters
@@ -359,6 +368,9 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     special_lanes : int or None
         Special-function units side by side (power of two up to the vector unit's lanes;
         ``None``: 1), :attr:`HwConfig.special_lanes`.
+    special_full : int or None
+        How many of them have every special function (power of two up to ``special_lanes``;
+        ``None``: all), :attr:`HwConfig.special_full`.
     vector_reads : int or None
         Vectors per read request of the vector unit's port (1 or 2; ``None``: 1),
         :attr:`HwConfig.vector_reads`.
@@ -448,6 +460,13 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
     if special_lanes is not None and special_lanes > 1 and not special:
         raise ValueError(f"special_lanes {special_lanes} needs the special-function unit, "
                          f"which no program here uses; drop special_lanes or set special=True")
+    if special_full is not None:
+        _pos_int("special_full", special_full, power_of_two=True)
+        if special_full > (special_lanes or 1):
+            raise ValueError(f"special_full {special_full} is above the {special_lanes or 1} "
+                             f"special-function unit(s); use at most {special_lanes or 1}")
+        if special_full == (special_lanes or 1):
+            special_full = None                    # every unit full: the default
     need = {}
     for p in progs.values():
         for store, words in p.store_sizes.items():
@@ -477,7 +496,7 @@ def hw_config(programs, *, config=None, lanes=None, banks=None, slots=None, dim_
                     fetch_words=int(fetch_words or 0), bank_skew=bank_skew,
                     vector_width=int(vector_width or 0), row_operands=row_operands,
                     special_lanes=int(special_lanes or 1), route=route,
-                    vector_reads=int(vector_reads or 1))
+                    vector_reads=int(vector_reads or 1), special_full=int(special_full or 0))
 
 
 def preset_hw_config(config, **overrides):

@@ -106,6 +106,11 @@ class Accelerator(wiring.Component):
         Special-function units side by side in the vector unit (power of two, at most its
         lanes; :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_lanes``): special
         ops stream that many elements per cycle. Default 1.
+    special_full : int or None
+        How many of them have every special function (``None``: all; the others only
+        :data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE`, GELU and its gradient, so the other
+        functions stream ``special_full`` elements per cycle;
+        :class:`~ttrain.rtl.vector_wide.WideVectorUnit` ``special_full``).
     vector_reads : int
         Vectors per read request of the vector unit's store port (1 or 2; the engine's
         ``port_reads`` of port 0, the unit's ``reads``): with 2 a two-source elementwise op
@@ -153,7 +158,7 @@ class Accelerator(wiring.Component):
                  store_style="auto", special=False, special_impl="amaranth", max_split=1,
                  fetch_words=None, bank_skew=False, engine_units="amaranth", vector_width=None,
                  row_ports=True, row_operands=False, special_lanes=1, route=None,
-                 vector_reads=1):
+                 vector_reads=1, special_full=None):
         if not isinstance(special, bool):
             raise TypeError(f"special must be a bool (build the special-function unit), not "
                             f"{special!r}")
@@ -173,6 +178,14 @@ class Accelerator(wiring.Component):
             raise ValueError("special_lanes > 1 needs special=True (the special-function "
                              "unit)")
         self._special_lanes = special_lanes
+        if special_full is not None and (isinstance(special_full, bool)
+                                         or not isinstance(special_full, int)
+                                         or special_full < 1
+                                         or special_full & (special_full - 1)
+                                         or special_full > special_lanes):
+            raise ValueError(f"special_full must be a power of two in 1..special_lanes "
+                             f"({special_lanes}), not {special_full!r}")
+        self._special_full = special_full
         if isinstance(vector_reads, bool) or vector_reads not in (1, 2):
             raise ValueError(f"vector_reads must be 1 or 2 (vectors per read request of the "
                              f"vector unit's port), not {vector_reads!r}")
@@ -286,6 +299,7 @@ class Accelerator(wiring.Component):
                               store_bits=eng.port_signature.store_bits, special=special,
                               special_impl=self._special_impl, units=self._vector_units,
                               special_lanes=self._special_lanes if special else 1,
+                              special_full=self._special_full if special else None,
                               reads=self._vector_reads if vec else 1,
                               ops="all" if vec else "update")
 

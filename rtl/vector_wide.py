@@ -22,7 +22,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from ..golden.prng import GAMMA, MIX_MULTIPLIERS, MIX_SHIFTS
 from ..golden.isa import (ELEMENTWISE_OPS, ERR_INDEX, ERR_MODE, ERR_OPCODE, GATHER_OPS, OPS,
-                          PERTURB_OPS, RANDOM_OPS,
+                          PERTURB_OPS, RANDOM_OPS, SPECIAL_EVERY_LANE,
                           OP_UPDATE, REDUCE_OPS, SPECIAL_OPS, UPDATE_SGD, Elementwise)
 from ..golden.numerics import NEG_ZERO
 from ..golden.special import FUNCTION_CODES, FUNCTIONS
@@ -201,6 +201,18 @@ class WideVectorUnit(wiring.Component):
         :class:`~ttrain.rtl.special.SpecialFunctionUnit` (the Yosys cost of one per lane;
         docs/wide-engine.md: the one-word-per-cycle unit is the wide engine's largest vector
         cost).
+    special_full : int or None
+        How many of the ``special_lanes`` units have every special function (a power of two,
+        1..``special_lanes``; ``None``: all). The others are built with only
+        :data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE` (GELU and its gradient, most of a
+        paper-size step's special elements): those functions stream ``special_lanes``
+        elements per cycle, the others ``special_full`` (the serializer and collector take
+        groups of that many lanes for them). Both kinds of unit give each function the same
+        latency, so their results arrive together.
+    every_lane : tuple of str or None
+        The functions every unit has when ``special_full`` < ``special_lanes`` (``None``:
+        :data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE`, which the compiler's cycle model
+        assumes; another set is for small simulation builds only).
     ops : {"all", "update"}
         The instructions the unit executes: ``"all"`` (the vector unit: every elementwise,
         reduce, gather, PRNG and UPDATE op) or ``"update"`` (the update unit, to which the
@@ -235,7 +247,7 @@ class WideVectorUnit(wiring.Component):
 
     def __init__(self, *, width, addr_bits, store_bits=2, groups=None, max_reads=16,
                  special=False, special_impl="amaranth", special_functions=None, units=None,
-                 special_lanes=1, reads=1, ops="all"):
+                 special_lanes=1, reads=1, ops="all", special_full=None, every_lane=None):
         def _int(name, v, lo, hi, hint):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"WideVectorUnit {name} must be an int in {lo}..{hi}, not "
@@ -271,6 +283,13 @@ class WideVectorUnit(wiring.Component):
                              f"1..width ({width}), not {special_lanes!r}")
         if special_lanes > 1 and not special:
             raise ValueError("WideVectorUnit special_lanes > 1 needs special=True")
+        if special_full is None:
+            special_full = special_lanes
+        if isinstance(special_full, bool) or not isinstance(special_full, int) \
+                or special_full < 1 or special_full & (special_full - 1) \
+                or special_full > special_lanes:
+            raise ValueError(f"WideVectorUnit special_full must be a power of two in "
+                             f"1..special_lanes ({special_lanes}), not {special_full!r}")
         if ops not in ("all", "update"):
             raise ValueError(f"WideVectorUnit ops must be 'all' (the vector unit) or 'update' "
                              f"(UPDATE only), not {ops!r}")
@@ -296,13 +315,26 @@ class WideVectorUnit(wiring.Component):
             funcs = FUNCTIONS if special_functions is None else special_functions
             # One instruction at a time, ``done`` only after its last write: never two
             # functions in flight, so each function may leave after its own latency.
-            self._sfus = [SpecialFunctionUnit(functions=funcs, impl=special_impl,
-                                              latency="per_function")
-                          for _ in range(special_lanes)]
+            every_lane = SPECIAL_EVERY_LANE if every_lane is None else tuple(every_lane)
+            if set(every_lane) - set(FUNCTIONS):
+                raise ValueError(f"WideVectorUnit every_lane names functions of "
+                                 f"{FUNCTIONS}, not {sorted(set(every_lane) - set(FUNCTIONS))}")
+            every = tuple(f for f in funcs if f in every_lane)
+            if special_full < special_lanes and not every:
+                raise ValueError(f"WideVectorUnit special_full < special_lanes: the other "
+                                 f"units hold only {every_lane}, which special_functions "
+                                 f"leaves out")
+            self._sfus = [SpecialFunctionUnit(functions=funcs if q < special_full else every,
+                                              impl=special_impl, latency="per_function")
+                          for q in range(special_lanes)]
+            full, part = self._sfus[0].latencies, self._sfus[-1].latencies
+            assert all(full[f] == part[f] for f in part), (full, part)
             for u in self._sfus:
                 u._MustUse__silence = True        # elaborated as submodules, if at all
             self._sfu = self._sfus[0]
         self._special_lanes = special_lanes
+        self._special_full = special_full
+        self._every_lane = every_lane if special else SPECIAL_EVERY_LANE
         self._width = width
         self._addr_bits = addr_bits
         self._store_bits = store_bits
@@ -331,6 +363,9 @@ class WideVectorUnit(wiring.Component):
     special_lanes = property(lambda self: self._special_lanes,
                              doc="Special-function units side by side (words per cycle into "
                                  "them).")
+    special_full = property(lambda self: self._special_full,
+                            doc="How many of the special-function units have every function "
+                                "(the others: golden.isa.SPECIAL_EVERY_LANE).")
 
     @property
     def special_latency(self):
@@ -354,6 +389,7 @@ class WideVectorUnit(wiring.Component):
             W = self._width
             L = self._special_lanes
             d = max(d, -(-(self._sfu.latency * L + 2 * W + 4) // W) + 2)
+            # (a function on special_full < L units: fewer words in flight, the same bound)
         return d
 
     @property
@@ -367,7 +403,6 @@ class WideVectorUnit(wiring.Component):
         result-FIFO push."""
         W = self._width
         L = self._special_lanes
-        NG = W // L                               # groups of L lanes per beat
         AB = self._addr_bits
         Lanes = data.ArrayLayout(32, W)
         sfus = self._sfus
@@ -381,21 +416,38 @@ class WideVectorUnit(wiring.Component):
         for name, opc in SPECIAL_OPS.items():
             with m.If(c.op == opc):
                 m.d.comb += code.eq(FUNCTION_CODES[name])
-        # serializer: lanes 0 .. L-1 go in each cycle (one to each unit), the rest shift down
-        # by L. Beat masks are prefixes, so a group is valid when its lane 0 is; the units of
-        # a group's missing lanes compute on stale words that are never written.
+        # Every function streams L words a cycle, or (special_full F < L) the functions not
+        # in SPECIAL_EVERY_LANE F a cycle: ``every`` (registered command, steady during the
+        # instruction) picks the group size of the serializer and the collector.
+        F = self._special_full
+        if F < L:
+            every = Signal()
+            m.d.comb += every.eq(c.op.matches(*[f"{SPECIAL_OPS[f]:08b}"
+                                               for f in self._every_lane]))
+        else:
+            every = Const(1, 1)
+
+        def by_size(f):
+            """``f(L)``, or ``f(L)`` / ``f(F)`` by ``every`` (Python values pass through)."""
+            if F == L:
+                return f(L)
+            return Mux(every, f(L), f(F))
+        # serializer: lanes 0 .. n-1 go in each cycle (one to each of the first n units, n =
+        # L or F), the rest shift down by n. Beat masks are prefixes, so a group is valid
+        # when its lane 0 is; the units of a group's missing lanes compute on stale words
+        # that are never written.
         ser = Signal(Lanes)
         ser_mask = Signal(W)
         for q, u in enumerate(sfus):
-            m.d.comb += [u.i.valid.eq(ser_mask[0]), u.i.payload.x.eq(ser[q]),
-                         u.i.payload.func.eq(code)]
-        m.d.comb += ser_busy.eq(ser_mask[L] if W > L else 0)
+            m.d.comb += [u.i.valid.eq(ser_mask[0] & (every if q >= F else 1)),
+                         u.i.payload.x.eq(ser[q]), u.i.payload.func.eq(code)]
+        m.d.comb += ser_busy.eq(by_size(lambda n: ser_mask[n] if W > n else Const(0, 1)))
         with m.If(take):
             m.d.sync += [ser.eq(dat), ser_mask.eq(tg.mask)]
         with m.Else():
-            m.d.sync += ser_mask.eq(ser_mask >> L)
-            for w in range(W - L):
-                m.d.sync += ser[w].eq(ser[w + L])
+            m.d.sync += ser_mask.eq(by_size(lambda n: ser_mask >> n))
+            for w in range(W - F):
+                m.d.sync += ser[w].eq(by_size(lambda n: ser[w + n] if w + n < W else ser[w]))
         # write address and lane mask of each beat in the unit, in order
         Meta = data.StructLayout({"mask": W, "waddr": AB})
         m.submodules.sp_meta = meta = fifo.SyncFIFO(width=Meta.size, depth=self.result_depth)
@@ -403,26 +455,29 @@ class WideVectorUnit(wiring.Component):
         m.d.comb += [mw.mask.eq(tg.mask), mw.waddr.eq(tg.waddr),
                      meta.w_data.eq(mw.as_value()), meta.w_en.eq(take)]
         head = Meta(meta.r_data)
-        # collector: result group k (lanes k*L .. k*L + L - 1, unit q to lane k*L + q); the
+        # collector: result group k (lanes k*n .. k*n + n - 1, unit q to lane k*n + q); the
         # beat is complete at its last valid group
-        k = Signal(range(NG + 1))
+        k = Signal(range(W // F + 1))
         col = Signal(Lanes)
-        more = Signal(NG)                          # a valid lane after group g (prefix masks)
-        m.d.comb += more.eq(Cat(*[head.mask[(g + 1) * L] if (g + 1) * L < W else Const(0, 1)
-                                  for g in range(NG)]))
+        more = Signal(W // F)                     # a valid lane after group g (prefix masks)
+        m.d.comb += more.eq(by_size(lambda n: Cat(*[
+            head.mask[(g + 1) * n] if (g + 1) * n < W else Const(0, 1) for g in range(W // n)])))
         last = Signal()
         m.d.comb += last.eq(~more.bit_select(k, 1))
         push = Signal()
         o_valid = sfus[0].o.valid
         m.d.comb += [push.eq(o_valid & last), meta.r_en.eq(push)]
+        mine = [Signal(name=f"sp_mine{w}") for w in range(W)]   # lane w's result is out now
+        for w in range(W):
+            m.d.comb += mine[w].eq(by_size(lambda n: k == w // n))
         with m.If(o_valid):
             m.d.sync += k.eq(Mux(last, 0, k + 1))
             for w in range(W):
-                with m.If(k == w // L):
-                    m.d.sync += col[w].eq(sfus[w % L].o.payload)
+                with m.If(mine[w]):
+                    m.d.sync += col[w].eq(by_size(lambda n: sfus[w % n].o.payload))
         with m.If(c.op.matches(*[f"{v:08b}" for v in SPECIAL_OPS.values()])):
             for w in range(W):
-                m.d.comb += res_in.data[w].eq(Mux(k == w // L, sfus[w % L].o.payload,
+                m.d.comb += res_in.data[w].eq(Mux(mine[w], by_size(lambda n: sfus[w % n].o.payload),
                                                   col[w]))
             m.d.comb += [res_in.mask.eq(head.mask), res_in.waddr.eq(head.waddr)]
         return push

@@ -123,7 +123,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
                vector_width=None,
                bank_skew=False, buckets=None, lengths_from=None, order="auto",
                row_operands=False, special_lanes=None, engine_sums=False, route=None,
-               schedule="interleave", ttm_group="auto", vector_reads=None, model_only=False):
+               schedule="interleave", ttm_group="auto", vector_reads=None, model_only=False,
+               special_full=None):
     """Cycles of whole training steps of ``config`` on the simulated accelerator.
 
     Each step runs as forward-only and whole step (see ``ChipRun.run_steps`` with
@@ -144,7 +145,9 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     the banks (``HwConfig.bank_skew``); the mapping's model counts that too.
     ``row_operands``: the engine's unit-stride B/C vectors as row entries
     (``HwConfig.row_operands``), counted by the mapping's model. ``special_lanes``:
-    special-function units side by side in the vector unit (``HwConfig.special_lanes``).
+    special-function units side by side in the vector unit (``HwConfig.special_lanes``),
+    ``special_full`` of them with every function (``HwConfig.special_full``; the others
+    GELU and its gradient only).
     ``vector_reads``: 2 reads both sources of a vector beat in one request
     (``HwConfig.vector_reads``). ``engine_sums``: compile the step with the row sums that a ``lanes``-lane engine does
     faster as contractions (``compile_model(engine_sums=lanes)``). ``route``: the engine's
@@ -205,7 +208,8 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
     machine = dict(lanes=lanes, slots=slots, fetch_words=fetch_words,
                    max_split=max_split if route else None, bank_skew=bank_skew,
                    vector_width=vector_width, row_operands=row_operands,
-                   special_lanes=special_lanes, route=route, vector_reads=vector_reads)
+                   special_lanes=special_lanes, route=route, vector_reads=vector_reads,
+                   special_full=special_full)
     ckw = {"engine_sums": lanes} if engine_sums else {}
     group_walks = None
     if ttm_group == "fastest":
@@ -243,6 +247,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
         "_r" if row_operands else "") + (
         f"_v{vector_width}" if vector_width else "") + (
         f"_sp{special_lanes}" if special_lanes and special_lanes > 1 else "") + (
+        f"f{special_full}" if special_full and special_full != special_lanes else "") + (
         {"omega": "_om", "omega-shared": "_os"}[route] if route else "") + (
         "_vr2" if vector_reads == 2 else "")
     hw = hw_config({cfg.name: full}, config=cfg.name, **machine)
@@ -311,6 +316,7 @@ def bench_step(config="paper-l1", *, lanes=8, slots=16, steps=1, out_json=None, 
               "max_split": max_split, "fetch_words": fetch_words, "bank_skew": bank_skew,
               "row_operands": row_operands, "route": hw.route,
               "vector_width": hw.vector_lanes, "special_lanes": hw.special_lanes,
+              "special_full": hw.special_full or hw.special_lanes,
               "vector_reads": hw.vector_reads,
               "batch": cfg.batch, "seq_len": cfg.seq_len, "positions": cm.positions,
               "order": dict(full.order), "schedule": schedule, "ttm_group": full.ttm_group,

@@ -69,6 +69,9 @@ def test_bench_step_max_split_is_checked():
     assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--vector-width", "2",
                  "--special-lanes", "4"]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "16"]) == 2
+    assert main(["bench", "step", "--rule", "zo", "--special-full", "1"]) == 2
+    for bad in (["--special-lanes", "4", "--special-full", "3"], ["--special-full", "2"]):
+        assert main(["bench", "step", "--config", "tiny", "--lanes", "8", *bad]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "3"]) == 2
     assert main(["bench", "step", "--rule", "zo", "--engine-sums"]) == 2
     assert main(["bench", "step", "--rule", "zo", "--route", "omega"]) == 2
@@ -189,3 +192,21 @@ def test_bench_step_model_only_walks_the_step_and_chooses_the_ttm_group(capsys):
     for bad in (["--rule", "zo"], ["--steps", "2"]):
         assert main(["bench", "step", "--config", "tiny", "--model-only", *bad]) == 2
         assert "--model-only walks one sgd step per program" in capsys.readouterr().err
+
+
+def test_bench_step_special_units_with_fewer_functions(capsys):
+    """``--special-full F``: F of the ``--special-lanes`` units have every special function,
+    the others GELU and its gradient only; by the compiler's walk the step is no faster than
+    with every unit full and no slower than with F units in all, and the report says F."""
+    import json
+
+    def walk(*flags):
+        assert main(["bench", "step", "--config", "tiny", "--lanes", "8", "--model-only",
+                     "--json", *flags]) == 0
+        rep = json.loads(capsys.readouterr().out)
+        return rep, rep["entries"][0]["cycles"]
+    _, all4 = walk("--special-lanes", "4")
+    rep, mixed = walk("--special-lanes", "4", "--special-full", "1")
+    _, one = walk("--special-lanes", "1")
+    assert all4 <= mixed <= one and all4 < one
+    assert rep["hw"]["special_full"] == 1 and rep["hw"]["special_lanes"] == 4

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from ttrain.golden.config import get_config
-from ttrain.golden.isa import End, Program
+from ttrain.golden.contract import View
+from ttrain.golden.isa import Elementwise, End, Program, vector_cycles
 from ttrain.golden.model_compiler import chip_model_config, compile_model
 from ttrain.platforms.hw import (HW_JSON, HwConfig, hw_config, preset_hw_config,
                                  program_needs_special, read_hw_json)
@@ -68,6 +69,18 @@ def test_defaults_and_explicit_flags_give_the_same_file():
     assert sp.special_lanes == 4 and sp.accelerator_kwargs()["special_lanes"] == 4 and sp != a
     assert HwConfig.from_dict(json.loads(sp.to_json())) == sp
     assert a.special_lanes == 1 and "special_lanes" not in a.accelerator_kwargs()
+    # 4 units, 2 with every function (the others GELU and its gradient): the vector unit's
+    # kwargs and the cycle model follow; all 4 full is the default
+    sf = preset_hw_config("tiny", special_lanes=4, special_full=2)
+    assert sf.special_full == 2 and sf.accelerator_kwargs()["special_full"] == 2 and sf != sp
+    assert HwConfig.from_dict(json.loads(sf.to_json())) == sf
+    assert preset_hw_config("tiny", special_lanes=4, special_full=4) == sp
+    assert sp.special_full == 0 and "special_full" not in sp.accelerator_kwargs()
+    lat = {"gelu_grad": 10, "exp": 10}
+    for op, lanes in (("gelu_grad", 4), ("exp", 2)):
+        ins = Elementwise(op, 1, 64, View("act", 0, 64, 1), View("act", 64, 64, 1))
+        assert vector_cycles(ins, 8, 4, lat, special_full=2)[1] == \
+            vector_cycles(ins, 8, lanes, lat)[1], op
     for route in ("omega", "omega-shared"):
         o = preset_hw_config("tiny", route=route)
         assert o.route == route and o.accelerator_kwargs()["route"] == route and o != a
@@ -112,6 +125,8 @@ def test_units_follow_the_programs():
     ({"special_lanes": 3}, "special_lanes must be a positive power of two"),
     ({"special_lanes": 16}, "special_lanes 16 is above the vector unit's 8 lanes"),
     ({"special_lanes": 4, "vector_width": 2}, "special_lanes 4 is above the vector unit's 2"),
+    ({"special_lanes": 4, "special_full": 3}, "special_full must be a positive power of two"),
+    ({"special_lanes": 2, "special_full": 4}, "special_full 4 is above the 2 special-function"),
     ({"route": "mesh"}, "route must be one of arbiter, omega, omega-shared"),
     ({"route": "omega", "lanes": 1}, "route 'omega' cannot have 1 bank"),
     ({"route": "omega-shared", "fetch_words": 4}, "cannot have fetch_words 4"),

@@ -643,6 +643,16 @@ def test_lint_clean():
     for width, groups in ((4, None), (1, 1)):
         assert lint_verilator(WideVectorUnit(width=width, addr_bits=12, groups=groups),
                               name=f"ttrain_vector_wide_w{width}") == ""
+    # the update unit, and special units of two kinds (the serializer's two group sizes)
+    assert lint_verilator(WideVectorUnit(width=4, addr_bits=12, ops="update"),
+                          name="ttrain_update_wide_w4") == ""
+    from ttrain.platforms.sim.top import special_fp_sources
+    assert lint_verilator(WideVectorUnit(width=4, addr_bits=12, special=True,
+                                         special_impl="verilog", special_functions=SP_FUNCS,
+                                         special_lanes=4, special_full=2,
+                                         every_lane=("tanh_grad",)),
+                          name="ttrain_vector_wide_sf",
+                          extra_sources=special_fp_sources()) == ""
 
 
 # -- special functions ---------------------------------------------------------------------------
@@ -832,3 +842,40 @@ def test_update_unit_runs_update_alone():
         WideVectorUnit(width=4, addr_bits=ADDR_BITS, ops="vector")
     with pytest.raises(ValueError, match="runs no special functions"):
         WideVectorUnit(width=4, addr_bits=ADDR_BITS, ops="update", special=True)
+
+
+def test_special_units_with_fewer_functions():
+    """``special_full`` < ``special_lanes``: 4 units side by side, of which 2 have every
+    function and the other 2 only the every-lane set (here ``tanh_grad``, in the machine
+    GELU and its gradient: small units for the Amaranth simulator). Every beat shape and
+    random stalls bit-exact for both kinds of function; a dense every-lane op streams 4
+    elements a cycle, a dense op of the other function 2."""
+    kw = dict(special=True, special_functions=SP_FUNCS, special_lanes=4, special_full=2,
+              every_lane=("tanh_grad",))
+    unit = WideVectorUnit(width=8, addr_bits=12, **kw)
+    assert unit.special_full == 2 and unit.special_lanes == 4
+    rng = np.random.default_rng(31)
+    v = View("act", 3, 9, 1)
+    instrs = [
+        Elementwise("recip", 5, 13, View("scratch", 1, 13, 1), View("act", 40, 13, 1)),
+        Elementwise("tanh_grad", 3, 10, View("scratch", 0, 12, 1), View("grad", 7, 11, 1)),
+        Elementwise("tanh_grad", 7, 3, View("param", 0, 1, 9), View("act", 5, 1, 8)),
+        Elementwise("recip", 3, 4, View("act", 0, 9, 2), View("grad", 1, 5, 1)),
+        Elementwise("tanh_grad", 4, 9, v, v),
+        Elementwise("recip", 2, 5, View("grad", 30, 5, 1), View("act", 77, 1, 0)),
+    ]
+    images = [_special_image(rng) for _ in instrs]
+    results = simulate(8, instrs, seed=31, timing=STALLY, images=images, **kw)
+    check_against_golden(instrs, images, results)
+    lat = unit.special_latencies
+    every = Elementwise("tanh_grad", 4, 48, View("act", 1024, 48, 1), View("act", 0, 48, 1))
+    other = Elementwise("recip", 4, 48, View("act", 1024, 48, 1), View("act", 0, 48, 1))
+    got = measure(8, {"every": every, "other": other}, **kw)
+    (c4, n), (c2, _) = got["every"], got["other"]
+    assert n / 4 <= c4 <= n / 4 + lat["tanh_grad"] + 40, (c4, n)
+    assert n / 2 <= c2 <= n / 2 + lat["recip"] + 40 and c2 > c4 + n / 8, (c2, c4, n)
+    for bad, match in (({"special_full": 3}, "special_full must be a power of two"),
+                       ({"special_full": 8}, "special_full must be a power of two"),
+                       ({"every_lane": ("gelu",)}, "which special_functions leaves out")):
+        with pytest.raises(ValueError, match=match):
+            WideVectorUnit(width=8, addr_bits=12, **{**kw, **bad})
