@@ -581,7 +581,7 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                                            vector_width is None and special_lanes is None
                                            else "scaled")
     if synth == "composed":
-        from .units import WIDE_SPECIAL_LANES, wide_machine_options
+        from .units import WIDE_SPECIAL_FULL, WIDE_SPECIAL_LANES, wide_machine_options
         opts = wide_machine_options(COMPOSED_LANES)
         if (lanes, banks) != (COMPOSED_LANES, COMPOSED_LANES) \
                 or vector_width not in (None, opts["vector_width"]) \
@@ -589,7 +589,8 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
             raise ValueError(f"--synth composed estimates the wide machine of `ttrain bench "
                              f"step --lanes {COMPOSED_LANES}` ({COMPOSED_LANES} lanes and banks, "
                              f"{opts['vector_width']} vector lanes, {WIDE_SPECIAL_LANES} "
-                             f"special-function units); use --synth fit for other shapes")
+                             f"special-function units, {WIDE_SPECIAL_FULL} of them with every "
+                             f"function); use --synth fit for other shapes")
     if vector_width is not None:
         if isinstance(vector_width, bool) or not isinstance(vector_width, int) \
                 or vector_width < 1 or vector_width & (vector_width - 1) or vector_width > lanes:

@@ -20,8 +20,10 @@ import json
 import time
 from pathlib import Path
 
+from ..golden.isa import SPECIAL_EVERY_LANE
+
 __all__ = ["COMPOSED", "MAX_LEVELS", "UNITS", "build_unit", "compose", "measure",
-           "WIDE_SPECIAL_LANES", "wide_machine_options"]
+           "WIDE_SPECIAL_LANES", "WIDE_SPECIAL_FULL", "wide_machine_options"]
 
 #: Logic levels a register-to-register path may have (issue 15: timing at 300 MHz).
 MAX_LEVELS = 12
@@ -97,8 +99,13 @@ def _engine_core(lanes, max_split):
     return flat
 
 
-#: Special-function units of the 256-lane wide machine (``--special-lanes 16``).
+#: Special-function units of the 256-lane wide machine (``--special-lanes 16``), of which
+#: :data:`WIDE_SPECIAL_FULL` have every function (``--special-full 4``) and the others only
+#: GELU and its gradient (:data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE`): +0.8% cycles on
+#: paper-l1's step by the compiler's model against 16 whole units (docs/wide-engine.md,
+#: sixteenth session).
 WIDE_SPECIAL_LANES = 16
+WIDE_SPECIAL_FULL = 4
 
 
 #: The wide machine of issue 15 as ``ttrain bench step --config paper-l1 --lanes 256`` runs it
@@ -202,9 +209,9 @@ def _decoder():
     return InstructionDecoder()
 
 
-def _special():
+def _special(functions=None):
     from ..rtl.special import SpecialFunctionUnit
-    return SpecialFunctionUnit()
+    return SpecialFunctionUnit() if functions is None else SpecialFunctionUnit(functions=functions)
 
 
 def _omega(ports, inverse=False):
@@ -315,6 +322,9 @@ UNITS = {
                          "OmegaReadPort, 256 lanes over 256 banks, XOR hash, 2-bit store tags "
                          "(the 256-lane engine's shared A/B/old-C read port)"),
     "special": (_special, "SpecialFunctionUnit, every function"),
+    "special-gelu": (lambda: _special(SPECIAL_EVERY_LANE),
+                     "SpecialFunctionUnit with GELU and its gradient only (golden.isa."
+                     "SPECIAL_EVERY_LANE: the wide machine's units beyond --special-full)"),
     **{f"machine-core-{P}": (lambda P=P: _machine_engine_core(P),
                              f"the wide machine's engine (wide_machine_options: paper-l1 "
                              f"stores, max_split 16, omega-shared, skewed banks, unit ports "
@@ -380,12 +390,13 @@ COMPOSED = {
     "machine-256": {
         "what": "The whole wide machine (ttrain bench step --config paper-l1 --lanes 256 "
                 "--max-split 16 --bank-skew --route omega-shared --vector-width 64 "
-                "--special-lanes 16 --vector-reads 2): engine-256, the vector unit "
-                "(vector-64), the update unit (update-64), 16 special-function units, the "
-                "sequencer at paper-l1's stores; stores not included (BRAM/URAM: the memory "
-                "map)",
+                "--special-lanes 16 --special-full 4 --vector-reads 2): engine-256, the "
+                "vector unit (vector-64), the update unit (update-64), 16 special-function "
+                "units (4 whole, 12 with GELU and its gradient only), the sequencer at "
+                "paper-l1's stores; stores not included (BRAM/URAM: the memory map)",
         "sum": {"engine-256": 1, "vector-64": 1, "update-64": 1,
-                "special": WIDE_SPECIAL_LANES, "sequencer-l1": 1}},
+                "special": WIDE_SPECIAL_FULL,
+                "special-gelu": WIDE_SPECIAL_LANES - WIDE_SPECIAL_FULL, "sequencer-l1": 1}},
 }
 
 _COUNTS = ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288")

@@ -99,18 +99,20 @@ def test_composed_unit_fits_its_core_and_adds_its_parts_per_instance():
 
 def test_the_machine_is_its_parts_summed_with_their_counts():
     """``machine-256`` = engine-256 + the 64-lane vector unit + the 64-lane update unit
-    (UPDATE only) + 16 special-function units + the sequencer; a part's RAMs count (the
-    sequencer's instruction memory); the deepest part names the path."""
-    from ttrain.platforms.units import COMPOSED, WIDE_SPECIAL_LANES, compose
+    (UPDATE only) + 16 special-function units (4 whole, 12 with GELU and its gradient only)
+    + the sequencer; a part's RAMs count (the sequencer's instruction memory); the deepest
+    part names the path."""
+    from ttrain.platforms.units import COMPOSED, WIDE_SPECIAL_FULL, WIDE_SPECIAL_LANES, compose
     spec = COMPOSED["machine-256"]
-    assert spec["sum"] == {"engine-256": 1, "vector-64": 1, "update-64": 1,
-                           "special": WIDE_SPECIAL_LANES, "sequencer-l1": 1}
+    assert (WIDE_SPECIAL_LANES, WIDE_SPECIAL_FULL) == (16, 4)
+    assert spec["sum"] == {"engine-256": 1, "vector-64": 1, "update-64": 1, "special": 4,
+                           "special-gelu": 12, "sequencer-l1": 1}
     measured = {u: _unit(u, 1000 * (i + 1), 10 * (i + 1), i, 10 + i,
                          cells={"RAMB36E2": 2} if u == "sequencer-l1" else None)
                 for i, u in enumerate(spec["sum"])}
     measured["engine-256"]["estimate"] = True
     r = compose("machine-256", measured)
-    assert r["lut"] == 1000 + 2000 + 3000 + 16 * 4000 + 5000
-    assert r["dsp48e2"] == 0 + 1 + 2 + 16 * 3 + 4 and r["ramb36"] == 2
-    assert r["by_part"]["special"]["lut"] == 16 * 4000 and r["parts"]["update-64"] == 1
-    assert (r["logic_levels"], r["deepest_part"]) == (14, "sequencer-l1") and r["estimate"]
+    assert r["lut"] == 1000 + 2000 + 3000 + 4 * 4000 + 12 * 5000 + 6000
+    assert r["dsp48e2"] == 0 + 1 + 2 + 4 * 3 + 12 * 4 + 5 and r["ramb36"] == 2
+    assert r["by_part"]["special-gelu"]["lut"] == 12 * 5000 and r["parts"]["update-64"] == 1
+    assert (r["logic_levels"], r["deepest_part"]) == (15, "sequencer-l1") and r["estimate"]
