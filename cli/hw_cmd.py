@@ -22,6 +22,8 @@ def format_hw(hw):
              f"  vector      {hw.vector_lanes} lanes (vector and update units)"
              + (f", {hw.special_lanes} special-function units side by side"
                 if hw.special_lanes > 1 else "")
+             + (f" ({hw.special_full} with every function, the others GELU/GELU' only)"
+                if 0 < hw.special_full < hw.special_lanes else "")
              + (", two read vectors a request" if hw.vector_reads == 2 else ""),
              f"  stores      {hw.banks} banks each"
              + (", rows skewed (word a in bank (a + a // banks) % banks)" if hw.bank_skew
@@ -41,7 +43,8 @@ def _run(args):
     from .platforms.hw import preset_hw_config
     for flag, v in (("--lanes", args.lanes), ("--banks", args.banks),
                     ("--imem-depth", args.imem_depth), ("--vector-width", args.vector_width),
-                    ("--special-lanes", args.special_lanes)):
+                    ("--special-lanes", args.special_lanes),
+                    ("--special-full", args.special_full)):
         if v is not None and (v < 1 or v & (v - 1)):
             raise ValueError(f"{flag} must be a positive power of two, got {v}")
     check_int("--slots", args.slots, 2, 256)
@@ -49,7 +52,7 @@ def _run(args):
                           imem_depth=args.imem_depth, bank_skew=args.bank_skew,
                           vector_width=args.vector_width, row_operands=args.row_operands,
                           special_lanes=args.special_lanes, route=args.route,
-                          vector_reads=args.vector_reads)
+                          vector_reads=args.vector_reads, special_full=args.special_full)
     print(hw.to_json() if args.json else format_hw(hw), end="\n" if not args.json else "")
     return 0
 
@@ -87,6 +90,10 @@ def register(sub):
                    help="special-function units side by side in the vector unit (power of "
                         "two up to its lanes; default 1): special ops stream S elements per "
                         "cycle")
+    p.add_argument("--special-full", type=int, default=None, metavar="F",
+                   help="how many of the --special-lanes units have every special function "
+                        "(power of two; default all); the others hold only GELU and its "
+                        "gradient, which stream S elements a cycle, the other functions F")
     p.add_argument("--vector-reads", type=int, choices=(1, 2), default=None, metavar="R",
                    help="vectors per read request of the vector unit's port (1, the default, "
                         "or 2: both sources of an element beat in one request)")

@@ -86,7 +86,8 @@ def _run(args):
     rep = build_report(args.config, lanes=args.lanes, banks=args.banks,
                        synth="none" if args.no_synth else args.synth, cache_dir=args.cache_dir,
                        timeout=args.synth_timeout, log=log, sizes_from=args.sizes,
-                       vector_width=args.vector_width, special_lanes=args.special_lanes)
+                       vector_width=args.vector_width, special_lanes=args.special_lanes,
+                       special_full=args.special_full)
     if args.json:
         print(json.dumps(rep, indent=1))
     else:
@@ -120,6 +121,11 @@ def register(sub):
     p.add_argument("--special-lanes", type=int, default=None, metavar="S",
                    help="special-function units side by side (power of two up to the "
                         "vector lanes; with --synth fit (default 1) or composed (16))")
+    p.add_argument("--special-full", type=int, default=None, metavar="F",
+                   help="how many of the --special-lanes units have every special function "
+                        "(power of two; default all): the others are GELU/GELU'-only units, "
+                        "synthesized alone too (`ttrain bench step --special-full`; with "
+                        "--synth fit, or composed: its 4)")
     p.add_argument("--synth", choices=list(SYNTH_MODES), default="auto",
                    help="logic estimate: full synthesis of the top, scaled (1- and 2-lane "
                         "tops extrapolated linearly to --lanes: LUTs a lower bound), fit (2-, "

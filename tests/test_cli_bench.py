@@ -73,6 +73,8 @@ def test_bench_step_max_split_is_checked():
     for bad in (["--special-lanes", "4", "--special-full", "3"], ["--special-full", "2"]):
         assert main(["bench", "step", "--config", "tiny", "--lanes", "8", *bad]) == 2
     assert main(["hw", "--config", "tiny", "--special-lanes", "3"]) == 2
+    for bad in (["--special-lanes", "4", "--special-full", "8"], ["--special-full", "3"]):
+        assert main(["hw", "--config", "tiny", *bad]) == 2
     assert main(["bench", "step", "--rule", "zo", "--engine-sums"]) == 2
     assert main(["bench", "step", "--rule", "zo", "--route", "omega"]) == 2
     for bad in (["--lanes", "1"], ["--fetch-words", "4"], ["--row-operands"]):
@@ -85,6 +87,20 @@ def test_bench_step_max_split_is_checked():
             with pytest.raises(SystemExit) as e:
                 main([*argv, "--vector-reads", bad])
             assert e.value.code == 2
+
+
+def test_hw_special_full(capsys):
+    """``ttrain hw --special-lanes 4 --special-full 1``: in hw.json and the summary."""
+    import json
+    from ttrain.platforms.hw import HwConfig
+    assert main(["hw", "--config", "tiny", "--special-lanes", "4", "--special-full", "1",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["special_lanes"], d["special_full"]) == (4, 1)
+    assert HwConfig.from_dict(d).accelerator_kwargs()["special_full"] == 1
+    assert main(["hw", "--config", "tiny", "--special-lanes", "4", "--special-full", "1"]) == 0
+    assert ("4 special-function units side by side (1 with every function, the others "
+            "GELU/GELU' only)") in capsys.readouterr().out
 
 
 def test_hw_vector_reads(capsys):

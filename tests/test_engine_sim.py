@@ -151,35 +151,51 @@ def test_arbiter_grants_first_requester_per_bank():
                     assert addr == 100 + taken[(s, b)]
 
 
+@pytest.mark.parametrize("bank_order", [False, True], ids=["lane-order", "bank-order"])
 @pytest.mark.parametrize("skew", [False, True], ids=["plain", "skew"])
-def test_row_entries_grant_as_their_lanes(skew):
+def test_row_entries_grant_as_their_lanes(skew, bank_order):
     """A row client's one arbiter entry (``_RowPorts``: the host port, the store ports) is
     granted exactly what its lanes would be as separate entries in lane order, between
     per-lane entries of higher and lower priority, and ``_first`` at each bank picks its row
     and write word there: random bases (row-aligned or not, so skewed full beats that cross a
-    row), masks and stores; beats as wide as the banks and narrower."""
+    row), masks and stores; beats as wide as the banks and narrower (a quarter of the banks
+    and 3 lanes: narrow entries, whose rotators are narrower than the banks). Both kinds of
+    entry: pending lanes in lane order (row-operand segments), and in bank order (the row
+    clients: the lane mask rotated to the banks as a load does, the grants rotated back)."""
     from amaranth.hdl import Cat, Module, Signal
     from ttrain.rtl.engine import _RowPorts, _arbitrate, _first
-    nb_log2, n_stores, AW = 3, 2, 10
+    nb_log2, n_stores, AW = 4, 2, 12
     NB = 1 << nb_log2
+    widths = (NB, NB // 4, 3)
     m = Module()
     # per-lane entries: 3 before the rows, 3 after
     lane_sig = [(Signal(name=f"req{i}"), Signal(1, name=f"store{i}"),
                  Signal(nb_log2, name=f"bank{i}"), Signal(AW, name=f"addr{i}"),
                  Signal(name=f"grant{i}")) for i in range(6)]
     rows = []
-    for r, L in enumerate((NB, NB // 2)):
+    for r, L in enumerate(widths):
         base = Signal(AW, name=f"base{r}")
-        rp = _RowPorts(m, f"row{r}", L, AW, nb_log2, skew, base)
+        rp = _RowPorts(m, f"row{r}", L, AW, nb_log2, skew, base, bank_order=bank_order)
         for reg, _wait, loaded in rp.fields:
             m.d.comb += reg.eq(loaded)
         pending, store = Signal(L, name=f"pend{r}"), Signal(1, name=f"rstore{r}")
         data = [Signal(32, name=f"data{r}_{w}") for w in range(L)]
-        rp.connect(m, pending, store, data)
-        rows.append((rp, base, pending, store, data))
-    entries = lane_sig[:3] + [rows[0][0], rows[1][0]] + lane_sig[3:]
+        if bank_order:
+            held = Signal(rp.pwidth, name=f"held{r}")
+            m.d.comb += held.eq(rp.bank_mask(m, pending))
+            rp.connect(m, held, store, data)
+            lane_grant = Signal(L, name=f"lgrant{r}")
+            m.d.comb += lane_grant.eq(Cat(*rp.lane_grants(m, rp.grant, rp.rot, rp.cross)))
+        else:
+            rp.connect(m, pending, store, data)
+            lane_grant = rp.grant
+        rows.append((rp, base, pending, store, data, lane_grant))
+    assert [rp.W for rp, *_ in rows] == [NB, 8 if skew else 4, 4]
+    assert [rp.pwidth for rp, *_ in rows] == ([2 * NB if skew else NB, NB, NB] if bank_order
+                                              else list(widths))
+    entries = lane_sig[:3] + [rp for rp, *_ in rows] + lane_sig[3:]
     words = [Signal(32, name=f"w{i}") for i in range(6)]
-    wdata = words[:3] + [None, None] + words[3:]
+    wdata = words[:3] + [None] * len(rows) + words[3:]
     sel = _arbitrate(m, "arb", entries, n_stores, nb_log2, data=wdata)
     first = [[_first([(h, Cat(a[nb_log2:], d)) for h, a, d in sel[s][b]], AW - nb_log2 + 32)
               for b in range(NB)] for s in range(n_stores)]
@@ -190,11 +206,11 @@ def test_row_entries_grant_as_their_lanes(skew):
         return (lo + hi) % NB if skew else lo
 
     cases = []
-    for _ in range(60):
+    for _ in range(120):
         lanes = [(bool(rng.random() < 0.4), int(rng.integers(0, 2)), int(rng.integers(0, NB)))
                  for _ in range(6)]
         rws = []
-        for L in (NB, NB // 2):
+        for L in widths:
             b0 = int(rng.integers(0, 64)) * (NB if rng.random() < 0.2 else 1) % 512
             rws.append((b0, int(rng.integers(0, 1 << L)), int(rng.integers(0, 2)),
                         [int(rng.integers(0, 1 << 32)) for _ in range(L)]))
@@ -208,12 +224,12 @@ def test_row_entries_grant_as_their_lanes(skew):
                 ctx.set(r_, int(req)); ctx.set(s_, st); ctx.set(b_, bk)
                 ctx.set(a_, (bk + NB * (100 + i)) if not skew else NB * (100 + i))
                 ctx.set(words[i], 1000 + i)
-            for (rp, base, pending, store, data), (b0, mask, st, dat) in zip(rows, rws):
+            for (rp, base, pending, store, data, _), (b0, mask, st, dat) in zip(rows, rws):
                 ctx.set(base, b0); ctx.set(pending, mask); ctx.set(store, st)
                 for w, v in enumerate(dat):
                     ctx.set(data[w], v)
             seen.append(([ctx.get(g) for *_, g in lane_sig],
-                         [ctx.get(rp.grant) for rp, *_ in rows],
+                         [ctx.get(row[-1]) for row in rows],
                          [[(ctx.get(h), ctx.get(v)) for h, v in row] for row in first]))
 
     sim = Simulator(m)
@@ -230,7 +246,7 @@ def test_row_entries_grant_as_their_lanes(skew):
                              dat[w]))
         flat += [("lane", i, req, (st, bk), 100 + i, 1000 + i)
                  for i, (req, st, bk) in list(enumerate(lanes))[3:]]
-        taken, want_lane, want_row = {}, [0] * 6, [0, 0]
+        taken, want_lane, want_row = {}, [0] * 6, [0] * len(rows)
         for kind, who, req, key, row, word in flat:
             ok = req and key not in taken
             if req:
@@ -240,7 +256,7 @@ def test_row_entries_grant_as_their_lanes(skew):
             elif ok:
                 want_row[who[0]] |= 1 << who[1]
         assert g_lanes == want_lane
-        assert g_rows == want_row
+        assert g_rows == want_row, (lanes, [(b0, mask, st) for b0, mask, st, _ in rws])
         for s_ in range(n_stores):
             for b in range(NB):
                 hit, value = got_first[s_][b]
@@ -248,6 +264,110 @@ def test_row_entries_grant_as_their_lanes(skew):
                 if hit:
                     row, word = taken[(s_, b)]
                     assert value == row | (word << (AW - nb_log2)), (s_, b)
+
+@pytest.mark.parametrize("skew", [False, True], ids=["plain", "skew"])
+def test_narrow_store_ports_random_traffic(skew):
+    """A store port a quarter of the banks wide reading two vectors a request (the wide
+    machine's vector port, whose row entries have rotators narrower than the banks): random
+    write beats (any base, crossing rows and the store's end, random masks and stores), then
+    random two-vector reads with the consumer stalling at random; every word read equals a
+    word-by-word model, and the host port reads the same stores back."""
+    sizes = {"s0": 96, "s1": 64}
+    stores = [StoreSpec(n, s) for n, s in sizes.items()]
+    PW = 4
+    eng = ContractionEngine(lanes=16, slots=16, stores=stores, ports=1, port_width=PW,
+                            port_reads=(2,), bank_skew=skew)
+    port, nb = eng.port0, eng.banks
+    assert nb == 16
+    rng = np.random.default_rng(61 + skew)
+    mem = {n: [0] * s for n, s in sizes.items()}
+    names = list(sizes)
+    phases = []
+    for _ in range(4):
+        writes = []
+        for _ in range(10):
+            st = names[int(rng.integers(0, 2))]
+            a = int(rng.integers(0, sizes[st]))
+            mask = int(rng.integers(1, 1 << PW))
+            words = [int(rng.integers(0, 1 << 32)) for _ in range(PW)]
+            writes.append((st, a, mask, words))
+        reads = [tuple((names[int(rng.integers(0, 2))], int(rng.integers(0, 96)),
+                        int(rng.integers(0, 1 << PW))) for _ in range(2)) for _ in range(10)]
+        phases.append((writes, reads))
+    want, got, back, done_reads = [], [], {}, [0]
+
+    def expect(st, a, mask):
+        return [mem[st][a + w] if mask >> w & 1 and a + w < sizes[st] else 0
+                for w in range(PW)]
+
+    for writes, reads in phases:            # the model
+        for st, a, mask, words in writes:
+            for w in range(PW):
+                if mask >> w & 1 and a + w < sizes[st]:
+                    mem[st][a + w] = words[w]
+        want += [expect(*r1) + expect(*r2) for r1, r2 in reads]
+    sid = {n: i for i, n in enumerate(names)}
+
+    async def tb(ctx):
+        for writes, reads in phases:
+            for st, a, mask, words in writes:
+                for _ in range(int(rng.integers(0, 2))):
+                    await ctx.tick()
+                ctx.set(port.wr.payload.store, sid[st]); ctx.set(port.wr.payload.addr, a)
+                ctx.set(port.wr.payload.mask, mask)
+                for w in range(PW):
+                    ctx.set(port.wr.payload.data[w], words[w])
+                ctx.set(port.wr.valid, 1)
+                await ctx.tick().until(port.wr.ready)
+                ctx.set(port.wr.valid, 0)
+            await ctx.tick()
+            await ctx.tick().until(port.wr_idle)
+            for (s1, a1, m1), (s2, a2, m2) in reads:
+                for field, v in (("store", sid[s1]), ("addr", a1), ("mask", m1),
+                                 ("store2", sid[s2]), ("addr2", a2), ("mask2", m2)):
+                    ctx.set(getattr(port.rd.payload, field), v)
+                ctx.set(port.rd.valid, 1)
+                await ctx.tick().until(port.rd.ready)
+                ctx.set(port.rd.valid, 0)
+            done_reads[0] += len(reads)
+            while len(got) < done_reads[0]:    # the next writes after this phase's reads
+                await ctx.tick()
+        full = (1 << nb) - 1
+        for st in names:                        # every word back through the host port
+            out = []
+            for a in range(0, sizes[st], nb):
+                ctx.set(eng.host_i.payload.as_value(),
+                        eng.encode_host_beat(write=0, store=st, addr=a, mask=full))
+                ctx.set(eng.host_i.valid, 1)
+                await ctx.tick().until(eng.host_i.ready)
+                ctx.set(eng.host_i.valid, 0)
+                ctx.set(eng.host_o.ready, 1)
+                word, = await ctx.tick().sample(
+                    eng.host_o.payload.as_value()).until(eng.host_o.valid)
+                ctx.set(eng.host_o.ready, 0)
+                out += [(int(word) >> (32 * i)) & 0xFFFFFFFF for i in range(nb)]
+            back[st] = out[:sizes[st]]
+
+    async def consume(ctx):
+        for _ in range(len(want)):
+            while True:
+                ready = bool(rng.random() < 0.6)
+                ctx.set(port.rd_data.ready, ready)
+                *_, valid, beat = await ctx.tick().sample(port.rd_data.valid,
+                                                      port.rd_data.payload.as_value())
+                if ready and valid:
+                    got.append([(int(beat) >> (32 * i)) & 0xFFFFFFFF for i in range(2 * PW)])
+                    break
+        ctx.set(port.rd_data.ready, 0)
+
+    sim = Simulator(eng)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.add_testbench(consume)
+    sim.run()
+    assert got == want
+    assert back == mem
+
 
 # ---- engine ---------------------------------------------------------------------------------
 

@@ -280,7 +280,9 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
           "uram288": 0, "logic_levels": 20, "critical_path": ["LUT6"] * 20, "cached": True,
           "seconds": {"convert": 1.0, "synth": 5.0}}
     monkeypatch.setattr(rc, "synth_estimate", fake)
-    monkeypatch.setattr(rc, "special_estimate", lambda **kw: sf)
+    sg = {**sf, "lut": 20_000, "ff": 12_000, "dsp48e2": 40}       # GELU/GELU'-only unit
+    monkeypatch.setattr(rc, "special_estimate",
+                        lambda functions=None, **kw: sf if functions is None else sg)
     est = rc.fit_estimate("tiny", lanes=256, vector_width=64)      # tiny uses special ops
     assert seen == [(P, P, P, V) for P, V in rc.FIT_POINTS]
     assert est["dsp48e2"] == 46 + 6 * 256 + 21 * 64 + 100           # the special unit once
@@ -297,6 +299,15 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
     assert four["lut"] == est["lut"] + 3 * 50_000
     rep4 = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64, special_lanes=4)
     assert "added 4 time(s)" in rep4["logic"]["method"]
+    # one of the four with every function, three GELU/GELU'-only (HwConfig.special_full)
+    mixed = rc.fit_estimate("tiny", lanes=256, vector_width=64, special_lanes=4,
+                            special_full=1)
+    assert mixed["lut"] == est["lut"] + 3 * 20_000 and mixed["special_full"] == 1
+    assert mixed["dsp48e2"] == est["dsp48e2"] + 3 * 40
+    assert mixed["special_gelu_unit"]["lut"] == 20_000 and four["special_gelu_unit"] is None
+    rep1 = rc.build_report("tiny", lanes=256, synth="fit", vector_width=64, special_lanes=4,
+                           special_full=1)
+    assert "added 1 time(s), the GELU/GELU'-only unit 3 time(s)" in rep1["logic"]["method"]
     with pytest.raises(ValueError, match="cannot separate"):
         rc.fit_counts([(2, 2, {"dsp48e2": 1}), (4, 4, {"dsp48e2": 2})], 8, 8,
                       terms={"dsp48e2": ("1", "P", "V")})
@@ -316,6 +327,15 @@ def test_fit_estimate_recovers_linear_and_quadratic_counts(monkeypatch):
     (["--lanes", "8", "--special-lanes", "2", "--synth", "scaled"], "--special-lanes applies "
                                                                       "to --synth fit or "
                                                                       "composed"),
+    (["--lanes", "8", "--special-lanes", "4", "--special-full", "8", "--synth", "fit"],
+     "--special-full must be a power of two up to the 4 special-function unit(s)"),
+    (["--lanes", "8", "--special-lanes", "4", "--special-full", "3", "--synth", "fit"],
+     "--special-full must be a power of two"),
+    (["--lanes", "8", "--special-full", "1", "--synth", "scaled"], "--special-full applies "
+                                                                     "to --synth fit or "
+                                                                     "composed"),
+    (["--lanes", "256", "--special-full", "2", "--synth", "composed"],
+     "--synth composed estimates the wide machine"),
     (["--lanes", "128", "--synth", "composed"], "--synth composed estimates the wide machine "
                                                 "of `ttrain bench step --lanes 256`"),
     (["--lanes", "256", "--vector-width", "32", "--synth", "composed"], "64 vector lanes, 16 "
