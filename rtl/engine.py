@@ -286,6 +286,32 @@ def _rotate(m, name, values, amount, up):
     return out
 
 
+def _row_fields(base, nb_log2, skew, rbits):
+    """``(row0, row1, rot, cross)`` of a row vector from word ``base`` (:class:`_RowPorts`):
+    the base's row and the next, the bank of its first lane, the first lane in the next
+    row."""
+    NB = 1 << nb_log2
+    low, hi = base[:nb_log2], base[nb_log2:][:rbits]
+    return [hi, (hi + 1)[:rbits], (low + hi[:nb_log2])[:nb_log2] if skew else low,
+            (NB - low)[:nb_log2 + 1]]
+
+
+def row_pre_width(addr_bits, nb_log2):
+    """Bits of :func:`row_pre`."""
+    return 2 * (addr_bits - nb_log2) + 2 * nb_log2 + 1
+
+
+def row_pre(base, addr_bits, nb_log2, skew):
+    """:func:`_row_fields` packed (``row_pre_width`` bits): computed where a row client's
+    request enters its FIFO, so the load that takes it starts at a register."""
+    rbits = addr_bits - nb_log2
+    widths = (rbits, rbits, nb_log2, nb_log2 + 1)
+    # (each field zero-extended or cut to its width: a base narrower than addr_bits gives
+    # narrower values)
+    return Cat(*[Cat(v, Const(0, w))[:w] for v, w in zip(_row_fields(base, nb_log2, skew, rbits),
+                                                          widths)])
+
+
 class _RowPorts:
     """The arbiter entry of a row client: ``lanes <= banks`` consecutive words ``base ..
     base + lanes - 1`` of one store (the host port, the vector and update units' ports).
@@ -323,7 +349,8 @@ class _RowPorts:
     64-lane ports, 7 x 128 instead of 8 x 256 per rotated bit; docs/wide-engine.md).
     """
 
-    def __init__(self, m, name, lanes, addr_bits, nb_log2, skew, load_base, bank_order=False):
+    def __init__(self, m, name, lanes, addr_bits, nb_log2, skew, load_base, bank_order=False,
+                 load_pre=None):
         NB = 1 << nb_log2
         self.name, self.lanes, self.nb_log2, self.skew = name, lanes, nb_log2, skew
         self.bank_order = bank_order
@@ -332,9 +359,13 @@ class _RowPorts:
         self.row1 = Signal(rbits, name=f"{name}_row1")
         self.rot = Signal(nb_log2, name=f"{name}_rot")
         self.cross = Signal(nb_log2 + 1, name=f"{name}_cross")
-        low, hi = load_base[:nb_log2], load_base[nb_log2:]
-        new = [hi, (hi + 1)[:rbits], (low + hi[:nb_log2])[:nb_log2] if skew else low,
-               NB - low]
+        if load_pre is None:           # from the base (the row-operand segments)
+            new = _row_fields(load_base, nb_log2, skew, rbits)
+        else:                          # precomputed (row_pre): the row clients
+            new, at = [], 0
+            for w in (rbits, rbits, nb_log2, nb_log2 + 1):
+                new.append(load_pre[at:at + w])
+                at += w
         self.fields = []
         loaded_of = {}
         for reg, value in zip((self.row0, self.row1, self.rot, self.cross), new):
@@ -354,6 +385,32 @@ class _RowPorts:
         npos = lanes + 1 if skew and lanes < NB else lanes
         self.W = min(NB, 1 << (npos - 1).bit_length())
         self.lw = exact_log2(self.W)
+        if bank_order:
+            # each slot's row bit (slot b % W is bank b), rotated when the vector is loaded:
+            # the banks' row selects then start at a register
+            rows = _rotate(m, f"{name}_lrow", self._rowbits(m, f"{name}_lprow", self.load_cross),
+                           self.load_rot[:self.lw], up=True)
+            self.brow = self._held(m, f"{name}_brow", Cat(*rows), self.W)
+
+    def _held(self, m, name, value, width):
+        """A register of the served vector (and its copy in the waiting slot) that takes
+        ``value`` when a vector is loaded (a :attr:`fields` entry)."""
+        cur = Signal(width, name=name)
+        wait = Signal(width, name=f"{name}_next")
+        loaded = Signal(width, name=f"{name}_load")
+        m.d.comb += loaded.eq(value)
+        self.fields.append((cur, wait, loaded))
+        return cur
+
+    def hold_data(self, m, load_data):
+        """``bank_order``: hold a writer's words per slot (rotated when loaded, so the
+        banks' write words start at a register) and, for a wrapped lane, the last lane's."""
+        name = self.name
+        pos = self._positions(m, f"{name}_ldata", load_data, self.load_cross, Const(0, 32), 32)
+        slots = _rotate(m, f"{name}_lwdata", pos, self.load_rot[:self.lw], up=True)
+        self.bdata = [self._held(m, f"{name}_bdata{q}", slots[q], 32) for q in range(self.W)]
+        self.dlast = (self._held(m, f"{name}_dlast", load_data[self.lanes - 1], 32)
+                      if self.wrap_on else None)
 
     def _window(self, m, name, rot):
         """``rot``'s group and residue (``rot // W``, ``rot % W``) as signals."""
@@ -454,7 +511,7 @@ class _RowPorts:
         m.d.comb += self.wrap.eq((self.cross != NB) if self.wrap_on else 0)
         wrap_sel = self.wrap & ~pending[0] & pending[L - 1]
         pv = self._positions(m, f"{name}_pv", pending, self.cross, 0, 1)
-        rowbit = self._rowbits(m)
+        rowbit = self._rowbits(m, f"{name}_prow", self.cross)
         if self.wrap_on:
             pv[0] = pv[0] | wrap_sel
             rowbit[0] = wrap_sel
@@ -467,12 +524,12 @@ class _RowPorts:
                 pdata[0] = Mux(wrap_sel, data[L - 1], pdata[0])
             self.bank_data = self._to_banks(m, f"{name}_wdata", pdata, self.rot, window=False)
 
-    def _rowbits(self, m):
+    def _rowbits(self, m, name, cross):
         """Per position, whether its lane is in the next row (position 0 never is)."""
         out = [Const(0, 1)]
         for j in range(1, self.W):
-            rb = Signal(name=f"{self.name}_prow{j}")
-            m.d.comb += rb.eq(j > self.cross if self.skew else j >= self.cross)
+            rb = Signal(name=f"{name}{j}")
+            m.d.comb += rb.eq(j > cross if self.skew else j >= cross)
             out.append(rb)
         return out
 
@@ -490,13 +547,13 @@ class _RowPorts:
         self.bank_claim = [Signal(name=f"{name}_claim{b}") for b in range(NB)]
         m.d.comb += [self.bank_claim[b].eq(bp[b] | (wsel[b] if wsel else 0))
                      for b in range(NB)]
-        rows = self._to_banks(m, f"{name}_rowbit", self._rowbits(m), self.rot, window=False)
+        W = self.W
+        rows = [self.brow[b % W] for b in range(NB)]
         self.bank_rowbit = [rows[b] | wsel[b] for b in range(NB)] if wsel else rows
         self.bank_data = None
         if data is not None:
-            pdata = self._positions(m, f"{name}_pdata", data, self.cross, Const(0, 32), 32)
-            words = self._to_banks(m, f"{name}_wdata", pdata, self.rot, window=False)
-            self.bank_data = ([Mux(wsel[b], data[L - 1], words[b]) for b in range(NB)]
+            words = [self.bdata[b % W] for b in range(NB)]
+            self.bank_data = ([Mux(wsel[b], self.dlast, words[b]) for b in range(NB)]
                               if wsel else words)
 
     def hot(self, m, n_stores):
@@ -609,9 +666,11 @@ class _VectorClient:
         if row:
             # a row client: lane w is word base + w; only the base's row, the next row, the
             # rotation and the crossing lane are held, and the pending lanes in bank order
-            # (_RowPorts)
+            # (_RowPorts). ``load_pre``: row_pre(load_base), computed before the request's
+            # FIFO (the load's rotation of the mask then starts at a register)
+            self.load_pre = Signal(row_pre_width(addr_bits, nb_log2), name=f"{name}_load_pre")
             self.rowports = _RowPorts(m, name, lanes, addr_bits, nb_log2, skew,
-                                      self.load_base, bank_order=True)
+                                      self.load_base, bank_order=True, load_pre=self.load_pre)
         pwidth = self.rowports.pwidth if row else lanes
         self.pending = Signal(pwidth, name=f"{name}_pending")
         nv = Signal(name=f"{name}_next_valid")
@@ -620,7 +679,6 @@ class _VectorClient:
         # (what the served slot holds, what the waiting one holds, what a load brings)
         fields = [(self.store, n_store, self.load_store)]
         if row:
-            fields += self.rowports.fields
             self.offsets = None
         else:
             self.offsets = [Signal(addr_bits, name=f"{name}_off{p}") for p in range(lanes)]
@@ -650,13 +708,18 @@ class _VectorClient:
                 self.segs.append(rp)
         if data:
             self.load_data = [Signal(32, name=f"{name}_load_data{p}") for p in range(lanes)]
+        if data and row:                  # the words held per slot (_RowPorts.hold_data)
+            self.rowports.hold_data(m, self.load_data)
+            self.data = None
+        elif data:
             self.data = [Signal(32, name=f"{name}_data{p}") for p in range(lanes)]
             n_data = [Signal(32, name=f"{name}_next_data{p}") for p in range(lanes)]
             fields += list(zip(self.data, n_data, self.load_data))
 
         if row:
+            fields += self.rowports.fields
             self.beats = None
-            self.rowports.connect(m, self.pending, self.store, self.data if data else None)
+            self.rowports.connect(m, self.pending, self.store, True if data else None)
             self.grant = self.rowports.grant
         elif self.segs:
             ls = lanes // len(self.segs)
@@ -1488,7 +1551,10 @@ class ContractionEngine(wiring.Component):
         checking = Signal()
         m.d.comb += self.busy.eq(running | checking)
         start = Signal()                                  # a descriptor transfer: a new run
-        m.d.comb += [self.desc.ready.eq(~self.busy), start.eq(self.desc.valid & ~self.busy)]
+        # (a descriptor waits for the host beats already accepted: they land first)
+        host_empty = Signal()
+        m.d.comb += [self.desc.ready.eq(~self.busy & host_empty),
+                     start.eq(self.desc.valid & ~self.busy & host_empty)]
         with m.If(self.busy):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
@@ -1565,12 +1631,12 @@ class ContractionEngine(wiring.Component):
             cl.connect_data(m, rdata)
 
         # ---- host port -----------------------------------------------------------------
-        hreq = self.host_i.payload
         resp = m.submodules.host_resp = fifo.SyncFIFO(width=32 * NB, depth=4)
         resp_credit = Signal(range(5), init=4)
         h_ok = Signal()
         depth_of = Array([Const(st.depth, AB + 1) for st in self._stores]
                          + [Const(0, AB + 1)] * ((1 << SB) - n_stores))
+        PRE = row_pre_width(AW, lnb)
 
         def in_store(req, second=False):
             """A beat's lane mask without the lanes past the end of its store (``second``: of
@@ -1578,24 +1644,61 @@ class ContractionEngine(wiring.Component):
             mask, addr, store = ((req.mask2, req.addr2, req.store2) if second
                                  else (req.mask, req.addr, req.store))
             return Cat(*[mask[w] & ((addr + w) < depth_of[store]) for w in range(len(mask))])
-        h_mask = Signal(NB)
-        m.d.comb += h_mask.eq(in_store(hreq))
+
+        def queued(name, stream_in, vectors, depth=2):
+            """A 2-beat FIFO for a row client's requests: each entry is the request, and per
+            vector (``(mask, addr)`` of the request) the mask without the lanes past the
+            store's end and the vector's row fields (:func:`row_pre`), both computed as the
+            request enters, so the clients' loads start at registers (docs/wide-engine.md,
+            logic depth). Returns the FIFO, the request as read and per vector ``(mask,
+            pre)``."""
+            layout = stream_in.payload.shape()
+            pw_ = Value.cast(stream_in.payload).shape().width
+            extra = [(len(mk), PRE) for mk, _ in vectors(stream_in.payload)]
+            q = m.submodules[name] = fifo.SyncFIFO(
+                width=pw_ + sum(a + b for a, b in extra), depth=depth)
+            m.d.comb += q.w_data.eq(Cat(stream_in.payload, *[
+                Cat(mk, row_pre(addr, AW, lnb, SK)) for mk, addr in vectors(stream_in.payload)]))
+            out, at = [], pw_
+            for a, b in extra:
+                out.append((q.r_data[at:at + a], q.r_data[at + a:at + a + b]))
+                at += a + b
+            return q, layout(q.r_data[:pw_]), out
+
+        def feed(cl, addr, mask, pre, store):
+            m.d.comb += [cl.load_base.eq(addr), cl.load_mask.eq(mask),
+                         cl.load_store.eq(store)]
+            if cl.row:
+                m.d.comb += cl.load_pre.eq(pre)
+            if cl.offsets is not None:
+                m.d.comb += [cl.offsets[w].eq(w) for w in range(cl.lanes)]
+
+        # Host beats enter a 2-beat FIFO (their masks and row fields computed on the way in)
+        # and are taken while the engine is idle; a descriptor waits until the FIFO is empty
+        # and the store ports take no vector meanwhile, so every accepted host beat lands
+        # before anything that follows it.
+        hq, hreq, ((h_mask, h_pre),) = queued(
+            "host_q", self.host_i, lambda r: [(in_store(r), r.addr)])
+        # (a read beat takes its response's credit as it enters: one in the FIFO is never
+        # held up by responses the host has not taken)
+        h_take = Signal()
         m.d.comb += [
-            h_ok.eq(~self.busy & ~start & rh.can_load & wh.can_load & (resp_credit != 0)),
-            self.host_i.ready.eq(h_ok),
+            self.host_i.ready.eq(hq.w_rdy & (resp_credit != 0)),
+            h_take.eq(self.host_i.valid & self.host_i.ready),
+            hq.w_en.eq(h_take),
+            host_empty.eq(~hq.r_rdy),
+            h_ok.eq(hq.r_rdy & ~self.busy & ~start & rh.can_load & wh.can_load),
+            hq.r_en.eq(h_ok),
         ]
         for cl in (rh, wh):
-            m.d.comb += [cl.load_base.eq(hreq.addr), cl.load_mask.eq(h_mask),
-                         cl.load_store.eq(hreq.store)]
-            if cl.offsets is not None:
-                m.d.comb += [cl.offsets[w].eq(w) for w in range(NB)]
+            feed(cl, hreq.addr, h_mask, h_pre, hreq.store)
         m.d.comb += [wh.load_data[w].eq(hreq.data[w]) for w in range(NB)]
-        m.d.comb += [rh.load.eq(self.host_i.valid & h_ok & ~hreq.write),
-                     wh.load.eq(self.host_i.valid & h_ok & hreq.write)]
+        m.d.comb += [rh.load.eq(h_ok & ~hreq.write), wh.load.eq(h_ok & hreq.write)]
         m.d.comb += [resp.w_en.eq(rh.out_valid), resp.w_data.eq(Cat(*rh.out_data)),
                      self.host_o.valid.eq(resp.r_rdy), self.host_o.payload.eq(resp.r_data),
                      resp.r_en.eq(self.host_o.ready)]
-        m.d.sync += resp_credit.eq(resp_credit - rh.load + (resp.r_rdy & self.host_o.ready))
+        m.d.sync += resp_credit.eq(resp_credit - (h_take & ~self.host_i.payload.write)
+                                   + (resp.r_rdy & self.host_o.ready))
 
         # ---- store ports (vector / update units), served busy or not ----------------------
         # Each port's read and write requests pass through a 2-beat FIFO: the unit sees the
@@ -1609,25 +1712,23 @@ class ContractionEngine(wiring.Component):
             presp = m.submodules[f"port{i}_resp"] = fifo.SyncFIFO(width=32 * PW, depth=8)
             pcredit = Signal(range(9), init=8, name=f"port{i}_credit")
             pq = prs2.get(i)
-            rfifo = m.submodules[f"port{i}_rq"] = fifo.SyncFIFO(
-                width=Value.cast(port.rd.payload).shape().width, depth=2)
-            wfifo = m.submodules[f"port{i}_wq"] = fifo.SyncFIFO(
-                width=Value.cast(port.wr.payload).shape().width, depth=2)
-            rq = port.rd.payload.shape()(rfifo.r_data)
-            wq = port.wr.payload.shape()(wfifo.r_data)
+            rfifo, rq, rvec = queued(
+                f"port{i}_rq", port.rd,
+                lambda r: [(in_store(r), r.addr)] + ([(in_store(r, second=True), r.addr2)]
+                                                     if pq is not None else []))
+            wfifo, wq, ((w_mask, w_pre),) = queued(f"port{i}_wq", port.wr,
+                                                   lambda r: [(in_store(r), r.addr)])
             r_take = Signal(name=f"port{i}_rtake")
             both = pr.can_load & (pq.can_load if pq is not None else 1)
+            feed(pr, rq.addr, *rvec[0], rq.store)
+            feed(pw, wq.addr, w_mask, w_pre, wq.store)
             m.d.comb += [
                 port.rd.ready.eq(rfifo.w_rdy & (pcredit != 0)),
-                rfifo.w_en.eq(port.rd.valid & port.rd.ready), rfifo.w_data.eq(port.rd.payload),
-                pr.load.eq(rfifo.r_rdy & both), rfifo.r_en.eq(pr.load),
-                pr.load_base.eq(rq.addr), pr.load_mask.eq(in_store(rq)),
-                pr.load_store.eq(rq.store),
+                rfifo.w_en.eq(port.rd.valid & port.rd.ready),
+                pr.load.eq(rfifo.r_rdy & both & host_empty), rfifo.r_en.eq(pr.load),
                 port.wr.ready.eq(wfifo.w_rdy),
-                wfifo.w_en.eq(port.wr.valid), wfifo.w_data.eq(port.wr.payload),
-                pw.load.eq(wfifo.r_rdy & pw.can_load), wfifo.r_en.eq(pw.load),
-                pw.load_base.eq(wq.addr), pw.load_mask.eq(in_store(wq)),
-                pw.load_store.eq(wq.store),
+                wfifo.w_en.eq(port.wr.valid),
+                pw.load.eq(wfifo.r_rdy & pw.can_load & host_empty), wfifo.r_en.eq(pw.load),
                 port.wr_idle.eq(pw.idle & (wfifo.level == 0)),
                 presp.w_en.eq(pr.out_valid), presp.w_data.eq(Cat(*pr.out_data)),
                 r_take.eq(port.rd.valid & port.rd.ready),
@@ -1644,18 +1745,15 @@ class ContractionEngine(wiring.Component):
                 presp2 = m.submodules[f"port{i}_resp2"] = fifo.SyncFIFO(width=32 * PW,
                                                                         depth=8)
                 r_give = Signal(name=f"port{i}_rgive")
+                feed(pq, rq.addr2, *rvec[1], rq.store2)
                 m.d.comb += [
-                    pq.load.eq(pr.load), pq.load_base.eq(rq.addr2),
-                    pq.load_mask.eq(in_store(rq, second=True)), pq.load_store.eq(rq.store2),
+                    pq.load.eq(pr.load),
                     presp2.w_en.eq(pq.out_valid), presp2.w_data.eq(Cat(*pq.out_data)),
                     port.rd_data.valid.eq(presp.r_rdy & presp2.r_rdy),
                     port.rd_data.payload.eq(Cat(presp.r_data, presp2.r_data)),
                     r_give.eq(presp.r_rdy & presp2.r_rdy & port.rd_data.ready),
                     presp.r_en.eq(r_give), presp2.r_en.eq(r_give),
                 ]
-            for cl in (pr, pw) if pq is None else (pr, pw, pq):
-                if cl.offsets is not None:
-                    m.d.comb += [cl.offsets[w].eq(w) for w in range(PW)]
             m.d.comb += [pw.load_data[w].eq(wq.data[w]) for w in range(PW)]
             m.d.sync += pcredit.eq(pcredit - r_take + r_give)
 
@@ -1828,7 +1926,9 @@ class ContractionEngine(wiring.Component):
             m.d.sync += [rb.offsets[p].eq(d.b.col_stride * p) for p in range(P)]
         else:                                   # B: column p % (P/s) of group p // (P/s)'s row
             colb = [Signal(AW, name=f"colb{j}") for j in range(P)]
-            m.d.comb += [colb[j].eq(d.b.col_stride * j) for j in range(P)]
+            # registered: settled at check step 1, the offsets at step 2 (gk_b's); the
+            # descriptor -> constant product -> split select -> add path was 15 levels
+            m.d.sync += [colb[j].eq(d.b.col_stride * j) for j in range(P)]
             for p in range(P):
                 col = by_split([colb[p % (P >> v)] for v in range(SL + 1)], f"fb_col{p}", AW)
                 row = by_split([gk_b[p >> (lp - v)] for v in range(SL + 1)], f"fb_row{p}", AW)

@@ -123,9 +123,16 @@ class EngineTB:
     async def run(self, desc_value):
         """Run one descriptor (encoded int); return ``(error, error_code, cycles)``."""
         dut = self.dut
-        assert int(dut.desc__ready.value) == 1           # idle: the descriptor is taken at once
         dut.desc__payload.value = desc_value
         dut.desc__valid.value = 1
+        # idle: the descriptor is taken once the host beats already accepted have landed
+        # (the host port's 2-beat FIFO), within 3 cycles
+        for _ in range(3):
+            if int(dut.desc__ready.value):
+                break
+            await RisingEdge(dut.clk)
+            await FallingEdge(dut.clk)
+        assert int(dut.desc__ready.value) == 1
         await RisingEdge(dut.clk)
         await FallingEdge(dut.clk)
         dut.desc__valid.value = 0

@@ -176,14 +176,16 @@ def test_row_entries_grant_as_their_lanes(skew, bank_order):
     for r, L in enumerate(widths):
         base = Signal(AW, name=f"base{r}")
         rp = _RowPorts(m, f"row{r}", L, AW, nb_log2, skew, base, bank_order=bank_order)
-        for reg, _wait, loaded in rp.fields:
-            m.d.comb += reg.eq(loaded)
         pending, store = Signal(L, name=f"pend{r}"), Signal(1, name=f"rstore{r}")
         data = [Signal(32, name=f"data{r}_{w}") for w in range(L)]
         if bank_order:
+            rp.hold_data(m, data)             # words held per slot, as loaded
+        for reg, _wait, loaded in rp.fields:  # the registers as a load of this base sets them
+            m.d.comb += reg.eq(loaded)
+        if bank_order:
             held = Signal(rp.pwidth, name=f"held{r}")
             m.d.comb += held.eq(rp.bank_mask(m, pending))
-            rp.connect(m, held, store, data)
+            rp.connect(m, held, store, True)
             lane_grant = Signal(L, name=f"lgrant{r}")
             m.d.comb += lane_grant.eq(Cat(*rp.lane_grants(m, rp.grant, rp.rot, rp.cross)))
         else:
@@ -426,8 +428,14 @@ def run_engine(eng, image, descs, *, stall_seed=None, back_to_back=False, writte
         for desc in descs:
             ctx.set(eng.desc.payload.as_value(), desc if isinstance(desc, int)
                     else eng.encode_descriptor(desc))
-            assert ctx.get(eng.desc.ready)          # idle: the descriptor is taken at once
+            # idle: the descriptor is taken once the host beats already accepted have
+            # landed (the host port's 2-beat FIFO), within 3 cycles
             ctx.set(eng.desc.valid, 1)
+            for _ in range(4):
+                if ctx.get(eng.desc.ready):
+                    break
+                await ctx.tick()
+            assert ctx.get(eng.desc.ready)
             await ctx.tick()
             ctx.set(eng.desc.valid, 0)
             for _ in range(200_000):             # a hung engine fails, it does not hang
