@@ -1929,10 +1929,14 @@ class ContractionEngine(wiring.Component):
             # registered: settled at check step 1, the offsets at step 2 (gk_b's); the
             # descriptor -> constant product -> split select -> add path was 15 levels
             m.d.sync += [colb[j].eq(d.b.col_stride * j) for j in range(P)]
+            # the split-selected column and row registered, then added: the split's select
+            # and the add were one 15-level path (settled by check step 3, gk_b's + 1)
             for p in range(P):
                 col = by_split([colb[p % (P >> v)] for v in range(SL + 1)], f"fb_col{p}", AW)
                 row = by_split([gk_b[p >> (lp - v)] for v in range(SL + 1)], f"fb_row{p}", AW)
-                m.d.sync += rb.offsets[p].eq(col + row)
+                col_r = Signal(AW, name=f"fb_col{p}_r")
+                row_r = Signal(AW, name=f"fb_row{p}_r")
+                m.d.sync += [col_r.eq(col), row_r.eq(row), rb.offsets[p].eq(col_r + row_r)]
 
         # ---- fetchers ----------------------------------------------------------------------
         FD = self._fetch_depth

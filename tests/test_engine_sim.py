@@ -208,7 +208,7 @@ def test_row_entries_grant_as_their_lanes(skew, bank_order):
         return (lo + hi) % NB if skew else lo
 
     cases = []
-    for _ in range(120):
+    for _ in range(50):
         lanes = [(bool(rng.random() < 0.4), int(rng.integers(0, 2)), int(rng.integers(0, NB)))
                  for _ in range(6)]
         rws = []
@@ -276,18 +276,18 @@ def test_narrow_store_ports_random_traffic(skew):
     word-by-word model, and the host port reads the same stores back."""
     sizes = {"s0": 96, "s1": 64}
     stores = [StoreSpec(n, s) for n, s in sizes.items()]
-    PW = 4
-    eng = ContractionEngine(lanes=16, slots=16, stores=stores, ports=1, port_width=PW,
+    PW = 2
+    eng = ContractionEngine(lanes=8, slots=8, stores=stores, ports=1, port_width=PW,
                             port_reads=(2,), bank_skew=skew)
     port, nb = eng.port0, eng.banks
-    assert nb == 16
+    assert nb == 8
     rng = np.random.default_rng(61 + skew)
     mem = {n: [0] * s for n, s in sizes.items()}
     names = list(sizes)
     phases = []
-    for _ in range(4):
+    for _ in range(3):
         writes = []
-        for _ in range(10):
+        for _ in range(12):
             st = names[int(rng.integers(0, 2))]
             a = int(rng.integers(0, sizes[st]))
             mask = int(rng.integers(1, 1 << PW))
