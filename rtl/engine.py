@@ -1856,23 +1856,27 @@ class ContractionEngine(wiring.Component):
         tile_h = Signal(ls + 1, name="tile_h")
         tile_hp = Signal(ls + 1, name="tile_hp")
         h_next = Signal(ls + 1)
+        # the tile count registered, the height taken at check step 1 and the m strides at
+        # step 2: d.m -> tiles -> products -> compares -> select was one 13-level path
+        mtiles_r = Signal(DB, name="mtiles_r")
+        m.d.sync += mtiles_r.eq(mtiles)
         for h in reversed(range(1, S + 1)):
-            with m.If(mtiles * h >= d.m):
+            with m.If(mtiles_r * h >= d.m):
                 m.d.comb += h_next.eq(h)
         min_slots = self._add_latency + 1
         a_mstride = Signal(AW, name="a_mstride")
         c_mstride = Signal(AW, name="c_mstride")
         check_step = Signal(2)
-        with m.If(checking & (check_step == 0)):
+        with m.If(checking & (check_step == 1)):
             m.d.sync += [tile_h.eq(h_next),
                          tile_hp.eq(Mux(h_next < min_slots, min_slots, h_next))]
-        with m.If(checking & (check_step == 1)):
+        with m.If(checking & (check_step == 2)):
             m.d.sync += [a_mstride.eq(d.a.row_stride * tile_h),
                          c_mstride.eq(d.c.row_stride * tile_h)]
         with m.If(checking & (check_step == 0)):
             m.d.sync += [kca.eq(kc * d.a.col_stride), kcb.eq(kc * d.b.row_stride)]
         # The loop nests' last indices and the split-selected strides, registered: they are
-        # functions of the latched descriptor (and of tile_hp, set at check step 0), so they
+        # functions of the latched descriptor (and of tile_hp, set at check step 1), so they
         # settle during the check cycles and hold still while running. Without them every
         # loop's end-of-level compare ran through the descriptor's add/shift/select (16
         # logic levels to the address generators' remainders, docs/u50.md).
