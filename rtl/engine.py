@@ -504,7 +504,11 @@ class _RowPorts:
         return Cat(*banks, *[wrap & (self.load_rot == b) for b in range(NB)])
 
     def connect(self, m, pending, store, data):
-        """Build the claim, the per-bank rows and write data, and the lane grants' inputs."""
+        """Build the claim, the per-bank rows and write data, and the lane grants' inputs.
+
+        ``pending``: lane order, or with ``bank_order`` a value of :meth:`bank_mask`'s form
+        (the held register). ``data``: ``None`` for a reader; a writer's words per lane, or
+        with ``bank_order`` any true value (the words are those :meth:`hold_data` holds)."""
         name, NB, L = self.name, 1 << self.nb_log2, self.lanes
         self.pending, self.store = pending, store
         if self.bank_order:
