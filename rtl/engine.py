@@ -371,15 +371,13 @@ class _RowPorts:
                 new.append(load_pre[at:at + w])
                 at += w
         self.fields = []
-        loaded_of = {}
         for reg, value in zip((self.row0, self.row1, self.rot, self.cross), new):
             wait = Signal.like(reg, name=f"{name}_next_{reg.name[len(name) + 1:]}")
             loaded = Signal.like(reg, name=f"{name}_load_{reg.name[len(name) + 1:]}")
             m.d.comb += loaded.eq(value)
             self.fields.append((reg, wait, loaded))
-            loaded_of[reg.name] = loaded
-        self.load_rot = loaded_of[self.rot.name]
-        self.load_cross = loaded_of[self.cross.name]
+        # the rotation and crossing lane a load brings
+        (*_, self.load_rot), (*_, self.load_cross) = self.fields[2:4]
         # a skewed full beat can cross a row: its last lane then wraps onto lane 0's bank
         self.wrap_on = bool(skew and lanes == NB)
         # pending lanes: per lane (lane order), or per bank (+ the wrapped lane's bank)
